@@ -1,0 +1,274 @@
+"""`ninelives engine ...`: run workers and senders, submit jobs, and operate the database."""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import difflib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any, Sequence
+
+from .config import FIELDS, ConfigError, EngineConfig, load_config
+from .hooks import SkewedClock, SystemClock, arm_from_env
+from .outbox import Sender
+from .retry import StepError
+from .states import PipelineError, get_pipeline
+from .steps import StepContext, make_runner
+from .store import (DatabaseError, OperatorError, SQLiteStore, SubmissionConflict, open_store)
+from .worker import Worker
+
+OPERATOR = f"operator:{os.environ.get('USER', 'unknown')}"
+
+
+def add_settings(parser: argparse.ArgumentParser) -> None:
+    """One flag per engine setting (--lease, --call-timeout, ...), plus --config and --db."""
+    group = parser.add_argument_group("settings (flags override NINELIVES_* and --config)")
+    group.add_argument("--config", help="TOML file of settings (top level or [engine])")
+    for name, field in FIELDS.items():
+        group.add_argument(f"--{name.replace('_', '-')}", dest=f"set_{name}", metavar=field.type.upper(),
+                           help=f"default {field.default!r}")
+
+
+def settings(args: argparse.Namespace) -> EngineConfig:
+    overrides = {name: getattr(args, f"set_{name}") for name in FIELDS}
+    return load_config(args.config, overrides=overrides)
+
+
+def open_for(config: EngineConfig, read_only: bool = False) -> SQLiteStore:
+    return open_store(config.db, synchronous=config.synchronous,
+                      busy_timeout=config.busy_timeout, read_only=read_only)
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies, so no worker is orphaned."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def cmd_worker(args: argparse.Namespace, config: EngineConfig) -> int:
+    clock = SkewedClock(args.clock_skew) if args.clock_skew else SystemClock()
+    store = open_for(config)
+    worker = Worker(store, config, clock=clock)
+    stop = stop_on_signals()
+    print(f"worker {worker.id} on {config.db}", file=sys.stderr, flush=True)
+    stats = worker.run(stop, max_jobs=args.max_jobs, exit_when_idle=args.exit_when_idle)
+    print(f"worker {worker.id} done: {stats}", file=sys.stderr)
+    return 0
+
+
+def cmd_send(args: argparse.Namespace, config: EngineConfig) -> int:
+    store = open_for(config)
+    sender = Sender(store, config)
+    stop = stop_on_signals()
+    idle = (lambda: store.active_jobs(config.pipeline) == 0) if args.exit_when_idle else None
+    sender.run(stop, exit_when_idle=args.exit_when_idle, idle_when=idle)
+    print(f"sender {sender.id} done: sent {sender.sent}, failed {sender.failed}", file=sys.stderr)
+    return 0
+
+
+def read_jobs(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """The jobs to submit, from --id/--payload or a JSON-lines file; errors name the line."""
+    if args.file:
+        jobs = []
+        with open(args.file, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    item = json.loads(line)
+                    jobs.append((str(item["id"]), item["payload"]))
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise ConfigError(f"{args.file}:{n}: each line must be a JSON object with "
+                                      f"'id' and 'payload' ({type(exc).__name__}: {exc})") from None
+        return jobs
+    if not (args.id and args.payload is not None):
+        raise ConfigError("submit needs --id and --payload, or --file")
+    try:
+        return [(args.id, json.loads(args.payload))]
+    except ValueError as exc:
+        raise ConfigError(f"--payload is not JSON: {exc}") from None
+
+
+def cmd_submit(args: argparse.Namespace, config: EngineConfig) -> int:
+    pipeline = get_pipeline(config.pipeline)
+    jobs = read_jobs(args)
+    store = open_for(config)
+    created = existed = conflicts = 0
+    for job_id, payload in jobs:
+        try:
+            if store.submit(job_id, pipeline, payload, SystemClock().now()):
+                created += 1
+            else:
+                existed += 1
+        except SubmissionConflict as exc:
+            conflicts += 1
+            print(f"error: {exc}", file=sys.stderr)
+    print(f"submitted {created} new, {existed} already present, {conflicts} rejected")
+    return 1 if conflicts else 0
+
+
+def print_rows(rows: list[dict], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(rows, indent=2, default=str))
+        return
+    if not rows:
+        print("(none)")
+        return
+    cols = list(rows[0])
+    width = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+    print("  ".join(c.ljust(width[c]) for c in cols))
+    for r in rows:
+        print("  ".join(str(r[c]).ljust(width[c]) for c in cols))
+
+
+def cmd_query(args: argparse.Namespace, config: EngineConfig) -> int:
+    store = open_for(config, read_only=True)
+    now = SystemClock().now()
+    pipeline = get_pipeline(config.pipeline)
+    if args.command == "status":
+        print_rows(store.status(now), args.json)
+    elif args.command == "stuck":
+        print_rows(store.stuck(now), args.json)
+    elif args.command == "failures":
+        print_rows(store.failures(pipeline.parked_states), args.json)
+    elif args.command == "costs":
+        print_rows(store.costs(now, args.window), args.json)
+    else:
+        alerts = store.alerts(now, pipeline.terminal, pipeline.parked_states)
+        print(json.dumps(alerts, indent=2, default=str))
+        return 1 if alerts["parked"] or alerts["dead_letters"] or alerts["stuck"] else 0
+    return 0
+
+
+def cmd_action(args: argparse.Namespace, config: EngineConfig) -> int:
+    store = open_for(config)
+    now = SystemClock().now()
+    if args.command == "cancel":
+        print(f"job {args.job}: {store.cancel(args.job, OPERATOR, now)} -> cancelled")
+    elif args.command == "requeue":
+        print(f"job {args.job}: requeued to {store.requeue(args.job, OPERATOR, now)}")
+    else:
+        output = None
+        if args.approve:
+            output = {"ok": True, "reason": f"approved by {OPERATOR}"}
+        elif args.output is not None:
+            try:
+                output = json.loads(args.output)
+            except ValueError as exc:
+                raise ConfigError(f"--output is not JSON: {exc}") from None
+        print(f"job {args.job}: resolved to {store.resolve(args.job, OPERATOR, now, output)}")
+    return 0
+
+
+def cmd_rerun_step(args: argparse.Namespace, config: EngineConfig) -> int:
+    """Rerun one step with its exact memoized input against current code; change nothing."""
+    store = open_for(config, read_only=True)
+    job = store.job(args.job)
+    if job is None:
+        raise OperatorError(f"no job {args.job!r}")
+    pipeline = get_pipeline(job["pipeline"])
+    step = pipeline.step_named(args.step)
+    index = pipeline.steps.index(step)
+    if index == 0:
+        data = json.loads(job["payload"])
+    else:
+        prev = store.memo(args.job, pipeline.steps[index - 1].name)
+        if prev is None:
+            raise OperatorError(f"job {args.job!r} has no memo for step "
+                                f"{pipeline.steps[index - 1].name!r}: nothing to rerun from")
+        data = json.loads(prev)
+    ctx = StepContext(args.job, step.name, OPERATOR, 0,
+                      lambda name: json.loads(store.memo(args.job, name)))
+    result = make_runner(config).call(step.name, data, ctx)
+    new = json.dumps(result.output, indent=2, sort_keys=True).splitlines()
+    stored = store.memo(args.job, step.name)
+    old = json.dumps(json.loads(stored), indent=2, sort_keys=True).splitlines() if stored else []
+    diff = list(difflib.unified_diff(old, new, "memo", "rerun", lineterm=""))
+    print("\n".join(diff) if diff else "no difference from the memo")
+    if result.cost:
+        print(f"(this rerun was billed {result.cost}; nothing was written)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ninelives engine", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("worker", help="claim jobs and run their steps")
+    p.add_argument("--max-jobs", type=int)
+    p.add_argument("--exit-when-idle", action="store_true",
+                   help="exit once no job waits for a worker")
+    p.add_argument("--exit-with-parent", action="store_true")
+    p.add_argument("--clock-skew", type=float, default=0.0, help="seconds added to the clock")
+    p = sub.add_parser("send", help="deliver outbox rows to the receiver")
+    p.add_argument("--exit-when-idle", action="store_true")
+    p.add_argument("--exit-with-parent", action="store_true")
+    p = sub.add_parser("submit", help="submit jobs (idempotent on the id)")
+    p.add_argument("--id")
+    p.add_argument("--payload", help="the job's JSON payload")
+    p.add_argument("--file", help="JSON lines of {id, payload}")
+    for name, text in (("status", "jobs per state and their age"),
+                       ("stuck", "jobs whose lease expired mid-step"),
+                       ("failures", "parked jobs grouped by error"),
+                       ("costs", "cost per step, committed and wasted"),
+                       ("alerts", "oldest unfinished job, parked rows, dead letters")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--json", action="store_true")
+        if name == "costs":
+            p.add_argument("--window", type=float, default=86400.0, help="seconds back")
+    for name, text in (("cancel", "cancel a ready or parked job"),
+                       ("requeue", "send a parked job back to its step"),
+                       ("resolve", "settle a parked step by hand")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("job")
+        if name == "resolve":
+            p.add_argument("--output", help="JSON to record as the step's result")
+            p.add_argument("--approve", action="store_true",
+                           help="document pipeline: record the verify step as approved")
+    p = sub.add_parser("rerun-step", help="rerun one step on its memoized input; print the diff")
+    p.add_argument("job")
+    p.add_argument("step")
+    for action in sub.choices.values():
+        add_settings(action)
+    return parser
+
+
+COMMANDS = {"worker": cmd_worker, "send": cmd_send, "submit": cmd_submit,
+            "cancel": cmd_action, "requeue": cmd_action, "resolve": cmd_action,
+            "rerun-step": cmd_rerun_step}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one engine command; returns the exit code (2 for bad input or an unusable database)."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=os.environ.get("NINELIVES_LOG", "WARNING"),
+                        format="%(asctime)s %(name)s %(message)s")
+    if getattr(args, "exit_with_parent", False):
+        die_with_parent()
+    try:
+        arm_from_env()
+        config = settings(args)
+        return COMMANDS.get(args.command, cmd_query)(args, config)
+    except (ConfigError, DatabaseError, OperatorError, PipelineError, StepError,
+            ValueError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

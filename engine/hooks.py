@@ -1,0 +1,142 @@
+"""Test hooks the engine always carries: named crash points, the clock, the random source.
+
+Disarmed, a crash point costs one global check. The harness arms them through the
+environment (kill this process at the N-th hit of a point, or with probability p); the
+simulation installs a handler that uses them as its scheduling points.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from typing import Callable, Protocol
+
+#: Every named crash point the engine declares, in the order a job meets them.
+CRASHPOINTS: tuple[str, ...] = (
+    "submit.before_commit",        # inside the submit transaction
+    "claim.before_commit",         # inside the claim transaction
+    "worker.after_claim",          # lease taken, nothing done yet
+    "worker.memo_hit.before_commit",  # memo found, advancing without a call
+    "worker.before_call",          # about to call the provider (nothing billed yet)
+    "worker.after_call",           # the call returned (billed) but nothing is written
+    "worker.before_commit",        # inside the completion transaction (memo, outbox, state)
+    "worker.after_commit",         # the step committed
+    "worker.fail.before_commit",   # inside the failure / retry transaction
+    "worker.heartbeat",            # a heartbeat is about to extend the lease
+    "sender.after_claim",          # outbox row leased, not sent
+    "sender.after_send",           # the receiver answered; sent_at not yet written
+    "sender.before_commit",        # inside the transaction that marks sent_at
+)
+
+Handler = Callable[[str], None]
+_handler: Handler | None = None
+
+
+def crashpoint(name: str) -> None:
+    """Mark a boundary that matters; does nothing unless a handler is armed."""
+    if _handler is not None:
+        _handler(name)
+
+
+def set_crash_handler(handler: Handler | None) -> Handler | None:
+    """Install `handler` (called with the point's name at every hit); returns the old one."""
+    global _handler
+    old, _handler = _handler, handler
+    return old
+
+
+class KillAt:
+    """A handler that SIGKILLs this process at the `nth` hit of `name` (or with probability p).
+
+    `spec` is the value of NINELIVES_CRASH_AT: comma-separated items `point:N` (die at the
+    N-th hit) or `point@P` (die with probability P at each hit, from `rng`). `*` as the point
+    matches every declared point.
+    """
+
+    def __init__(self, spec: str, rng: random.Random | None = None) -> None:
+        self.rng = rng or random.Random()
+        self.nth: dict[str, int] = {}
+        self.prob: dict[str, float] = {}
+        self.hits: dict[str, int] = {}
+        for item in filter(None, (part.strip() for part in spec.split(","))):
+            self._parse(item)
+
+    def _parse(self, item: str) -> None:
+        if "@" in item:
+            point, _, p = item.partition("@")
+            self._known(point)
+            self.prob[point] = float(p)
+        else:
+            point, _, n = item.partition(":")
+            self._known(point)
+            self.nth[point] = int(n or 1)
+
+    @staticmethod
+    def _known(point: str) -> None:
+        if point != "*" and point not in CRASHPOINTS:
+            raise ValueError(f"NINELIVES_CRASH_AT names unknown crash point {point!r}; "
+                             f"known: {', '.join(CRASHPOINTS)}")
+
+    def __call__(self, name: str) -> None:
+        hits = self.hits[name] = self.hits.get(name, 0) + 1
+        due = self.nth.get(name) == hits
+        for key in (name, "*"):
+            p = self.prob.get(key)
+            if p is not None and self.rng.random() < p:
+                due = True
+        if due:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def arm_from_env(environ: dict[str, str] | None = None) -> None:
+    """Arm crash points from NINELIVES_CRASH_AT (and NINELIVES_CRASH_SEED), if set."""
+    env = os.environ if environ is None else environ
+    spec = env.get("NINELIVES_CRASH_AT", "")
+    if spec:
+        seed = env.get("NINELIVES_CRASH_SEED")
+        set_crash_handler(KillAt(spec, random.Random(int(seed)) if seed else None))
+
+
+class Clock(Protocol):
+    """Where the engine reads time. System, skewed and virtual clocks plug in here."""
+
+    def now(self) -> float: ...
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """The machine's wall clock."""
+
+    def now(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+class SkewedClock(SystemClock):
+    """The wall clock shifted by `offset` seconds (a worker whose clock is wrong)."""
+
+    def __init__(self, offset: float) -> None:
+        self.offset = offset
+
+    def now(self) -> float:
+        return time.time() + self.offset
+
+
+class ManualClock:
+    """A clock that moves only when told to; `sleep` advances it (for tests)."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.t = start
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    def advance(self, seconds: float) -> None:
+        self.t += max(0.0, seconds)

@@ -1,0 +1,99 @@
+"""What every store backend returns and raises: claims, effects, spend records, errors."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..states import Step
+
+
+class DatabaseError(Exception):
+    """The database cannot be used as asked; the message names the file and the cause."""
+
+
+class StoreBusy(DatabaseError):
+    """Another process held the write lock past the busy timeout. Safe to retry."""
+
+
+class LeaseLost(Exception):
+    """A fenced write matched no row: another worker holds the job now."""
+
+    def __init__(self, job_id: str, doing: str) -> None:
+        super().__init__(f"lease on job {job_id} was taken by another worker while {doing}")
+        self.job_id = job_id
+
+
+class SubmissionConflict(ValueError):
+    """A job id submitted again with a different payload (the original is untouched)."""
+
+    def __init__(self, job_id: str, stored_pipeline: str, pipeline: str) -> None:
+        what = ("pipeline" if stored_pipeline != pipeline else "payload")
+        super().__init__(f"job {job_id!r} already exists with a different {what}; "
+                         "the original job is unchanged (submit it under a new id)")
+        self.job_id = job_id
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A leased job: what the worker needs to run its step, and the token that fences it."""
+
+    job_id: str
+    step: Step
+    lease_token: int
+    claims: int
+    attempts: int
+    lease_until: float
+    payload: str
+    memos: dict[str, str]  # committed outputs of this job's steps, by step name
+
+    @property
+    def memo(self) -> str | None:
+        """This step's committed output, when an earlier run finished it."""
+        return self.memos.get(self.step.name)
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A side effect a step asks for; it leaves through the outbox."""
+
+    kind: str
+    payload: Any
+
+    def key(self, job_id: str) -> str:
+        """The idempotency key the receiver sees: stable for (job, kind)."""
+        return f"{job_id}:{self.kind}"
+
+
+@dataclass(frozen=True)
+class Spend:
+    """One billed (or possibly billed) provider call."""
+
+    job_id: str
+    step: str
+    worker: str
+    lease_token: int
+    started: float
+    ended: float
+    outcome: str
+    cost: float | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class OutboxClaim:
+    """A leased outbox row."""
+
+    id: int
+    job_id: str
+    kind: str
+    payload: str
+    idempotency_key: str
+    lease_token: int
+    attempts: int
+    lease_until: float
+
+
+def canonical_json(value: Any) -> str:
+    """The one JSON spelling used for payloads, so equal payloads compare equal."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,427 @@
+"""The SQLite store: every SQL statement the engine runs lives here.
+
+One transaction primitive (`BEGIN IMMEDIATE`, rollback on any exception) serves every
+write. Writes a worker makes after claiming carry `WHERE id=? AND lease_token=?` and check
+their row count: a worker whose lease was taken cannot change the job.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from ..hooks import crashpoint
+from ..states import Pipeline, Step
+from .base import (Claim, DatabaseError, Effect, LeaseLost, OutboxClaim, Spend,
+                   SubmissionConflict, canonical_json)
+from .operator import OperatorError, OperatorSQL
+from .schema import MIGRATIONS, SCHEMA_VERSION
+
+SYNCHRONOUS = ("FULL", "NORMAL")
+
+
+class SQLiteStore(OperatorSQL):
+    """A connection to one engine database file.
+
+    path: the database file (created and migrated unless read_only);
+    synchronous: "FULL" (committed means durable, the default) or "NORMAL";
+    busy_timeout: seconds a write waits for the lock before StoreBusy.
+    Raises DatabaseError naming the file when it is newer, read-only or locked.
+    """
+
+    backend = "sqlite"
+
+    def __init__(self, path: str | os.PathLike, *, synchronous: str = "FULL",
+                 busy_timeout: float = 5.0, read_only: bool = False) -> None:
+        self.path = os.fspath(path)
+        if synchronous.upper() not in SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, not {synchronous!r}")
+        self.read_only = read_only
+        self.conn = self._connect(synchronous.upper(), busy_timeout)
+        self._migrate()
+
+    # -- connection and transactions -------------------------------------------------
+
+    def _connect(self, synchronous: str, busy_timeout: float) -> sqlite3.Connection:
+        if self.read_only:
+            uri = f"file:{self.path}?mode=ro"
+            if not os.path.exists(self.path):
+                raise DatabaseError(f"database {self.path} does not exist")
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=busy_timeout,
+                                   check_same_thread=False)
+        else:
+            conn = sqlite3.connect(self.path, isolation_level=None, timeout=busy_timeout,
+                                   check_same_thread=False)
+        try:
+            conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+            if not self.read_only:
+                conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={synchronous}")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise _explain(exc, self.path, "open") from exc
+        return conn
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: BEGIN IMMEDIATE, COMMIT, or ROLLBACK on any exception."""
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise _explain(exc, self.path, "begin a write") from exc
+        try:
+            yield self.conn
+            self.conn.execute("COMMIT")
+        except BaseException as exc:
+            # A crash handler in a simulation raises through here: nothing uncommitted survives.
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.OperationalError):
+                raise _explain(exc, self.path, "write") from exc
+            raise
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def _migrate(self) -> None:
+        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise DatabaseError(
+                f"database {self.path} has schema version {version}, newer than this engine's "
+                f"{SCHEMA_VERSION}: upgrade ninelives to open it (nothing was changed)")
+        if version == SCHEMA_VERSION:
+            return
+        if self.read_only:
+            raise DatabaseError(f"database {self.path} needs migrating to schema "
+                                f"{SCHEMA_VERSION} but was opened read-only")
+        with self.write() as conn:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]  # another may have won
+            for target in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[target]:
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def schema_version(self) -> int:
+        return self.conn.execute("PRAGMA user_version").fetchone()[0]
+
+    # -- submit ----------------------------------------------------------------------
+
+    def submit(self, job_id: str, pipeline: Pipeline, payload: Any, now: float,
+               by: str = "submit") -> bool:
+        """Create job `job_id` unless it exists. True if created, False if it already was.
+
+        Raises SubmissionConflict (the stored job untouched) when the id exists with
+        another payload or pipeline.
+        """
+        body = canonical_json(payload)
+        with self.write() as conn:
+            created = conn.execute(
+                "INSERT INTO job (id, pipeline, state, payload, next_run_at, updated_by,"
+                " created, updated) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT(id) DO NOTHING",
+                (job_id, pipeline.name, pipeline.initial, body, now, by, now, now)).rowcount
+            if not created:
+                row = conn.execute("SELECT pipeline, payload FROM job WHERE id=?",
+                                   (job_id,)).fetchone()
+                if (row[0], row[1]) != (pipeline.name, body):
+                    raise SubmissionConflict(job_id, row[0], pipeline.name)
+            crashpoint("submit.before_commit")
+        return bool(created)
+
+    # -- claim -----------------------------------------------------------------------
+
+    def claim(self, pipeline: Pipeline, worker: str, now: float, lease: float,
+              max_claims: int) -> Claim | None:
+        """Lease the job that is due soonest and move it into its working state.
+
+        A ready job moves to its step's working state; a working job whose lease expired is
+        resumed where it stands. The lease token is bumped, so every earlier owner is fenced
+        out. A job claimed more than `max_claims` times for one step is parked instead (it
+        kills its workers: counting failures alone would loop forever). Returns None when
+        nothing is due.
+        """
+        while True:
+            with self.write() as conn:
+                row = conn.execute(
+                    "SELECT id, state, claims, attempts FROM job WHERE pipeline=? AND"
+                    " next_run_at IS NOT NULL AND next_run_at<=? ORDER BY next_run_at LIMIT 1",
+                    (pipeline.name, now)).fetchone()
+                if row is None:
+                    return None
+                job_id, state, claims, attempts = row
+                step = pipeline.step_for(state)
+                if state == step.ready:
+                    pipeline.check(state, step.working)
+                    claims = 0
+                if claims >= max_claims:
+                    self._park_crash_loop(conn, pipeline, job_id, state, step, claims, worker,
+                                          now)
+                    continue
+                claim = self._take_lease(conn, job_id, state, step, claims + 1, attempts,
+                                         worker, now, lease)
+                crashpoint("claim.before_commit")
+            return claim
+
+    def _take_lease(self, conn: sqlite3.Connection, job_id: str, state: str, step: Step,
+                    claims: int, attempts: int, worker: str, now: float,
+                    lease: float) -> Claim:
+        until = now + lease
+        row = conn.execute(
+            "UPDATE job SET state=?, claims=?, lease_until=?, next_run_at=?, lease_owner=?,"
+            " lease_token=lease_token+1, updated_by=?, updated=? WHERE id=? AND state=?"
+            " RETURNING lease_token, payload",
+            (step.working, claims, until, until, worker, worker, now, job_id, state)).fetchone()
+        if row is None:  # cannot happen under BEGIN IMMEDIATE; fail loudly if it does
+            raise LeaseLost(job_id, "claim lost its compare-and-swap")
+        memos = dict(conn.execute("SELECT step, output FROM step_result WHERE job_id=?",
+                                  (job_id,)).fetchall())
+        return Claim(job_id=job_id, step=step, lease_token=row[0], claims=claims,
+                     attempts=attempts, lease_until=until, payload=row[1], memos=memos)
+
+    @staticmethod
+    def _park_crash_loop(conn: sqlite3.Connection, pipeline: Pipeline, job_id: str, state: str,
+                         step: Step, claims: int, worker: str, now: float) -> None:
+        target = step.parked
+        if state == step.ready:
+            conn.execute("UPDATE job SET state=?, updated=? WHERE id=?",
+                         (step.working, now, job_id))  # walk the table's edges, never skip
+            state = step.working
+        pipeline.check(state, target)
+        conn.execute(
+            "UPDATE job SET state=?, next_run_at=NULL, lease_until=0, lease_owner=NULL,"
+            " lease_token=lease_token+1, last_error=?, updated_by=?, updated=? WHERE id=?",
+            (target, f"crash loop: step {step.name!r} was claimed {claims} times without "
+             "finishing; parked", worker, now, job_id))
+
+    def input_for(self, claim: Claim, pipeline: Pipeline) -> Any:
+        """The step's input: the job payload for the first step, else the previous memo."""
+        index = pipeline.steps.index(claim.step)
+        if index == 0:
+            return json.loads(claim.payload)
+        prev = pipeline.steps[index - 1].name
+        if prev not in claim.memos:
+            raise DatabaseError(f"job {claim.job_id} is at step {claim.step.name!r} but has no "
+                                f"memo for the previous step {prev!r}")
+        return json.loads(claim.memos[prev])
+
+    # -- finishing a step --------------------------------------------------------------
+
+    def complete(self, claim: Claim, pipeline: Pipeline, worker: str, now: float, *,
+                 output: str | None, cost: float = 0.0, effects: tuple[Effect, ...] = (),
+                 spend: Spend | None = None, park_reason: str | None = None,
+                 continue_lease: float | None = None) -> Claim | None:
+        """Commit a step in ONE transaction: memo, spend, state, outbox rows.
+
+        output: the step's JSON output, or None on a memo hit (the memo exists already);
+        park_reason: the step's own verdict sends the job to its parked state;
+        continue_lease: keep the job and move it into the next working state under the same
+        lease (a claim saved per step); returns the next Claim then, else None.
+        Raises LeaseLost when the lease was taken: the memo and spend are kept (first writer
+        wins, the work is valid), the transition and outbox rows are not.
+        """
+        step = claim.step
+        target = step.parked if park_reason else step.done
+        pipeline.check(step.working, target)
+        with self.write() as conn:
+            memos = claim.memos
+            if output is not None:
+                kept = conn.execute(
+                    "INSERT OR IGNORE INTO step_result (job_id, step, output, cost, at, worker,"
+                    " lease_token) VALUES (?,?,?,?,?,?,?)",
+                    (claim.job_id, step.name, output, cost, now, worker,
+                     claim.lease_token)).rowcount
+                if not kept:  # a fenced-out worker committed this step first; its memo wins
+                    output = self.memo(claim.job_id, step.name)
+                memos = {**memos, step.name: output}
+            if spend is not None:
+                self._record_spend(conn, spend)
+            moved = conn.execute(
+                "UPDATE job SET state=?, result=COALESCE(?, result), attempts=0, claims=0,"
+                " next_run_at=?, lease_until=0, lease_owner=NULL, last_error=?, updated_by=?,"
+                " updated=? WHERE id=? AND lease_token=? AND state=?",
+                (target, output, None if park_reason or target in pipeline.terminal else now,
+                 park_reason, worker, now, claim.job_id, claim.lease_token,
+                 step.working)).rowcount
+            nxt = None
+            if moved == 1:
+                self._insert_effects(conn, claim.job_id, effects, worker, now)
+                if continue_lease is not None and target == step.done \
+                        and target not in pipeline.terminal:
+                    nxt = self._continue(conn, claim, memos, pipeline, worker, now,
+                                         continue_lease)
+            # When fenced out, the memo and spend still commit: the work is valid.
+            crashpoint("worker.before_commit")
+        if moved != 1:
+            raise LeaseLost(claim.job_id, f"finishing step {step.name!r}")
+        return nxt
+
+    def _continue(self, conn: sqlite3.Connection, claim: Claim, memos: dict[str, str],
+                  pipeline: Pipeline, worker: str, now: float, lease: float) -> Claim:
+        step = pipeline.step_for(claim.step.done)
+        pipeline.check(step.ready, step.working)
+        until = now + lease
+        conn.execute(
+            "UPDATE job SET state=?, claims=1, lease_until=?, next_run_at=?, lease_owner=?,"
+            " updated_by=?, updated=? WHERE id=? AND lease_token=? AND state=?",
+            (step.working, until, until, worker, worker, now, claim.job_id,
+             claim.lease_token, step.ready))
+        return Claim(job_id=claim.job_id, step=step, lease_token=claim.lease_token, claims=1,
+                     attempts=0, lease_until=until, payload=claim.payload, memos=memos)
+
+    @staticmethod
+    def _insert_effects(conn: sqlite3.Connection, job_id: str, effects: tuple[Effect, ...],
+                        worker: str, now: float) -> None:
+        for effect in effects:
+            conn.execute(
+                "INSERT OR IGNORE INTO outbox (job_id, kind, payload, idempotency_key,"
+                " next_attempt_at, updated_by, created) VALUES (?,?,?,?,?,?,?)",
+                (job_id, effect.kind, canonical_json(effect.payload), effect.key(job_id), now,
+                 worker, now))
+
+    def fail(self, claim: Claim, pipeline: Pipeline, worker: str, now: float, *,
+             error: str, retry_at: float | None, spend: Spend | None = None) -> str:
+        """Record a failed attempt: back to the ready state until `retry_at`, or park.
+
+        retry_at None parks the job in its step's parked state with `error` as last_error.
+        Returns the state the job is now in. Raises LeaseLost (spend kept) if fenced out.
+        """
+        step = claim.step
+        target = step.ready if retry_at is not None else step.parked
+        pipeline.check(step.working, target)
+        with self.write() as conn:
+            if spend is not None:
+                self._record_spend(conn, spend)
+            moved = conn.execute(
+                "UPDATE job SET state=?, attempts=attempts+1, next_run_at=?, lease_until=0,"
+                " lease_owner=NULL, last_error=?, updated_by=?, updated=?"
+                " WHERE id=? AND lease_token=? AND state=?",
+                (target, retry_at, error[:500], worker, now, claim.job_id, claim.lease_token,
+                 step.working)).rowcount
+            crashpoint("worker.fail.before_commit")
+        if moved != 1:
+            raise LeaseLost(claim.job_id, f"recording a failure of step {step.name!r}")
+        return target
+
+    def heartbeat(self, job_id: str, lease_token: int, now: float, lease: float) -> bool:
+        """Extend a lease. False when the lease was taken (the row count says so)."""
+        crashpoint("worker.heartbeat")
+        until = now + lease
+        with self.write() as conn:
+            n = conn.execute("UPDATE job SET lease_until=?, next_run_at=? WHERE id=? AND"
+                             " lease_token=? AND lease_until>0",
+                             (until, until, job_id, lease_token)).rowcount
+        return n == 1
+
+    def record_spend(self, spend: Spend) -> None:
+        """Write a spend record on its own (a call billed after the lease was lost)."""
+        with self.write() as conn:
+            self._record_spend(conn, spend)
+
+    @staticmethod
+    def _record_spend(conn: sqlite3.Connection, s: Spend) -> None:
+        conn.execute(
+            "INSERT INTO spend (job_id, step, worker, lease_token, started, ended, outcome,"
+            " cost, error) VALUES (?,?,?,?,?,?,?,?,?)",
+            (s.job_id, s.step, s.worker, s.lease_token, s.started, s.ended, s.outcome, s.cost,
+             s.error))
+
+    # -- outbox ----------------------------------------------------------------------
+
+    def claim_outbox(self, sender: str, now: float, lease: float,
+                     max_attempts: int) -> OutboxClaim | None:
+        """Lease the unsent outbox row that is due soonest; dead-letter rows past the cap."""
+        while True:
+            with self.write() as conn:
+                row = conn.execute(
+                    "SELECT id, attempts FROM outbox WHERE sent_at IS NULL AND dead_at IS NULL"
+                    " AND next_attempt_at<=? ORDER BY next_attempt_at LIMIT 1",
+                    (now,)).fetchone()
+                if row is None:
+                    return None
+                if row[1] >= max_attempts:
+                    conn.execute(
+                        "UPDATE outbox SET dead_at=?, lease_until=0, lease_owner=NULL,"
+                        " lease_token=lease_token+1, last_error=COALESCE(last_error, '') || ?,"
+                        " updated_by=? WHERE id=?",
+                        (now, f" [dead-lettered after {row[1]} attempts]", sender, row[0]))
+                    continue
+                until = now + lease
+                got = conn.execute(
+                    "UPDATE outbox SET attempts=attempts+1, lease_until=?, next_attempt_at=?,"
+                    " lease_owner=?, lease_token=lease_token+1, updated_by=? WHERE id=?"
+                    " RETURNING id, job_id, kind, payload, idempotency_key, lease_token,"
+                    " attempts", (until, until, sender, sender, row[0])).fetchone()
+                crashpoint("sender.after_claim")
+            return OutboxClaim(*got, lease_until=until)
+
+    def mark_sent(self, row: OutboxClaim, sender: str, now: float) -> bool:
+        """Mark a row sent, fenced by its lease token. False if the lease was taken."""
+        with self.write() as conn:
+            n = conn.execute(
+                "UPDATE outbox SET sent_at=?, lease_until=0, lease_owner=NULL, updated_by=?"
+                " WHERE id=? AND lease_token=? AND sent_at IS NULL",
+                (now, sender, row.id, row.lease_token)).rowcount
+            crashpoint("sender.before_commit")
+        return n == 1
+
+    def outbox_failed(self, row: OutboxClaim, sender: str, now: float, *, error: str,
+                      retry_at: float | None) -> bool:
+        """Schedule a retry at `retry_at`, or dead-letter (retry_at None). Fenced."""
+        with self.write() as conn:
+            n = conn.execute(
+                "UPDATE outbox SET next_attempt_at=COALESCE(?, next_attempt_at), dead_at=?,"
+                " lease_until=0, lease_owner=NULL, last_error=?, updated_by=?"
+                " WHERE id=? AND lease_token=? AND sent_at IS NULL",
+                (retry_at, None if retry_at is not None else now, error[:500], sender, row.id,
+                 row.lease_token)).rowcount
+        return n == 1
+
+    # -- reading -----------------------------------------------------------------------
+
+    def query(self, sql: str, params: tuple = ()) -> list[dict]:
+        """Run a read-only query and return its rows (operator queries live in queries.py)."""
+        cur = self.conn.execute(sql, params)
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+    def active_jobs(self, pipeline: str) -> int:
+        """How many jobs of `pipeline` still wait for a worker (not terminal, not parked)."""
+        return self.conn.execute("SELECT COUNT(*) FROM job WHERE pipeline=? AND next_run_at IS"
+                                 " NOT NULL", (pipeline,)).fetchone()[0]
+
+    def unsent_rows(self) -> int:
+        """How many outbox rows are neither sent nor dead-lettered."""
+        return self.conn.execute("SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL AND"
+                                 " dead_at IS NULL").fetchone()[0]
+
+    def job(self, job_id: str) -> dict | None:
+        rows = self.query("SELECT * FROM job WHERE id=?", (job_id,))
+        return rows[0] if rows else None
+
+    def memo(self, job_id: str, step: str) -> str | None:
+        row = self.conn.execute("SELECT output FROM step_result WHERE job_id=? AND step=?",
+                                (job_id, step)).fetchone()
+        return row[0] if row else None
+
+    def integrity_check(self) -> str:
+        return self.conn.execute("PRAGMA integrity_check").fetchone()[0]
+
+
+def _explain(exc: sqlite3.Error, path: str, doing: str) -> DatabaseError:
+    text = str(exc)
+    if "readonly" in text or "read-only" in text:
+        return DatabaseError(f"database {path} is read-only; cannot {doing} (nothing was changed)")
+    if "locked" in text or "busy" in text:
+        from .base import StoreBusy
+        return StoreBusy(f"database {path} is locked by another process; could not {doing} "
+                         "within the busy timeout (nothing was changed)")
+    if "unable to open" in text:
+        return DatabaseError(f"cannot open database {path}: {text}")
+    if "disk is full" in text or "database or disk is full" in text:
+        return DatabaseError(f"database {path}: disk is full; could not {doing} "
+                             "(the last transaction was rolled back, nothing committed is lost)")
+    if "not a database" in text:
+        return DatabaseError(f"{path} is not a SQLite database")
+    return DatabaseError(f"database {path}: {text} (while trying to {doing})")

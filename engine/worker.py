@@ -1,0 +1,253 @@
+"""The worker loop: claim a job, run its steps, commit each in one transaction.
+
+Kill the process at any line and the next worker does the right thing: before a commit the
+step runs again (the memo check makes that the only cost), after it the memo is used.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import secrets
+import socket
+import threading
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from .config import EngineConfig
+from .hooks import Clock, SystemClock, crashpoint
+from .retry import Backoff, CallTimeout, StepError, classify
+from .states import Pipeline, get_pipeline
+from .steps import StepContext, StepRunner, make_runner
+from .store import Claim, LeaseLost, SQLiteStore, Spend, StoreBusy, open_store
+
+log = logging.getLogger("ninelives.worker")
+
+
+def new_worker_id(role: str = "worker") -> str:
+    """A worker id unique per boot: host, pid and a random nonce (pids are reused)."""
+    return f"{role}:{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def retry_store(call: Callable[[], Any], clock: Clock, deadline: float) -> Any:
+    """Run a store write, retrying while the database is busy and the lease still holds.
+
+    Giving up early would throw away a paid-for result; past the deadline the lease is gone
+    anyway and the fenced write would fail.
+    """
+    delay = 0.01
+    while True:
+        try:
+            return call()
+        except StoreBusy:
+            if clock.now() + delay >= deadline:
+                raise
+            clock.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+
+class Heartbeat:
+    """Extends the lease of the step being worked, from one long-lived thread with its own
+    connection (a thread per step would cost more than the step's commit).
+
+    `watching(claim)` yields an Event that is set when an extension matches no row: the
+    lease was taken, and the worker must not make the state transition.
+    """
+
+    def __init__(self, open_store_: Callable[[], SQLiteStore], clock: Clock, lease: float,
+                 every: float) -> None:
+        self._open_store, self.clock, self.lease, self.every = open_store_, clock, lease, every
+        self._cond = threading.Condition()
+        self._watched: tuple[Claim, threading.Event] | None = None
+        self._thread: threading.Thread | None = None
+
+    @contextmanager
+    def watching(self, claim: Claim) -> Iterator[threading.Event]:
+        lost = threading.Event()
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+                self._thread.start()
+            self._watched = (claim, lost)
+            self._cond.notify()
+        try:
+            yield lost
+        finally:
+            with self._cond:
+                self._watched = None
+
+    def _run(self) -> None:
+        store = self._open_store()
+        while True:
+            with self._cond:
+                while self._watched is None:
+                    self._cond.wait()
+                watched = self._watched
+                self._cond.wait(self.every)
+                if self._watched is not watched:
+                    continue  # the step ended (or another began) while we waited
+            claim, lost = watched
+            try:
+                if not store.heartbeat(claim.job_id, claim.lease_token, self.clock.now(),
+                                       self.lease):
+                    log.warning("lost the lease on job %s", claim.job_id)
+                    lost.set()
+                    with self._cond:
+                        if self._watched is watched:
+                            self._watched = None
+            except StoreBusy:
+                continue  # the lease still runs; try again next beat
+
+
+@dataclass
+class WorkerStats:
+    claims: int = 0
+    steps: int = 0
+    memo_hits: int = 0
+    failures: int = 0
+    leases_lost: int = 0
+
+
+class Worker:
+    """Runs jobs of one pipeline from one database.
+
+    store: the worker's store; runner: the step implementations; clock and rng are the
+    injected time and random sources; beat_store opens the heartbeat's own connection.
+    """
+
+    def __init__(self, store: SQLiteStore, config: EngineConfig, *,
+                 pipeline: Pipeline | None = None, runner: StepRunner | None = None,
+                 clock: Clock | None = None, rng: random.Random | None = None,
+                 worker_id: str | None = None,
+                 beat_store: Callable[[], SQLiteStore] | None = None) -> None:
+        self.store, self.config = store, config
+        self.pipeline = pipeline or get_pipeline(config.pipeline)
+        self.runner = runner or make_runner(config)
+        self.clock = clock or SystemClock()
+        self.rng = rng or random.Random(None if config.seed < 0 else config.seed)
+        self.id = worker_id or new_worker_id()
+        self.backoff = Backoff(config.backoff_base, config.backoff_cap)
+        self.heartbeat = Heartbeat(beat_store or self._open_beat_store, self.clock,
+                                   config.lease, config.beat_every) if config.heartbeat else None
+        self.stats = WorkerStats()
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None, *, max_jobs: int | None = None,
+            exit_when_idle: bool = False) -> WorkerStats:
+        """Work until `stop` is set, `max_jobs` jobs were claimed, or (exit_when_idle) no job
+        of the pipeline waits for a worker any more."""
+        stop = stop or threading.Event()
+        while not stop.is_set() and (max_jobs is None or self.stats.claims < max_jobs):
+            try:
+                worked = self.run_once()
+            except StoreBusy:
+                worked = False
+            if worked:
+                continue
+            if exit_when_idle and self.store.active_jobs(self.pipeline.name) == 0:
+                break
+            # Jitter keeps idle workers from polling in lockstep.
+            self.clock.sleep(self.config.poll_interval * (0.5 + self.rng.random()))
+        return self.stats
+
+    def run_once(self) -> bool:
+        """Claim one due job and work it through as many steps as the lease allows.
+
+        Returns False when nothing was due.
+        """
+        claim = self.store.claim(self.pipeline, self.id, self.clock.now(), self.config.lease,
+                                 self.config.max_claims)
+        if claim is None:
+            return False
+        self.stats.claims += 1
+        crashpoint("worker.after_claim")
+        while claim is not None:
+            claim = self.work(claim)
+        return True
+
+    def work(self, claim: Claim) -> Claim | None:
+        """Run the claimed step; return the next step's claim when the job is kept."""
+        ctx = StepContext(claim.job_id, claim.step.name, self.id, claim.attempts + 1,
+                          lambda step: json.loads(claim.memos[step]))
+        try:
+            if claim.memo is not None:
+                return self._finish_from_memo(claim, ctx)
+            return self._run_step(claim, ctx)
+        except LeaseLost as exc:
+            self.stats.leases_lost += 1
+            log.info("%s", exc)
+            return None
+
+    def _finish_from_memo(self, claim: Claim, ctx: StepContext) -> Claim | None:
+        # Already done before a crash: advance at once, releasing or passing on the lease.
+        self.stats.memo_hits += 1
+        conclusion = self.runner.conclude(claim.step.name, json.loads(claim.memo), ctx)
+        crashpoint("worker.memo_hit.before_commit")
+        return self._complete(claim, None, 0.0, conclusion, None)
+
+    def _run_step(self, claim: Claim, ctx: StepContext) -> Claim | None:
+        data = self.store.input_for(claim, self.pipeline)
+        crashpoint("worker.before_call")
+        started = self.clock.now()
+        try:
+            with self._heartbeat(claim):
+                result = self.runner.call(claim.step.name, data, ctx)
+        except Exception as exc:  # the retry policy decides; a bug in a step is poison
+            crashpoint("worker.after_call")
+            self._fail(claim, exc, started)
+            return None
+        crashpoint("worker.after_call")
+        spend = self._spend(claim, started, "ok", result.cost) if self.runner.makes_call(
+            claim.step.name) else None
+        conclusion = self.runner.conclude(claim.step.name, result.output, ctx)
+        self.stats.steps += 1
+        return self._complete(claim, json.dumps(result.output, sort_keys=True),
+                              result.cost or 0.0, conclusion, spend)
+
+    def _complete(self, claim: Claim, output: str | None, cost: float, conclusion,
+                  spend: Spend | None) -> Claim | None:
+        keep = self.config.lease if self.config.keep_job else None
+        nxt = retry_store(lambda: self.store.complete(
+            claim, self.pipeline, self.id, self.clock.now(), output=output, cost=cost,
+            effects=conclusion.effects, spend=spend, park_reason=conclusion.park_reason,
+            continue_lease=keep), self.clock, claim.lease_until)
+        crashpoint("worker.after_commit")
+        return nxt
+
+    def _fail(self, claim: Claim, exc: Exception, started: float) -> None:
+        self.stats.failures += 1
+        retryable = classify(exc)
+        attempt = claim.attempts + 1
+        now = self.clock.now()
+        retry_at = None
+        if retryable and attempt < self.config.max_attempts:
+            retry_at = now + self.backoff.delay(attempt, self.rng, getattr(exc, "retry_after", None))
+        outcome = "timeout" if isinstance(exc, (CallTimeout, TimeoutError)) else (
+            "retryable" if retryable else "poison")
+        error = f"{claim.step.name}: {type(exc).__name__}: {exc}"
+        if retry_at is None:
+            error += f" (parked after {attempt} attempt{'s' if attempt > 1 else ''})"
+        spend = None
+        if self.runner.makes_call(claim.step.name):
+            spend = self._spend(claim, started, outcome, getattr(exc, "cost", None)
+                                if isinstance(exc, StepError) else None, error)
+        retry_store(lambda: self.store.fail(claim, self.pipeline, self.id, now, error=error,
+                                            retry_at=retry_at, spend=spend),
+                    self.clock, claim.lease_until)
+
+    def _spend(self, claim: Claim, started: float, outcome: str, cost: float | None,
+               error: str | None = None) -> Spend:
+        return Spend(claim.job_id, claim.step.name, self.id, claim.lease_token, started,
+                     self.clock.now(), outcome, cost, error)
+
+    def _open_beat_store(self) -> SQLiteStore:
+        return open_store(self.store.path, synchronous=self.config.synchronous,
+                          busy_timeout=self.config.busy_timeout)
+
+    def _heartbeat(self, claim: Claim) -> AbstractContextManager:
+        if self.heartbeat is None or not self.runner.makes_call(claim.step.name):
+            return nullcontext()
+        return self.heartbeat.watching(claim)
