@@ -12,6 +12,7 @@ import random
 import secrets
 import socket
 import threading
+import time
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -50,55 +51,56 @@ def retry_store(call: Callable[[], Any], clock: Clock, deadline: float) -> Any:
 
 class Heartbeat:
     """Extends the lease of the step being worked, from one long-lived thread with its own
-    connection (a thread per step would cost more than the step's commit).
+    connection.
 
-    `watching(claim)` yields an Event that is set when an extension matches no row: the
-    lease was taken, and the worker must not make the state transition.
+    The thread ticks every half interval and beats for a step watched at least that long,
+    so starting and ending a step costs only an uncontended lock (a thread or a wake-up per
+    step would cost more than the step's commit). `watching(claim)` yields an Event that is
+    set when an extension matches no row: the lease was taken, and the worker must not make
+    the state transition.
     """
 
     def __init__(self, open_store_: Callable[[], SQLiteStore], clock: Clock, lease: float,
                  every: float) -> None:
         self._open_store, self.clock, self.lease, self.every = open_store_, clock, lease, every
-        self._cond = threading.Condition()
-        self._watched: tuple[Claim, threading.Event] | None = None
+        self._lock = threading.Lock()
+        self._watched: tuple[Claim, threading.Event, float] | None = None
         self._thread: threading.Thread | None = None
 
     @contextmanager
     def watching(self, claim: Claim) -> Iterator[threading.Event]:
         lost = threading.Event()
-        with self._cond:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
-                self._thread.start()
-            self._watched = (claim, lost)
-            self._cond.notify()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+            self._thread.start()
+        with self._lock:
+            self._watched = (claim, lost, time.monotonic())
         try:
             yield lost
         finally:
-            with self._cond:
+            with self._lock:
                 self._watched = None
 
     def _run(self) -> None:
         store = self._open_store()
+        half = self.every / 2
         while True:
-            with self._cond:
-                while self._watched is None:
-                    self._cond.wait()
+            time.sleep(half)
+            with self._lock:
                 watched = self._watched
-                self._cond.wait(self.every)
-                if self._watched is not watched:
-                    continue  # the step ended (or another began) while we waited
-            claim, lost = watched
+            if watched is None or time.monotonic() - watched[2] < half:
+                continue
+            claim, lost, _ = watched
             try:
                 if not store.heartbeat(claim.job_id, claim.lease_token, self.clock.now(),
                                        self.lease):
                     log.warning("lost the lease on job %s", claim.job_id)
                     lost.set()
-                    with self._cond:
+                    with self._lock:
                         if self._watched is watched:
                             self._watched = None
             except StoreBusy:
-                continue  # the lease still runs; try again next beat
+                continue  # the lease still runs; try again next tick
 
 
 @dataclass

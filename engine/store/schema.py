@@ -30,7 +30,6 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # The claim is an index seek over claimable jobs only; finished jobs stay in the
         # table (they are the cost report) but not in this index.
         "CREATE INDEX job_claim ON job(pipeline, next_run_at) WHERE next_run_at IS NOT NULL",
-        "CREATE INDEX job_state ON job(state, updated)",
         """
         CREATE TABLE step_result (               -- the memo: a committed step is never redone
           job_id      TEXT NOT NULL,
@@ -41,9 +40,8 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
           worker      TEXT,
           lease_token INTEGER,
           PRIMARY KEY (job_id, step)
-        )
+        ) WITHOUT ROWID
         """,
-        "CREATE INDEX step_result_at ON step_result(at)",
         """
         CREATE TABLE outbox (                    -- side effects, sent at least once, keyed
           id              INTEGER PRIMARY KEY,
@@ -79,6 +77,5 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
           error       TEXT
         )
         """,
-        "CREATE INDEX spend_job ON spend(job_id, step)",
     ),
 )

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import sqlite3
+import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -39,8 +41,12 @@ class SQLiteStore(OperatorSQL):
         if synchronous.upper() not in SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, not {synchronous!r}")
         self.read_only = read_only
+        self.busy_timeout = busy_timeout
         self.conn = self._connect(synchronous.upper(), busy_timeout)
         self._migrate()
+        # From here on `write()` waits for the lock itself: SQLite's own busy handler sleeps
+        # a whole millisecond or more per retry, which starves writers under contention.
+        self.conn.execute("PRAGMA busy_timeout=0")
 
     # -- connection and transactions -------------------------------------------------
 
@@ -67,11 +73,12 @@ class SQLiteStore(OperatorSQL):
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction: BEGIN IMMEDIATE, COMMIT, or ROLLBACK on any exception."""
-        try:
-            self.conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise _explain(exc, self.path, "begin a write") from exc
+        """One write transaction: BEGIN IMMEDIATE, COMMIT, or ROLLBACK on any exception.
+
+        Waits up to `busy_timeout` seconds for the write lock, polling with short jittered
+        sleeps so that waiting writers get their turn; raises StoreBusy after that.
+        """
+        self._begin_immediate()
         try:
             yield self.conn
             self.conn.execute("COMMIT")
@@ -82,6 +89,21 @@ class SQLiteStore(OperatorSQL):
             if isinstance(exc, sqlite3.OperationalError):
                 raise _explain(exc, self.path, "write") from exc
             raise
+
+    def _begin_immediate(self) -> None:
+        deadline = time.monotonic() + self.busy_timeout
+        delay = 0.0001
+        while True:
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise _explain(exc, self.path, "begin a write") from exc
+                if time.monotonic() >= deadline:
+                    raise _explain(exc, self.path, "begin a write") from exc
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.004)
 
     def close(self) -> None:
         self.conn.close()

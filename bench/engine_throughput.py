@@ -1,0 +1,118 @@
+"""Engine throughput: jobs/s through the four-step pipeline with instant steps, beside the raw
+SQLite commit ceiling measured in the same run (and DBOS on the same work, where installed).
+
+    python bench/engine_throughput.py [--jobs 2000] [--workers 1,2,4] [--sync FULL,NORMAL]
+
+Workers are separate processes released together; each runs the real Worker loop with every
+crash-safety mechanism on (fenced writes, memo, spend records, heartbeat thread). Prints a
+table; the figures are for reading, not for asserting.
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from engine import DOCUMENT, Worker, load_config, open_store  # noqa: E402
+
+TX_PER_JOB = 5  # claim, then one commit per step (the job is kept across steps)
+
+
+def raw_commit_ceiling(sync: str, seconds: float = 2.0) -> float:
+    """Single-row write transactions per second with the engine's connection settings."""
+    with tempfile.TemporaryDirectory() as tmp:
+        conn = sqlite3.connect(os.path.join(tmp, "raw.db"), isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={sync}")
+        conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+        n, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t (v) VALUES (?)", ("x" * 64,))
+            conn.execute("COMMIT")
+            n += 1
+        rate = n / (time.perf_counter() - start)
+        conn.close()
+    return rate
+
+
+def _worker(db: str, sync: str, go, counts, index: int) -> None:
+    config = load_config(env={}, overrides={"db": db, "steps": "instant", "synchronous": sync,
+                                            "poll_interval": 0.002})
+    store = open_store(db, synchronous=sync)
+    worker = Worker(store, config)
+    go.wait()
+    stats = worker.run(exit_when_idle=True)
+    counts[index] = stats.claims
+
+
+def engine_rate(jobs: int, workers: int, sync: str) -> tuple[float, list[int]]:
+    """Jobs/s for `jobs` jobs through `workers` processes, and each worker's share."""
+    with tempfile.TemporaryDirectory() as tmp:
+        db = os.path.join(tmp, "engine.db")
+        store = open_store(db, synchronous="NORMAL")
+        now = time.time()
+        for i in range(jobs):
+            store.submit(f"job-{i}", DOCUMENT, {"title": f"t{i}", "body": "a b c " * 20}, now)
+        store.close()
+        ctx = mp.get_context("fork")
+        go = ctx.Event()
+        counts = ctx.Array("i", workers)
+        procs = [ctx.Process(target=_worker, args=(db, sync, go, counts, i))
+                 for i in range(workers)]
+        for p in procs:
+            p.start()
+        time.sleep(0.5)  # let every process open its connection before the clock starts
+        start = time.perf_counter()
+        go.set()
+        for p in procs:
+            p.join()
+        elapsed = time.perf_counter() - start
+        done = open_store(db).query("SELECT COUNT(*) AS n FROM job WHERE state='delivered'")[0]["n"]
+        if done != jobs:
+            raise SystemExit(f"only {done} of {jobs} jobs were delivered")
+    return jobs / elapsed, list(counts)
+
+
+def dbos_rate(jobs: int) -> float | None:
+    """DBOS on the same four-step work, or None when dbos is not installed."""
+    try:
+        from dbos_bench import run as run_dbos  # noqa: F401  (bench/dbos_bench.py)
+    except ImportError:
+        return None
+    return run_dbos(jobs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--sync", default="FULL,NORMAL")
+    args = parser.parse_args()
+    print(f"engine throughput: {args.jobs} jobs, four steps, instant steps, WAL, "
+          f"{os.cpu_count()} cores, SQLite {sqlite3.sqlite_version}")
+    print(f"{'sync':<7}{'workers':>8}{'jobs/s':>10}{'tx/s':>9}{'raw commits/s':>15}"
+          f"{'tx/raw':>8}{'vs 1 worker':>12}  share per worker")
+    for sync in args.sync.split(","):
+        ceiling = raw_commit_ceiling(sync)
+        single = None
+        for n in (int(w) for w in args.workers.split(",")):
+            rate, shares = engine_rate(args.jobs, n, sync)
+            single = single or rate
+            print(f"{sync:<7}{n:>8}{rate:>10.0f}{rate * TX_PER_JOB:>9.0f}{ceiling:>15.0f}"
+                  f"{rate * TX_PER_JOB / ceiling:>8.2f}{rate / single:>12.2f}  {shares}")
+    rate = dbos_rate(args.jobs)
+    if rate is not None:
+        print(f"DBOS (SQLite, same four steps): {rate:.0f} jobs/s")
+    else:
+        print("DBOS: not installed (pip install -e '.[bench]' to compare)")
+
+
+if __name__ == "__main__":
+    main()
