@@ -208,9 +208,52 @@ def register_pipeline(pipeline: Pipeline) -> None:
 
 
 def get_pipeline(name: str) -> Pipeline:
-    """The registered pipeline called `name`; raises PipelineError naming it otherwise."""
-    try:
+    """The registered pipeline called `name`, or the one declared in the TOML file `name`.
+
+    Raises PipelineError naming the pipeline (or the file and the offending entry).
+    """
+    if name in PIPELINES:
         return PIPELINES[name]
-    except KeyError:
-        known = ", ".join(sorted(PIPELINES))
-        raise PipelineError(f"unknown pipeline {name!r} (known: {known})") from None
+    if name.endswith(".toml"):
+        pipeline = load_pipeline_file(name)
+        register_pipeline(pipeline)
+        return pipeline
+    known = ", ".join(sorted(PIPELINES))
+    raise PipelineError(f"unknown pipeline {name!r} (known: {known}, or a .toml file)")
+
+
+def load_pipeline_file(path: str) -> Pipeline:
+    """Read a pipeline declared as data:
+
+        name = "invoices"
+        [[step]]
+        name = "ocr"
+        ready = "received"; working = "reading"; done = "read"; parked = "failed_ocr"
+
+    Raises PipelineError naming the file and the offending step or field.
+    """
+    import tomllib
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise PipelineError(f"pipeline file {path}: {exc}") from None
+    fields = {"name", "ready", "working", "done", "parked", "alternate"}
+    steps = []
+    for i, entry in enumerate(data.get("step", []), 1):
+        unknown = set(entry) - fields
+        if unknown:
+            raise PipelineError(f"pipeline file {path}: step {i} has unknown field(s) "
+                                f"{', '.join(sorted(unknown))}")
+        try:
+            steps.append(Step(**entry))
+        except TypeError:
+            missing = sorted(fields - {"alternate"} - set(entry))
+            raise PipelineError(f"pipeline file {path}: step {i} lacks {', '.join(missing)}") from None
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise PipelineError(f"pipeline file {path}: missing top-level 'name'")
+    try:
+        return build_pipeline(name, steps)
+    except PipelineError as exc:
+        raise PipelineError(f"pipeline file {path}: {exc}") from None
