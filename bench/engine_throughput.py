@@ -83,7 +83,7 @@ def engine_rate(jobs: int, workers: int, sync: str) -> tuple[float, list[int]]:
 def dbos_rate(jobs: int) -> float | None:
     """DBOS on the same four-step work, or None when dbos is not installed."""
     try:
-        import dbos  # noqa: F401
+        import dbos  # noqa: F401  (only to know it is installed)
         from dbos_bench import run as run_dbos  # bench/dbos_bench.py
     except ImportError:
         return None

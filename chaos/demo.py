@@ -6,7 +6,6 @@ then prints the operator queries and what the ledgers saw.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time

@@ -13,7 +13,7 @@ import threading
 from .config import EngineConfig
 from .hooks import Clock, SystemClock, crashpoint
 from .http import post_json
-from .retry import Backoff, StepError, classify
+from .retry import Backoff, classify
 from .store import OutboxClaim, SQLiteStore, StoreBusy
 from .worker import new_worker_id, retry_store
 

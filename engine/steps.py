@@ -8,7 +8,7 @@ the output, so a job resumed from its memo ends exactly as if the step had just 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from .config import ConfigError, EngineConfig

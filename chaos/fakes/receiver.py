@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 
-from .provider import JOB_HEADER, WORKER_HEADER, Deliver, FakeServer, JsonHandler
+from .server import JOB_HEADER, WORKER_HEADER, Deliver, FakeServer, JsonHandler
 
 KIND_HEADER = "X-Ninelives-Kind"
 KEY_HEADER = "Idempotency-Key"

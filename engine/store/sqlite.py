@@ -18,7 +18,7 @@ from ..hooks import crashpoint
 from ..states import Pipeline, Step
 from .base import (Claim, DatabaseError, Effect, LeaseLost, OutboxClaim, Spend,
                    SubmissionConflict, canonical_json)
-from .operator import OperatorError, OperatorSQL
+from .operator import OperatorSQL
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
 SYNCHRONOUS = ("FULL", "NORMAL")

@@ -1,0 +1,241 @@
+"""The plumbing both fakes share: a threaded HTTP server bound to 127.0.0.1 with a ledger,
+call counting, injected pauses, and a JSON request handler that can answer, hang or reset."""
+
+import json
+import socket
+import socketserver
+import struct
+import threading
+from collections import Counter
+from collections.abc import Callable
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from .ledger import Ledger
+
+JOB_HEADER = "X-Ninelives-Job"
+STEP_HEADER = "X-Ninelives-Step"
+WORKER_HEADER = "X-Ninelives-Worker"
+
+_DISCONNECTS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
+_LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST, not FIN
+_DRAIN_SECONDS = 5.0
+
+Deliver = Callable[[], object]  # the deferred action that answers (or drops) the client
+
+
+class FakeClosing(Exception):
+    """Raised when a request arrives while its fake is closing; the connection is dropped."""
+
+
+class BadRequest(ValueError):
+    """A request (or step input) the provider cannot answer; served as HTTP 400."""
+
+
+class _LoopbackHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # a burst of concurrent clients must not overflow the backlog
+
+    def server_bind(self):
+        # HTTPServer.server_bind does a reverse-DNS lookup of the host; loopback needs none.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
+
+class FakeServer:
+    """One fake HTTP server on 127.0.0.1 with a ledger: lifecycle, call counting, injected pauses.
+
+    Subclasses set `handler_class` (a JsonHandler) and `base_path` (appended to the URL).
+    Takes the ledger path, an optional fault policy, host (must be 127.0.0.1) and port (0: any
+    free port). Use as a context manager, or call start() and close(). Raises ValueError for a
+    non-loopback host.
+    """
+
+    handler_class: type[BaseHTTPRequestHandler] | None = None
+    base_path = ""
+
+    def __init__(self, ledger_path, faults=None, host: str = "127.0.0.1", port: int = 0):
+        if host != "127.0.0.1":
+            raise ValueError(f"fakes bind only to 127.0.0.1, not {host!r}")
+        self.host, self._requested_port, self.faults = host, port, faults
+        self.ledger = Ledger(ledger_path)
+        self._server = self._thread = None
+        self._closed = False
+        self._closing = threading.Event()
+        self._counts, self._counts_lock = Counter(), threading.Lock()
+        self._idle = threading.Condition()
+        self._in_flight = 0
+        self._connections = set()
+
+    @property
+    def port(self) -> int:
+        """The bound port. Raises RuntimeError before start()."""
+        if self._server is None:
+            raise RuntimeError("fake server not started")
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        """The base URL clients are configured with."""
+        return f"http://{self.host}:{self.port}{self.base_path}"
+
+    def start(self):
+        """Bind and serve on a daemon thread; return self.
+
+        Raises RuntimeError if already started or closed, OSError if the port cannot be bound.
+        """
+        if self._server is not None or self._closed:
+            raise RuntimeError("fake server already started")
+        try:
+            self._server = _LoopbackHTTPServer((self.host, self._requested_port), self.handler_class)
+        except OSError:  # e.g. the port is taken: nothing will close() a fake that never started
+            self.close()
+            raise
+        self._server.fake = self
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"{type(self).__name__}-{self.port}", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving, let in-flight requests write their ledger lines, close the ledger. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._closing.set()  # wakes injected sleeps, so in-flight requests finish promptly
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._thread.join()
+            self._disconnect_clients()
+            self._wait_idle(_DRAIN_SECONDS)
+        self.ledger.close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def entries(self) -> list[dict]:
+        """Return the ledger's entries (see Ledger.entries)."""
+        return self.ledger.entries()
+
+    def pause(self, seconds: float) -> None:
+        """Sleep for an injected delay; cut short when the fake closes so close() never waits it out."""
+        self._closing.wait(max(0.0, float(seconds)))
+
+    def count_call(self, key: tuple) -> int:
+        """Count one more call for `key` and return the 1-based count, this call included."""
+        with self._counts_lock:
+            self._counts[key] += 1
+            return self._counts[key]
+
+    def calls(self, key: tuple) -> int:
+        """Return how many calls were received for `key` (finished or not)."""
+        with self._counts_lock:
+            return self._counts[key]
+
+    @contextmanager
+    def in_flight(self):
+        """Bracket one request so close() can wait for its ledger line. Raises FakeClosing."""
+        with self._idle:
+            if self._closing.is_set():
+                raise FakeClosing()
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._in_flight -= 1
+                self._idle.notify_all()
+
+    def _track(self, sock, connected: bool) -> None:
+        with self._idle:
+            (self._connections.add if connected else self._connections.discard)(sock)
+
+    def _disconnect_clients(self) -> None:
+        # Idle keep-alive connections would otherwise keep their handler threads blocked in a read.
+        with self._idle:
+            connections = list(self._connections)
+        for sock in connections:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _wait_idle(self, timeout: float) -> None:
+        with self._idle:
+            self._idle.wait_for(lambda: self._in_flight == 0, timeout)
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """Request plumbing shared by the fakes: body reading, JSON replies that survive a vanished
+    client, abrupt resets, and admission through the fake's in-flight accounting."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive, as the real APIs' clients use
+    timeout = 30  # an idle keep-alive connection is dropped after this many seconds
+
+    @property
+    def fake(self) -> FakeServer:
+        return self.server.fake
+
+    @property
+    def route(self) -> str:
+        return self.path.split("?", 1)[0]
+
+    def setup(self):
+        super().setup()
+        self.fake._track(self.connection, connected=True)
+
+    def finish(self):
+        try:
+            super().finish()
+        finally:
+            self.fake._track(self.connection, connected=False)
+
+    def log_message(self, format, *args):
+        pass  # the ledger is the log; stderr chatter would bury test output
+
+    def serve(self, work) -> None:
+        """Run `work(self)` as one in-flight request, or drop the connection if the fake is closing."""
+        try:
+            with self.fake.in_flight():
+                work(self)
+        except FakeClosing:
+            self.close_connection = True
+
+    def read_body(self) -> bytes:
+        """Return the request body (by Content-Length; none or invalid: b"" and close afterwards)."""
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            self.close_connection = True  # an unread body would be parsed as the next request
+            return b""
+        return self.rfile.read(length) if length > 0 else b""
+
+    def send_bytes(self, status: int, body: bytes, content_type="application/json", headers=None) -> bool:
+        """Write a complete response; return False if the client had already gone."""
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+            return True
+        except _DISCONNECTS:
+            self.close_connection = True
+            return False
+
+    def send_json(self, status: int, document, headers=None) -> bool:
+        """Write `document` as a JSON response; return False if the client had already gone."""
+        return self.send_bytes(status, json.dumps(document).encode(), headers=headers)
+
+    def reset_connection(self) -> None:
+        """Close the connection with a TCP RST and no response at all."""
+        self.close_connection = True
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+        self.rfile.close()  # rfile holds a reference: the socket only really closes once it goes
+        self.connection.close()
