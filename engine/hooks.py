@@ -6,6 +6,8 @@ simulation installs a handler that uses them as its scheduling points.
 """
 from __future__ import annotations
 
+import fnmatch
+import json
 import os
 import random
 import signal
@@ -31,6 +33,24 @@ CRASHPOINTS: tuple[str, ...] = (
 
 Handler = Callable[[str], None]
 _handler: Handler | None = None
+
+#: The job the worker in this process is working on (read by job-aware crash handlers).
+current_job: str | None = None
+
+
+def die(point: str) -> None:
+    """SIGKILL this process at `point`, first noting where in NINELIVES_CRASH_LOG (if set),
+    so a harness can tell which crash point a kill landed on."""
+    log = os.environ.get("NINELIVES_CRASH_LOG")
+    if log:
+        line = f'{{"t": {time.time()}, "pid": {os.getpid()}, "point": "{point}", ' \
+               f'"job": {json.dumps(current_job)}}}\n'
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())  # one write() of a short line: appends stay whole
+        finally:
+            os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def crashpoint(name: str) -> None:
@@ -86,16 +106,44 @@ class KillAt:
             if p is not None and self.rng.random() < p:
                 due = True
         if due:
-            os.kill(os.getpid(), signal.SIGKILL)
+            die(name)
+
+
+class KillOnJobs:
+    """A handler that SIGKILLs this process at `point` whenever the current job's id matches
+    one of `patterns` (fnmatch globs): a payload that crashes its worker every time."""
+
+    def __init__(self, patterns: str, point: str = "worker.after_call",
+                 then: Handler | None = None) -> None:
+        KillAt._known(point)
+        self.patterns = [p.strip() for p in patterns.split(",") if p.strip()]
+        self.point, self.then = point, then
+
+    def __call__(self, name: str) -> None:
+        if name == self.point and current_job is not None and any(
+                fnmatch.fnmatchcase(current_job, p) for p in self.patterns):
+            die(name)
+        if self.then is not None:
+            self.then(name)
 
 
 def arm_from_env(environ: dict[str, str] | None = None) -> None:
-    """Arm crash points from NINELIVES_CRASH_AT (and NINELIVES_CRASH_SEED), if set."""
+    """Arm crash points from the environment, if asked:
+
+    NINELIVES_CRASH_AT   `point:N` / `point@P` items (see KillAt), seeded by NINELIVES_CRASH_SEED;
+    NINELIVES_CRASH_JOBS globs of job ids whose every `worker.after_call` kills the process.
+    """
     env = os.environ if environ is None else environ
+    handler: Handler | None = None
     spec = env.get("NINELIVES_CRASH_AT", "")
     if spec:
         seed = env.get("NINELIVES_CRASH_SEED")
-        set_crash_handler(KillAt(spec, random.Random(int(seed)) if seed else None))
+        handler = KillAt(spec, random.Random(int(seed)) if seed else None)
+    jobs = env.get("NINELIVES_CRASH_JOBS", "")
+    if jobs:
+        handler = KillOnJobs(jobs, then=handler)
+    if handler is not None:
+        set_crash_handler(handler)
 
 
 class Clock(Protocol):

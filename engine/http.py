@@ -4,6 +4,7 @@ from __future__ import annotations
 import email.utils
 import http.client
 import json
+import math
 import socket
 import threading
 import time
@@ -18,9 +19,12 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        # "inf" or "nan" would park the job forever: treat them as no guidance at all.
+        return max(0.0, seconds) if math.isfinite(seconds) else None
     try:
         when = email.utils.parsedate_to_datetime(value).timestamp()
     except (TypeError, ValueError):

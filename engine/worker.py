@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from .config import EngineConfig
+from . import hooks
 from .hooks import Clock, SystemClock, crashpoint
 from .retry import Backoff, CallTimeout, StepError, classify
 from .states import Pipeline, get_pipeline
@@ -61,8 +62,9 @@ class Heartbeat:
     """
 
     def __init__(self, open_store_: Callable[[], SQLiteStore], clock: Clock, lease: float,
-                 every: float) -> None:
+                 every: float, worker_id: str) -> None:
         self._open_store, self.clock, self.lease, self.every = open_store_, clock, lease, every
+        self.worker_id = worker_id
         self._lock = threading.Lock()
         self._watched: tuple[Claim, threading.Event, float] | None = None
         self._thread: threading.Thread | None = None
@@ -93,7 +95,7 @@ class Heartbeat:
             claim, lost, _ = watched
             try:
                 if not store.heartbeat(claim.job_id, claim.lease_token, self.clock.now(),
-                                       self.lease):
+                                       self.lease, self.worker_id):
                     log.warning("lost the lease on job %s", claim.job_id)
                     lost.set()
                     with self._lock:
@@ -132,7 +134,8 @@ class Worker:
         self.id = worker_id or new_worker_id()
         self.backoff = Backoff(config.backoff_base, config.backoff_cap)
         self.heartbeat = Heartbeat(beat_store or self._open_beat_store, self.clock,
-                                   config.lease, config.beat_every) if config.heartbeat else None
+                                   config.lease, config.beat_every,
+                                   self.id) if config.heartbeat else None
         self.stats = WorkerStats()
 
     # -- the loop ------------------------------------------------------------------------
@@ -172,6 +175,7 @@ class Worker:
 
     def work(self, claim: Claim) -> Claim | None:
         """Run the claimed step; return the next step's claim when the job is kept."""
+        hooks.current_job = claim.job_id
         ctx = StepContext(claim.job_id, claim.step.name, self.id, claim.attempts + 1,
                           lambda step: json.loads(claim.memos[step]))
         try:

@@ -95,5 +95,12 @@ class OutboxClaim:
 
 
 def canonical_json(value: Any) -> str:
-    """The one JSON spelling used for payloads, so equal payloads compare equal."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """The one JSON spelling used for payloads, so equal payloads compare equal.
+
+    Raises ValueError for what JSON cannot hold (NaN, infinities, sets, objects).
+    """
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"payload is not JSON-serialisable: {exc}") from None

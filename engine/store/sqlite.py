@@ -51,15 +51,14 @@ class SQLiteStore(OperatorSQL):
     # -- connection and transactions -------------------------------------------------
 
     def _connect(self, synchronous: str, busy_timeout: float) -> sqlite3.Connection:
-        if self.read_only:
-            uri = f"file:{self.path}?mode=ro"
-            if not os.path.exists(self.path):
-                raise DatabaseError(f"database {self.path} does not exist")
-            conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=busy_timeout,
-                                   check_same_thread=False)
-        else:
-            conn = sqlite3.connect(self.path, isolation_level=None, timeout=busy_timeout,
-                                   check_same_thread=False)
+        if self.read_only and not os.path.exists(self.path):
+            raise DatabaseError(f"database {self.path} does not exist")
+        target = f"file:{self.path}?mode=ro" if self.read_only else self.path
+        try:
+            conn = sqlite3.connect(target, uri=self.read_only, isolation_level=None,
+                                   timeout=busy_timeout, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise _explain(exc, self.path, "open") from exc
         try:
             conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
             if not self.read_only:
@@ -165,6 +164,8 @@ class SQLiteStore(OperatorSQL):
         nothing is due.
         """
         while True:
+            if not self._due(pipeline.name, now):
+                return None  # an idle poll reads; it does not take the write lock
             with self.write() as conn:
                 row = conn.execute(
                     "SELECT id, state, claims, attempts FROM job WHERE pipeline=? AND"
@@ -185,6 +186,11 @@ class SQLiteStore(OperatorSQL):
                                          worker, now, lease)
                 crashpoint("claim.before_commit")
             return claim
+
+    def _due(self, pipeline: str, now: float) -> bool:
+        return self.conn.execute(
+            "SELECT 1 FROM job WHERE pipeline=? AND next_run_at IS NOT NULL AND next_run_at<=?"
+            " LIMIT 1", (pipeline, now)).fetchone() is not None
 
     def _take_lease(self, conn: sqlite3.Connection, job_id: str, state: str, step: Step,
                     claims: int, attempts: int, worker: str, now: float,
@@ -263,7 +269,8 @@ class SQLiteStore(OperatorSQL):
                 "UPDATE job SET state=?, result=COALESCE(?, result), attempts=0, claims=0,"
                 " next_run_at=?, lease_until=0, lease_owner=NULL, last_error=?, updated_by=?,"
                 " updated=? WHERE id=? AND lease_token=? AND state=?",
-                (target, output, None if park_reason or target in pipeline.terminal else now,
+                (target, output if output is not None else claim.memo,
+                 None if park_reason or target in pipeline.terminal else now,
                  park_reason, worker, now, claim.job_id, claim.lease_token,
                  step.working)).rowcount
             nxt = None
@@ -326,14 +333,16 @@ class SQLiteStore(OperatorSQL):
             raise LeaseLost(claim.job_id, f"recording a failure of step {step.name!r}")
         return target
 
-    def heartbeat(self, job_id: str, lease_token: int, now: float, lease: float) -> bool:
+    def heartbeat(self, job_id: str, lease_token: int, now: float, lease: float,
+                  worker: str | None = None) -> bool:
         """Extend a lease. False when the lease was taken (the row count says so)."""
         crashpoint("worker.heartbeat")
         until = now + lease
         with self.write() as conn:
-            n = conn.execute("UPDATE job SET lease_until=?, next_run_at=? WHERE id=? AND"
+            n = conn.execute("UPDATE job SET lease_until=?, next_run_at=?,"
+                             " updated_by=COALESCE(?, updated_by) WHERE id=? AND"
                              " lease_token=? AND lease_until>0",
-                             (until, until, job_id, lease_token)).rowcount
+                             (until, until, worker, job_id, lease_token)).rowcount
         return n == 1
 
     def record_spend(self, spend: Spend) -> None:
@@ -355,6 +364,9 @@ class SQLiteStore(OperatorSQL):
                      max_attempts: int) -> OutboxClaim | None:
         """Lease the unsent outbox row that is due soonest; dead-letter rows past the cap."""
         while True:
+            if self.conn.execute("SELECT 1 FROM outbox WHERE sent_at IS NULL AND dead_at IS NULL"
+                                 " AND next_attempt_at<=? LIMIT 1", (now,)).fetchone() is None:
+                return None
             with self.write() as conn:
                 row = conn.execute(
                     "SELECT id, attempts FROM outbox WHERE sent_at IS NULL AND dead_at IS NULL"
