@@ -1,0 +1,132 @@
+"""Engine settings: defaults are valid, unsafe or invalid combinations are refused naming the
+settings, file < environment < flags, and every bad value names where it came from."""
+from __future__ import annotations
+
+import pytest
+
+from engine.config import ConfigError, EngineConfig, load_config
+
+
+def write_toml(tmp_path, text: str, name: str = "engine.toml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_defaults_are_valid():
+    assert load_config(env={}) == EngineConfig()
+    assert EngineConfig().validate() == EngineConfig()
+
+
+@pytest.mark.parametrize("settings,named", [
+    ({"heartbeat": False, "call_timeout": 30.0, "lease": 30.0},
+     ["call_timeout", "lease", "heartbeat"]),
+    ({"heartbeat": False, "call_timeout": 45.0, "lease": 30.0},
+     ["call_timeout", "lease", "heartbeat"]),
+    ({"heartbeat": True, "heartbeat_interval": 30.0, "lease": 30.0},
+     ["heartbeat_interval", "lease"]),
+    ({"send_timeout": 30.0, "outbox_lease": 30.0}, ["send_timeout", "outbox_lease"]),
+    ({"max_claims": 5, "max_attempts": 5}, ["max_claims", "max_attempts"]),
+    ({"max_claims": 3, "max_attempts": 5}, ["max_claims", "max_attempts"]),
+    ({"lease": -1.0}, ["lease"]),
+    ({"call_timeout": 0.0}, ["call_timeout"]),
+    ({"max_attempts": 0}, ["max_attempts"]),
+    ({"synchronous": "OFF"}, ["synchronous"]),
+])
+def test_unsafe_or_invalid_settings_are_refused_naming_them(settings, named):
+    with pytest.raises(ConfigError) as err:
+        load_config(env={}, overrides=settings)
+    for name in named:
+        assert name in str(err.value)
+
+
+@pytest.mark.parametrize("settings", [
+    {"heartbeat": False, "call_timeout": 29.9, "lease": 30.0},
+    {"heartbeat": True, "call_timeout": 60.0, "lease": 30.0},   # the heartbeat keeps the lease
+    {"heartbeat_interval": 29.0, "lease": 30.0},
+    {"max_claims": 6, "max_attempts": 5},
+    {"synchronous": "normal"},
+])
+def test_safe_settings_next_to_the_limits_are_accepted(settings):
+    cfg = load_config(env={}, overrides=settings)
+    for name, value in settings.items():
+        assert getattr(cfg, name) == value
+
+
+def test_file_then_environment_then_flags(tmp_path):
+    path = write_toml(tmp_path, 'lease = 40\ncall_timeout = 4.0\nmodel = "from-file"\n'
+                                'max_attempts = 3\n')
+    env = {"NINELIVES_CALL_TIMEOUT": "6", "NINELIVES_MODEL": "from-env"}
+    cfg = load_config(file=path, env=env, overrides={"model": "from-flag", "lease": None})
+    assert (cfg.lease, cfg.call_timeout, cfg.model, cfg.max_attempts) == (
+        40.0, 6.0, "from-flag", 3)
+    assert load_config(file=path, env=env).model == "from-env"
+    assert load_config(file=path, env={}).model == "from-file"
+
+
+def test_settings_may_sit_under_an_engine_table(tmp_path):
+    path = write_toml(tmp_path, "[engine]\nlease = 50\nheartbeat = false\ncall_timeout = 10\n")
+    cfg = load_config(file=path, env={})
+    assert (cfg.lease, cfg.heartbeat, cfg.call_timeout) == (50.0, False, 10.0)
+
+
+@pytest.mark.parametrize("text", ["lease = 40\nleese = 3\n", "[engine]\nleese = 3\n"])
+def test_unknown_key_in_a_file_names_the_file_and_the_key(tmp_path, text):
+    path = write_toml(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(file=path, env={})
+    assert path in str(err.value) and "'leese'" in str(err.value)
+
+
+@pytest.mark.parametrize("text,setting", [('lease = "long"\n', "lease"),
+                                          ("max_attempts = 2.5\n", "max_attempts"),
+                                          ('heartbeat = "sometimes"\n', "heartbeat"),
+                                          ("model = 3\n", "model")])
+def test_wrong_type_in_a_file_names_the_file(tmp_path, text, setting):
+    path = write_toml(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(file=path, env={})
+    assert f"config file {path}" in str(err.value) and repr(setting) in str(err.value)
+
+
+@pytest.mark.parametrize("var,value,setting", [("NINELIVES_LEASE", "long", "lease"),
+                                               ("NINELIVES_MAX_CLAIMS", "many", "max_claims"),
+                                               ("NINELIVES_HEARTBEAT", "maybe", "heartbeat")])
+def test_wrong_type_in_the_environment_names_the_variable(var, value, setting):
+    with pytest.raises(ConfigError) as err:
+        load_config(env={var: value})
+    assert f"environment variable {var}" in str(err.value) and repr(setting) in str(err.value)
+
+
+@pytest.mark.parametrize("name,value,flag", [("call_timeout", "fast", "--call-timeout"),
+                                             ("heartbeat", "maybe", "--heartbeat"),
+                                             ("max_attempts", True, "--max-attempts")])
+def test_wrong_type_in_a_flag_names_the_flag(name, value, flag):
+    with pytest.raises(ConfigError) as err:
+        load_config(env={}, overrides={name: value})
+    assert f"flag {flag}" in str(err.value)
+
+
+def test_unknown_flag_is_named():
+    with pytest.raises(ConfigError, match="'leese'"):
+        load_config(env={}, overrides={"leese": 3})
+
+
+@pytest.mark.parametrize("text", ["lease = ", "[engine\n"])
+def test_malformed_file_names_the_file(tmp_path, text):
+    path = write_toml(tmp_path, text)
+    with pytest.raises(ConfigError, match="not valid TOML") as err:
+        load_config(file=path, env={})
+    assert path in str(err.value)
+
+
+def test_missing_file_names_the_file(tmp_path):
+    missing = str(tmp_path / "nope.toml")
+    with pytest.raises(ConfigError, match="does not exist") as err:
+        load_config(file=missing, env={})
+    assert missing in str(err.value)
+
+
+def test_environment_is_read_from_the_process_when_not_given(monkeypatch):
+    monkeypatch.setenv("NINELIVES_LEASE", "77")
+    assert load_config().lease == 77.0

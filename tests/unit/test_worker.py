@@ -1,0 +1,222 @@
+"""The worker loop in-process on a real SQLite file with a manual clock: a whole job in five
+write transactions, memo hits that make no call, the retry policy (backoff bounds,
+Retry-After, poison, attempt cap), verify's own verdict, spend records, and a lease lost
+mid-step."""
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from contextlib import contextmanager
+
+import pytest
+
+from engine import Worker
+from engine.retry import (Backoff, CallTimeout, ParseError, PoisonError, RetryableError,
+                          SchemaError)
+from engine.steps import CallResult, InstantSteps
+
+DOC = {"doc_id": "d1", "title": "Invoice 7", "body": "pay  forty two\neuros"}
+FETCHED = {"title": "Invoice 7 (memo)", "text": "from the memo", "chars": 13}
+
+
+class ScriptedSteps(InstantSteps):
+    """InstantSteps that count their calls and first answer from a script.
+
+    script: step -> outcomes, used one per call: an exception (raised), a CallResult
+    (returned), or a function called to get one (to act in the middle of a call). When a
+    step's script is used up, the instant answer follows. Each call takes `duration` seconds
+    of the clock.
+    """
+
+    def __init__(self, clock=None, duration: float = 0.0, **script) -> None:
+        self.clock, self.duration = clock, duration
+        self.script = {step: list(outcomes) for step, outcomes in script.items()}
+        self.calls: Counter[str] = Counter()
+        self.inputs: dict[str, object] = {}
+
+    def call(self, step, data, ctx):
+        self.calls[step] += 1
+        self.inputs[step] = data
+        if self.clock is not None:
+            self.clock.advance(self.duration)
+        if self.script.get(step):
+            outcome = self.script[step].pop(0)
+            outcome = outcome() if callable(outcome) else outcome
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+        return super().call(step, data, ctx)
+
+
+@pytest.fixture
+def commits(store, monkeypatch):
+    """The number of write transactions the store commits from now on."""
+    count = []
+    original = store.write
+
+    @contextmanager
+    def counted():
+        with original() as conn:
+            yield conn
+        count.append(1)
+
+    monkeypatch.setattr(store, "write", counted)
+    return count
+
+
+@pytest.fixture
+def make_worker(store, config, clock, pipeline):
+    """A worker on the test store whose job `job-1` is submitted; runner: the step runner."""
+    store.submit("job-1", pipeline, DOC, clock.now())
+
+    def make(runner=None, worker_id="w1"):
+        return Worker(store, config, runner=runner, clock=clock, rng=random.Random(3),
+                      worker_id=worker_id)
+
+    return make
+
+
+def spend_rows(store):
+    return store.query("SELECT step, outcome, cost, worker, started, ended FROM spend ORDER BY id")
+
+
+def test_a_job_is_delivered_in_five_write_transactions(store, make_worker, commits):
+    worker = make_worker()
+    del commits[:]  # the submit does not count
+    assert worker.run_once() is True
+    assert len(commits) == 5  # claim + one per step, each moving on under the same lease
+    job = store.job("job-1")
+    assert (job["state"], job["lease_token"], job["lease_until"]) == ("delivered", 1, 0)
+    memos = store.query("SELECT step FROM step_result ORDER BY step")
+    assert [m["step"] for m in memos] == ["deliver", "extract", "fetch", "verify"]
+    assert [r["idempotency_key"] for r in store.query("SELECT * FROM outbox ORDER BY id")] == [
+        "job-1:charge", "job-1:notify"]
+    assert worker.run_once() is False
+
+
+def test_a_memo_hit_advances_without_a_call(store, config, clock, pipeline, make_worker):
+    store.claim(pipeline, "dead", clock.now(), config.lease, config.max_claims)
+    with store.write() as conn:  # the dead worker committed fetch, then lost its lease
+        conn.execute("INSERT INTO step_result (job_id, step, output, cost, at, worker,"
+                     " lease_token) VALUES ('job-1', 'fetch', ?, 0.5, ?, 'dead', 1)",
+                     (json.dumps(FETCHED), clock.now()))
+    clock.advance(config.lease + 1)
+    runner = ScriptedSteps()
+    worker = make_worker(runner)
+    assert worker.run_once() is True
+    assert runner.calls["fetch"] == 0 and runner.calls["extract"] == 1
+    assert runner.inputs["extract"] == FETCHED  # the memo is the next step's input
+    assert worker.stats.memo_hits == 1
+    assert store.job("job-1")["state"] == "delivered"
+    assert store.memo("job-1", "fetch") == json.dumps(FETCHED)
+    assert [s["step"] for s in spend_rows(store)] == ["extract", "verify"]
+
+
+@pytest.mark.parametrize("exc", [RetryableError("503"), CallTimeout("slow"),
+                                 ConnectionError("reset"), TimeoutError("read")],
+                         ids=lambda e: type(e).__name__)
+def test_a_retryable_error_reschedules_within_the_backoff(store, config, clock, make_worker, exc):
+    runner = ScriptedSteps(fetch=[exc])
+    assert make_worker(runner).run_once() is True
+    job = store.job("job-1")
+    assert (job["state"], job["attempts"], job["lease_until"]) == ("pending", 1, 0)
+    assert 0 <= job["next_run_at"] - clock.now() <= Backoff(config.backoff_base).ceiling(1)
+    assert type(exc).__name__ in job["last_error"]
+    assert runner.calls["fetch"] == 1
+
+
+def test_retry_after_is_honoured(store, clock, make_worker):
+    runner = ScriptedSteps(fetch=[RetryableError("429", retry_after=7.0)])
+    worker = make_worker(runner)
+    worker.run_once()
+    assert store.job("job-1")["next_run_at"] == pytest.approx(clock.now() + 7.0)
+    clock.advance(6.9)
+    assert worker.run_once() is False
+    clock.advance(0.1)
+    assert worker.run_once() is True and store.job("job-1")["state"] == "delivered"
+
+
+def test_retryable_errors_back_off_then_park_after_max_attempts(store, config, clock,
+                                                                make_worker):
+    runner = ScriptedSteps(fetch=[RetryableError("502", cost=0.02)] * config.max_attempts)
+    worker = make_worker(runner)
+    backoff = Backoff(config.backoff_base, config.backoff_cap)
+    for attempt in range(1, config.max_attempts):
+        assert worker.run_once() is True
+        job = store.job("job-1")
+        assert (job["state"], job["attempts"]) == ("pending", attempt)
+        assert 0 <= job["next_run_at"] - clock.now() <= backoff.ceiling(attempt)
+        clock.t = job["next_run_at"]
+    assert worker.run_once() is True
+    job = store.job("job-1")
+    assert (job["state"], job["attempts"], job["next_run_at"]) == (
+        "failed_fetch", config.max_attempts, None)
+    assert f"parked after {config.max_attempts} attempts" in job["last_error"]
+    assert runner.calls["fetch"] == config.max_attempts
+    assert worker.run_once() is False
+
+
+@pytest.mark.parametrize("exc", [PoisonError("400 bad request"), SchemaError("no title"),
+                                 ParseError("not JSON"), ValueError("a bug in the step")],
+                         ids=lambda e: type(e).__name__)
+def test_poison_parks_at_once_after_one_call(store, clock, make_worker, exc):
+    runner = ScriptedSteps(fetch=[exc] * 3)
+    worker = make_worker(runner)
+    assert worker.run_once() is True
+    job = store.job("job-1")
+    assert (job["state"], job["attempts"], job["next_run_at"]) == ("failed_fetch", 1, None)
+    assert "parked after 1 attempt" in job["last_error"] and str(exc) in job["last_error"]
+    clock.advance(3600)
+    assert worker.run_once() is False
+    assert runner.calls["fetch"] == 1
+
+
+def test_verify_not_ok_parks_in_needs_human_keeping_the_memo(store, make_worker):
+    verdict = {"ok": False, "reason": "x"}
+    runner = ScriptedSteps(verify=[CallResult(verdict, 0.002)])
+    make_worker(runner).run_once()
+    job = store.job("job-1")
+    assert (job["state"], job["next_run_at"]) == ("needs_human", None)
+    assert "x" in job["last_error"]
+    assert json.loads(store.memo("job-1", "verify")) == verdict
+    assert runner.calls["deliver"] == 0
+    assert store.query("SELECT * FROM outbox") == []
+
+
+def test_every_call_is_recorded_as_spend_with_its_cost(store, clock, make_worker):
+    runner = ScriptedSteps(clock=clock, duration=0.25,
+                           fetch=[RetryableError("503", cost=0.02), CallTimeout("slow")],
+                           extract=[CallResult({"title": "t", "words": 1, "entities": [],
+                                                "amount_cents": 5}, None)],
+                           verify=[PoisonError("400")])
+    worker = make_worker(runner)
+    while worker.run_once():
+        clock.advance(60)
+    assert store.job("job-1")["state"] == "needs_human"  # verify's parked state
+    assert [(s["step"], s["outcome"], s["cost"], s["worker"]) for s in spend_rows(store)] == [
+        ("fetch", "retryable", 0.02, "w1"), ("fetch", "timeout", None, "w1"),
+        ("fetch", "ok", InstantSteps.COST, "w1"), ("extract", "ok", None, "w1"),
+        ("verify", "poison", None, "w1")]
+    assert all(s["ended"] - s["started"] == pytest.approx(0.25) for s in spend_rows(store))
+    committed = store.query("SELECT step, cost FROM step_result ORDER BY step")
+    assert [(m["step"], m["cost"]) for m in committed] == [("extract", 0.0),
+                                                           ("fetch", InstantSteps.COST)]
+
+
+def test_a_lease_lost_mid_call_keeps_the_memo_but_not_the_transition(store, config, clock,
+                                                                     pipeline, make_worker):
+    fetched = {"title": "t", "text": "x", "chars": 1}
+
+    def taken_over():
+        clock.advance(config.lease + 1)  # a long call: another worker resumes the job
+        store.claim(pipeline, "w2", clock.now(), config.lease, config.max_claims)
+        return CallResult(fetched, 0.001)
+
+    worker = make_worker(ScriptedSteps(fetch=[taken_over]))
+    assert worker.run_once() is True
+    assert worker.stats.leases_lost == 1
+    job = store.job("job-1")
+    assert (job["state"], job["lease_owner"], job["lease_token"]) == ("fetching", "w2", 2)
+    assert json.loads(store.memo("job-1", "fetch")) == fetched
+    assert [(s["outcome"], s["worker"]) for s in spend_rows(store)] == [("ok", "w1")]
