@@ -1,9 +1,120 @@
-"""`ninelives`: one command for the engine (`ninelives engine ...`) and the harness."""
+"""`ninelives`: one command for the engine (`ninelives engine ...`) and the harness.
+
+    ninelives run SCENARIO [--seed N] [--profile P] [--engine E] [--out DIR]
+    ninelives replay RUN [--tries K]
+    ninelives check RUN
+    ninelives engine ...        (see `ninelives engine --help`)
+
+Exit codes: 0 every invariant holds, 1 an invariant failed, 2 the harness could not run.
+"""
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from typing import Sequence
+
+EXIT_ERROR = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ninelives", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("engine", help="the reference engine: worker, send, submit, status, ...")
+    p = sub.add_parser("run", help="run a chaos scenario against an engine")
+    p.add_argument("scenario", help="a scenario file, or a name from scenarios/")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--profile", default=None, help="smoke, ci (default) or soak")
+    p.add_argument("--engine", default="reference", help="reference, or module:object")
+    p.add_argument("--out", default="reports", help="where run folders go")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p = sub.add_parser("replay", help="rerun a saved run's plan and say how often it reproduces")
+    p.add_argument("run", help="a run folder (with report.json)")
+    p.add_argument("--tries", type=int, default=1)
+    p.add_argument("--out", default=None, help="where replay runs go (default: beside it)")
+    p = sub.add_parser("check", help="rerun the checkers on a saved run's history")
+    p.add_argument("run", help="a run folder (with history.jsonl and snapshot.json)")
+    p = sub.add_parser("demo", help="the engine end to end against the fakes, no faults")
+    p.add_argument("--jobs", type=int, default=300)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default="reports/demo")
+    return parser
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .adapter import load_engine
+    from .report import summary
+    from .runner import run_campaign
+    from .scenario import load_scenario
+    scenario = load_scenario(args.scenario, args.profile)
+    engine = load_engine(args.engine)
+    print(f"ninelives run {scenario.name} (profile {scenario.profile}, seed {args.seed}, "
+          f"engine {args.engine}): {scenario.run.jobs} jobs, {scenario.run.workers} workers, "
+          f"{scenario.run.chaos:.1f} s of chaos", file=sys.stderr, flush=True)
+    result = run_campaign(scenario, args.seed, engine, args.out, engine_spec=args.engine,
+                          progress=not args.quiet)
+    print(summary(result.report))
+    return result.exit_code
+
+
+def load_report(run: str) -> dict:
+    path = os.path.join(run, "report.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise ValueError(f"{path} does not exist: is {run!r} a run folder?") from None
+    except ValueError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from .adapter import load_engine
+    from .plan import FaultPlan
+    from .runner import run_campaign
+    from .scenario import load_scenario
+    report = load_report(args.run)
+    scenario = load_scenario(report["scenario"]["path"], report["profile"])
+    plan = FaultPlan.from_json(report["plan"])
+    engine = load_engine(report["engine"])
+    out = args.out or os.path.join(os.path.dirname(os.path.dirname(args.run.rstrip("/"))),
+                                   "replays")
+    want = [(v["name"], v["verdict"]) for v in report["verdicts"]]
+    same = 0
+    for i in range(args.tries):
+        result = run_campaign(scenario, plan.seed, engine, out, plan=plan,
+                              engine_spec=report["engine"], progress=False)
+        got = [(v["name"], v["verdict"]) for v in result.report["verdicts"]]
+        same += got == want
+        differing = [f"{n}: {a} -> {b}" for (n, a), (_, b) in zip(want, got) if a != b]
+        print(f"try {i + 1}: {result.report['result']}"
+              + (f" (differs: {'; '.join(differing)})" if differing else " (same verdicts)")
+              + f"  {result.run_dir}")
+    print(f"reproduced {same}/{args.tries}: the plan is replayed exactly; the operating "
+          "system's scheduling is not (use `ninelives sim` for exact replays)")
+    return 0 if same == args.tries else 1
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .checkers import run_checkers
+    from .history import read_history
+    from .report import verdict_table, write_report
+    report = load_report(args.run)
+    history = read_history(os.path.join(args.run, "history.jsonl"))
+    with open(os.path.join(args.run, "snapshot.json"), encoding="utf-8") as fh:
+        snapshot = json.load(fh)
+    verdicts = run_checkers(history, snapshot)
+    report["verdicts"] = [v.to_json() for v in verdicts]
+    failed = any(v.valid is not True for v in verdicts)
+    if report.get("exit_code") != EXIT_ERROR:
+        report["exit_code"] = 1 if failed else 0
+        report["result"] = "fail" if failed else "pass"
+    write_report(args.run, report)
+    print(verdict_table(report))
+    return report["exit_code"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -12,19 +123,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] == "engine":
         from engine.cli import main as engine_main
         return engine_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="ninelives", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("engine", help="the reference engine: worker, send, submit, status, ...")
-    p = sub.add_parser("demo", help="run the engine end to end against the fakes")
-    p.add_argument("--jobs", type=int, default=300)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--out", default="reports/demo")
-    args = parser.parse_args(argv)
-    if args.command == "demo":
-        from .demo import run_demo
-        return run_demo(args.jobs, args.workers, args.seed, args.out)
-    return 2
+    args = build_parser().parse_args(argv)
+    from .runner import HarnessError
+    from .scenario import ScenarioError
+    try:
+        if args.command == "demo":
+            from .demo import run_demo
+            return run_demo(args.jobs, args.workers, args.seed, args.out)
+        return {"run": cmd_run, "replay": cmd_replay, "check": cmd_check}[args.command](args)
+    except (ScenarioError, HarnessError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from engine import DOCUMENT, open_store
 from engine.cli import print_rows
 
+from .adapter import REFERENCE
 from .documents import make_documents
 from .fakes import FakeProvider, FakeReceiver
 from .supervisor import Supervisor
@@ -30,11 +31,10 @@ def run_demo(jobs: int = 300, workers: int = 2, seed: int = 1, out: str = "repor
         store.submit(job_id, DOCUMENT, payload, time.time())
     with FakeProvider(os.path.join(run_dir, "provider.jsonl")) as provider, \
             FakeReceiver(os.path.join(run_dir, "receiver.jsonl")) as receiver, \
-            Supervisor({"db": db, "provider_url": provider.url, "receiver_url": receiver.url,
-                        "lease": 10, "call_timeout": 5}, log_dir=run_dir) as sup:
-        for _ in range(workers):
-            sup.spawn("worker")
-        sup.spawn("send")
+            Supervisor(REFERENCE.command, {"db": db, "provider_url": provider.url,
+                                           "receiver_url": receiver.url, "lease": 10,
+                                           "call_timeout": 5}, log_dir=run_dir) as sup:
+        sup.keep({"worker": workers, "send": 1})
         done = wait_delivered(store, sup, time.monotonic() + deadline)
         print(f"ran {jobs} jobs with {workers} worker processes and 1 sender: "
               f"{'all delivered' if done else 'NOT all delivered before the deadline'}\n")

@@ -228,7 +228,8 @@ def _refusal(http: JsonHandler, status: int, retry_after, message: str | None = 
         error_type, code = "server_error", "server_error"
     headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
     body = _error_body(message or f"injected HTTP {status}", error_type, code)
-    return _unbilled(status, "error"), partial(http.send_json, status, body, headers)
+    return ({**_unbilled(status, "error"), "retry_after": retry_after},
+            partial(http.send_json, status, body, headers))
 
 
 def _unbilled(status: int | None, outcome: str) -> dict:

@@ -1,0 +1,73 @@
+"""A checker's verdict: valid (pass), invalid (fail) or unknown, with the events that prove it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..history import Event
+
+MAX_WITNESSED = 20  # errors kept with their events; the rest are only counted
+
+
+@dataclass
+class Failure:
+    """One violation: its type, a sentence a person can read, and the events that prove it."""
+
+    type: str
+    message: str
+    events: list[Event] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"type": self.type, "message": self.message, "events": self.events}
+
+
+@dataclass
+class Verdict:
+    """What one invariant concluded. valid: True (pass), False (fail), None (unknown)."""
+
+    name: str
+    valid: bool | None = True
+    checked: int = 0                      # how many things were examined
+    failures: list[Failure] = field(default_factory=list)
+    error_count: int = 0
+    by_type: dict[str, int] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""                      # one line: why it failed, or why unknown
+
+    @property
+    def status(self) -> str:
+        return {True: "pass", False: "fail", None: "unknown"}[self.valid]
+
+    def fail(self, type_: str, message: str, *events: Event) -> None:
+        """Record a violation (the verdict becomes fail)."""
+        self.valid = False
+        self.error_count += 1
+        self.by_type[type_] = self.by_type.get(type_, 0) + 1
+        if len(self.failures) < MAX_WITNESSED:
+            self.failures.append(Failure(type_, message, list(events)))
+        if not self.reason:
+            self.reason = message
+
+    def unknown(self, reason: str) -> "Verdict":
+        self.valid = None
+        self.reason = reason
+        return self
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name, "verdict": self.status, "checked": self.checked,
+            "error_count": self.error_count, "errors_by_type": self.by_type,
+            "first_error": self.failures[0].to_json() if self.failures else None,
+            "errors": [f.to_json() for f in self.failures], "metrics": self.metrics,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Verdict":
+        valid = {"pass": True, "fail": False, "unknown": None}[data["verdict"]]
+        return cls(name=data["name"], valid=valid, checked=data.get("checked", 0),
+                   failures=[Failure(f["type"], f["message"], f.get("events", []))
+                             for f in data.get("errors", [])],
+                   error_count=data.get("error_count", 0),
+                   by_type=dict(data.get("errors_by_type", {})),
+                   metrics=dict(data.get("metrics", {})), reason=data.get("reason", ""))

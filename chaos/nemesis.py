@@ -1,0 +1,216 @@
+"""The nemesis: applies the fault plan's timeline, and undoes what it did when told to heal.
+
+It knows how to apply a fault, never when (the plan says) nor whether the engine survived
+(the checkers say). Every fault it applies, and every healing, is logged as a history event.
+"""
+from __future__ import annotations
+
+import heapq
+import os
+import signal
+import sqlite3
+import threading
+import time
+from collections import Counter
+from typing import Any, Callable
+
+from .adapter import SystemUnderTest, canonical_json
+from .audit import payload_hash
+from .history import Event
+from .plan import FaultPlan, documents_for, provider_fault, receiver_fault
+from .scenario import Scenario
+from .supervisor import Supervisor
+
+
+class FaultPolicy:
+    """What the fakes ask before answering: a pure function of the plan, plus the outage
+    switch the nemesis flips. After `heal()` only the payloads' own nature remains (poison)."""
+
+    def __init__(self, scenario: Scenario, plan: FaultPlan, send_timeout: float) -> None:
+        self.scenario, self.plan = scenario, plan
+        self.send_timeout = send_timeout
+        self.outage = threading.Event()
+        self.healed = threading.Event()
+
+    def heal(self) -> None:
+        self.outage.clear()
+        self.healed.set()
+
+    def provider_fault(self, job: str, step: str, n: int) -> dict | None:
+        fault = provider_fault(self.scenario, self.plan, job, step, n)
+        if fault is not None and job in self.plan.poison:
+            return fault  # poison is the document's nature: it never heals
+        if self.healed.is_set():
+            return None
+        if self.outage.is_set():
+            return {"kind": "status", "status": 503, "retry_after": None}
+        return fault
+
+    def receiver_fault(self, job: str, kind: str, n: int) -> dict | None:
+        if self.healed.is_set():
+            return None
+        fault = receiver_fault(self.scenario, self.plan, job, kind, n)
+        if fault is not None and fault["kind"] == "timeout":
+            fault = {**fault, "seconds": self.send_timeout + 0.3}
+        return fault
+
+
+class Nemesis:
+    """Runs the plan's timeline against live processes, the database and the fakes."""
+
+    def __init__(self, scenario: Scenario, plan: FaultPlan, engine: SystemUnderTest, db: str,
+                 supervisor: Supervisor, policy: FaultPolicy,
+                 record: Callable[[Event], None]) -> None:
+        self.scenario, self.plan, self.engine, self.db = scenario, plan, engine, db
+        self.supervisor, self.policy, self.record = supervisor, policy, record
+        self.applied: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self._heals: list[tuple[float, int, str, dict]] = []  # (due, n, what, details)
+        self._n = 0
+        self._paused: dict[int, str] = {}
+        self._lock_threads: list[threading.Thread] = []
+        self._docs = dict(documents_for(plan))
+        self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
+
+    def start(self, chaos_start: float) -> None:
+        self.chaos_start = chaos_start
+        self._thread.start()
+
+    def heal(self) -> None:
+        """Stop applying faults and undo every one still in force."""
+        self._stop.set()
+        self._thread.join()
+        for _, _, what, details in sorted(self._heals):
+            self._undo(what, details)
+        self._heals.clear()
+        for thread in self._lock_threads:
+            thread.join()
+        self.policy.heal()
+
+    def _log(self, type_: str, **details: Any) -> None:
+        self.record({"t": time.time(), "src": "nemesis", "type": type_, **details})
+
+    def _run(self) -> None:
+        for event in self.plan.timeline:
+            due = self.chaos_start + event["at"]
+            while not self._stop.is_set():
+                self._run_heals(time.time())
+                wait = min(due - time.time(), 0.02)
+                if wait <= 0:
+                    break
+                self._stop.wait(wait)
+            if self._stop.is_set():
+                return
+            try:
+                getattr(self, f"_{event['fault']}")(event)
+            except Exception as exc:  # a fault that cannot apply is logged, not fatal
+                self._log("error", fault=event["fault"], error=f"{type(exc).__name__}: {exc}")
+        while not self._stop.wait(0.02):
+            self._run_heals(time.time())
+
+    def _schedule(self, delay: float, what: str, details: dict) -> None:
+        self._n += 1
+        heapq.heappush(self._heals, (time.time() + delay, self._n, what, details))
+
+    def _run_heals(self, now: float) -> None:
+        while self._heals and self._heals[0][0] <= now:
+            _, _, what, details = heapq.heappop(self._heals)
+            self._undo(what, details)
+
+    def _undo(self, what: str, details: dict) -> None:
+        if what == "resume":
+            pid = details["pid"]
+            if self._paused.pop(pid, None) is not None:
+                _signal(pid, signal.SIGCONT)
+                self._log("resume", **details)
+        elif what == "outage_end":
+            self.policy.outage.clear()
+            self._log("outage_end", **details)
+
+    def _target(self, event: dict, roles: tuple[str, ...]):
+        live = sorted((c for c in self.supervisor.alive() if c.role in roles
+                       and c.pid not in self._paused), key=lambda c: c.name)
+        return live[event["pick"] % len(live)] if live else None
+
+    # -- the faults ------------------------------------------------------------------------
+
+    def _kill(self, event: dict) -> None:
+        roles = ("worker", "send") if self.scenario.faults.kill_senders else ("worker",)
+        child = self._target(event, roles)
+        if child is None:
+            return
+        self._log("kill", target=child.name, pid=child.pid, role=child.role)
+        _signal(child.pid, signal.SIGKILL)
+        self.applied["kill"] += 1
+
+    def _pause(self, event: dict) -> None:
+        child = self._target(event, ("worker",))
+        if child is None:
+            return
+        seconds = self.scenario.faults.pause_seconds
+        self._paused[child.pid] = child.name
+        _signal(child.pid, signal.SIGSTOP)
+        self._log("pause", target=child.name, pid=child.pid, seconds=seconds)
+        self._schedule(seconds, "resume", {"target": child.name, "pid": child.pid})
+        self.applied["pause"] += 1
+
+    def _lease_expiry(self, event: dict) -> None:
+        expired = self.engine.expire_leases(self.db)
+        self._log("expire", leases=expired)
+        if expired:
+            self.applied["lease_expiry"] += 1
+
+    def _outage(self, event: dict) -> None:
+        self.policy.outage.set()
+        self._log("outage", until=event["until"])
+        self._schedule(self.chaos_start + event["until"] - time.time(), "outage_end",
+                       {"started": event["at"]})
+        self.applied["outage"] += 1
+
+    def _contention(self, event: dict) -> None:
+        seconds = self.scenario.faults.contention_seconds
+        thread = threading.Thread(target=self._hold_lock, args=(seconds,), daemon=True)
+        self._lock_threads.append(thread)
+        thread.start()
+
+    def _hold_lock(self, seconds: float) -> None:
+        conn = sqlite3.connect(self.db, timeout=10.0, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            self._log("contention", seconds=seconds)
+            self.applied["contention"] += 1
+            time.sleep(seconds)
+            conn.execute("ROLLBACK")
+            self._log("contention_end")
+        except sqlite3.Error as exc:
+            self._log("error", fault="contention", error=str(exc))
+        finally:
+            conn.close()
+
+    def _duplicate_submit(self, event: dict) -> None:
+        job = event["job"]
+        payload = self._docs[job]
+        if event["kind"] == "different":
+            payload = {**payload, "revision": 2}
+        result = self.engine.submit(self.db, job, payload)
+        self._log("duplicate_submit", job=job, kind=event["kind"], result=result)
+        self.applied[f"duplicate_{event['kind']}"] += 1
+        self.record({"t": time.time(), "src": "runner", "type": "submit", "job": job,
+                     "payload_hash": payload_hash(canonical_json(payload)), "result": result,
+                     "duplicate": True})
+
+    def _operator(self, event: dict) -> None:
+        jobs = self.plan.jobs
+        job = jobs[event["pick"] % len(jobs)]
+        result = self.engine.operator(self.db, event["action"], job)
+        self._log("operator", action=event["action"], job=job, result=result)
+        if result == "done":
+            self.applied[f"operator_{event['action']}"] += 1
+        self.applied["operator"] += 1
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,164 @@
+"""The fault plan: a pure function of (scenario, seed), saved with the run.
+
+The plan fixes which jobs exist and which of them are poison, crash-looping, flagged for
+review or submitted twice; the nemesis timeline (when each kill, pause, expiry, contention
+and operator action happens, and a number that picks its target); and the seed of the
+provider and receiver fault functions, which decide per (job, step, n-th call) so the same
+call gets the same fault whichever worker makes it.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .documents import make_documents
+from .scenario import Scenario
+
+PLAN_VERSION = 1
+POISON_KINDS = ("status400", "bad_content", "schema")
+MODEL_STEPS = ("fetch", "extract", "verify")
+
+
+@dataclass
+class FaultPlan:
+    """Everything the run will do, decided before it starts."""
+
+    seed: int
+    scenario: str
+    profile: str
+    jobs: list[str]
+    poison: dict[str, dict[str, str]]          # job -> {"step", "kind"}
+    crash_loop: list[str]
+    needs_review: list[str]
+    duplicates: dict[str, list[str]]           # "same" / "different" -> jobs
+    timeline: list[dict[str, Any]]             # {"at", "fault", "pick", ...}, sorted by "at"
+    skewed: list[float]                        # clock offset per worker slot (0: none)
+    crash_seeds: list[int] = field(default_factory=list)  # per spawn, for armed points
+    version: int = PLAN_VERSION
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "FaultPlan":
+        if data.get("version") != PLAN_VERSION:
+            raise ValueError(f"fault plan version {data.get('version')} is not "
+                             f"{PLAN_VERSION}; re-run the scenario instead of replaying")
+        return cls(**data)
+
+
+def _share(rng: random.Random, ids: list[str], share: float, taken: set[str]) -> list[str]:
+    """About `share` of the ids (at least one when share > 0), not already taken."""
+    if share <= 0:
+        return []
+    free = [i for i in ids if i not in taken]
+    count = min(len(free), max(1, round(len(ids) * share)))
+    picked = sorted(rng.sample(free, count))
+    taken.update(picked)
+    return picked
+
+
+def _arrivals(rng: random.Random, rate: float, duration: float) -> list[float]:
+    """Event times of a Poisson process of `rate` per second over [0, duration)."""
+    times, t = [], 0.0
+    if rate <= 0:
+        return times
+    while True:
+        t += rng.expovariate(rate)
+        if t >= duration:
+            return times
+        times.append(round(t, 4))
+
+
+def make_plan(scenario: Scenario, seed: int) -> FaultPlan:
+    """The plan for `scenario` and `seed`. Pure: the same inputs give an equal plan."""
+    rng = random.Random(f"plan:{scenario.name}:{scenario.profile}:{seed}")
+    run, f = scenario.run, scenario.faults
+    jobs = [job_id for job_id, _ in make_documents(run.jobs, seed)]
+    taken: set[str] = set()
+    poison = {j: {"step": rng.choice(MODEL_STEPS), "kind": rng.choice(POISON_KINDS)}
+              for j in _share(rng, jobs, f.poison, taken)}
+    crash_loop = _share(rng, jobs, f.crash_loop, taken)
+    needs_review = _share(rng, jobs, run.needs_review, taken)
+    duplicates = {"same": _share(rng, jobs, f.duplicate_same, set()),
+                  "different": _share(rng, jobs, f.duplicate_different, set())}
+    timeline: list[dict[str, Any]] = []
+    for fault in ("kill", "pause", "lease_expiry", "contention", "operator"):
+        for at in _arrivals(rng, getattr(f, fault), run.chaos):
+            event = {"at": at, "fault": fault, "pick": rng.randrange(1 << 30)}
+            if fault == "operator":
+                event["action"] = rng.choice(("cancel", "requeue", "resolve"))
+            timeline.append(event)
+    for i, (start, end) in enumerate(f.outages):
+        timeline.append({"at": start, "fault": "outage", "pick": i, "until": end})
+    spread = max(run.chaos, 0.1)
+    for kind in ("same", "different"):
+        for job in duplicates[kind]:
+            timeline.append({"at": round(rng.uniform(0, spread), 4),
+                             "fault": "duplicate_submit", "pick": 0, "job": job, "kind": kind})
+    timeline.sort(key=lambda e: (e["at"], e["fault"], e["pick"]))
+    skewed = [f.skew_seconds if i < f.skewed_workers else 0.0 for i in range(run.workers)]
+    crash_seeds = [rng.randrange(1 << 30) for _ in range(64)]
+    return FaultPlan(seed=seed, scenario=scenario.name, profile=scenario.profile, jobs=jobs,
+                     poison=poison, crash_loop=crash_loop, needs_review=needs_review,
+                     duplicates=duplicates, timeline=timeline, skewed=skewed,
+                     crash_seeds=crash_seeds)
+
+
+def unit(seed: int, *parts: object) -> float:
+    """A uniform number in [0, 1) that depends only on the seed and the parts."""
+    digest = hashlib.blake2b(":".join(map(str, (seed, *parts))).encode(), digest_size=8)
+    return int.from_bytes(digest.digest(), "big") / 2.0 ** 64
+
+
+def provider_fault(scenario: Scenario, plan: FaultPlan, job: str, step: str,
+                   n: int) -> dict | None:
+    """The fault for the n-th call of (job, step): a pure function of the plan.
+
+    Poison jobs fail their poisoned step every time; other calls draw one number and walk
+    the cumulative shares of the scenario's provider faults.
+    """
+    poisoned = plan.poison.get(job)
+    if poisoned and poisoned["step"] == step:
+        kind = poisoned["kind"]
+        return {"kind": "status", "status": 400} if kind == "status400" else {"kind": kind}
+    f = scenario.faults
+    u = unit(plan.seed, "provider", job, step, n)
+    for share, fault in (
+            (f.provider_429, {"kind": "status", "status": 429,
+                              "retry_after": f.retry_after if n % 2 else None}),
+            (f.provider_5xx, {"kind": "status", "status": (500, 502, 503)[n % 3]}),
+            (f.hang, {"kind": "hang", "seconds": f.hang_seconds}),
+            (f.reset, {"kind": "reset"}),
+            (f.slow, {"kind": "slow", "seconds": f.slow_seconds})):
+        if u < share:
+            return fault
+        u -= share
+    return None
+
+
+def receiver_fault(scenario: Scenario, plan: FaultPlan, job: str, kind: str,
+                   n: int) -> dict | None:
+    """The fault for the n-th request of (job, kind): a pure function of the plan."""
+    f = scenario.faults
+    u = unit(plan.seed, "receiver", job, kind, n)
+    for share, fault in ((f.receiver_5xx, {"kind": "status", "status": (500, 503)[n % 2]}),
+                         (f.receiver_timeout, {"kind": "timeout", "seconds": 0.0}),
+                         (f.receiver_drop, {"kind": "drop"})):
+        if u < share:
+            return fault
+        u -= share
+    return None
+
+
+def documents_for(plan: FaultPlan) -> list[tuple[str, dict]]:
+    """The plan's documents; jobs flagged for review carry the marker the model reacts to."""
+    flagged = set(plan.needs_review)
+    docs = []
+    for job_id, payload in make_documents(len(plan.jobs), plan.seed):
+        if job_id in flagged:
+            payload = {**payload, "title": payload["title"] + " [[needs-review]]"}
+        docs.append((job_id, payload))
+    return docs

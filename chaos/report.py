@@ -1,0 +1,193 @@
+"""report.json: the canonical, versioned record of a run, and the verdict table on the terminal.
+
+Exit codes: 0 every invariant holds, 1 an invariant failed (or could not be decided), 2 the
+harness could not run the scenario as written (including faults that never fired).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import sqlite3
+import time
+from collections import Counter
+from typing import Any, Iterable
+
+from .checkers import Verdict
+from .history import Event, of
+from .plan import FaultPlan
+from .scenario import Scenario
+
+REPORT_SCHEMA = "ninelives.report/1"
+VERSION = "0.1.0"
+
+
+def faults_applied(plan: FaultPlan, events: list[Event], nemesis: Counter) -> dict[str, int]:
+    """How often each fault actually happened, from the evidence (ledgers, crash log,
+    nemesis log), not from the plan."""
+    counts: Counter[str] = Counter()
+    for name, n in nemesis.items():
+        counts[name] = n
+    for e in of(events, "provider", "call"):
+        fault, status = e.get("fault"), e.get("status")
+        if fault == "status" and status == 429:
+            counts["provider_429"] += 1
+        elif fault == "status" and status == 400:
+            counts["poison"] += 1
+        elif fault == "status" and status and status >= 500:
+            counts["provider_5xx"] += 1
+        elif fault in ("hang", "reset", "slow"):
+            counts[fault] += 1
+        elif fault in ("bad_content", "schema", "garbage"):
+            counts["poison"] += 1
+    for e in of(events, "receiver", "request"):
+        fault = e.get("fault")
+        if fault:
+            counts[{"status": "receiver_5xx", "timeout": "receiver_timeout",
+                    "drop": "receiver_drop"}.get(fault, f"receiver_{fault}")] += 1
+    looping = set(plan.crash_loop)
+    for e in of(events, "process", "crashpoint"):
+        counts["crash_loop" if e.get("job") in looping else "crash_point"] += 1
+    for e in of(events, "nemesis", "skew"):
+        counts["skewed_worker"] += 1
+    for e in of(events, "nemesis", "heartbeat_off"):
+        counts["heartbeat_off_worker"] += 1
+    return dict(sorted((k, v) for k, v in counts.items() if v))
+
+
+#: fault setting -> the applied-count key that proves it fired.
+EVIDENCE = {
+    "kill": "kill", "pause": "pause", "lease_expiry": "lease_expiry",
+    "skewed_workers": "skewed_worker", "heartbeat_off_workers": "heartbeat_off_worker", "slow": "slow", "provider_429": "provider_429",
+    "provider_5xx": "provider_5xx", "hang": "hang", "reset": "reset", "outages": "outage",
+    "poison": "poison", "crash_loop": "crash_loop", "duplicate_same": "duplicate_same",
+    "duplicate_different": "duplicate_different", "receiver_5xx": "receiver_5xx",
+    "receiver_timeout": "receiver_timeout", "receiver_drop": "receiver_drop",
+    "contention": "contention", "operator": "operator", "crash_points": "crash_point",
+}
+
+
+def unfired(scenario: Scenario, applied: dict[str, int]) -> list[str]:
+    """The scenario's configured faults with no evidence of having happened."""
+    missing = []
+    for setting, key in EVIDENCE.items():
+        if getattr(scenario.faults, setting) and not applied.get(key):
+            missing.append(setting)
+    return missing
+
+
+def crashpoint_coverage(points: Iterable[str], events: list[Event]) -> dict[str, int]:
+    """Kills that landed at each declared crash point (0 where none did)."""
+    coverage = {p: 0 for p in points}
+    for e in of(events, "process", "crashpoint"):
+        coverage[e["point"]] = coverage.get(e["point"], 0) + 1
+    return coverage
+
+
+def metrics(scenario: Scenario, events: list[Event], snapshot: dict[str, Any],
+            applied: dict[str, int]) -> dict[str, Any]:
+    phases = snapshot["phases"]
+    chaos = max(phases["heal_start"] - phases["chaos_start"], 1e-9)
+    states = Counter(j["state"] for j in snapshot["jobs"].values())
+    kills = applied.get("kill", 0) + applied.get("crash_point", 0) + applied.get("crash_loop", 0)
+    billed = sum(e.get("billed") or 0.0 for e in of(events, "provider", "call"))
+    committed = sum(m["cost"] or 0.0 for m in snapshot["memos"])
+    total = phases["drain_end"] - phases["chaos_start"]
+    return {
+        "jobs": len(snapshot["jobs"]), "states": dict(sorted(states.items())),
+        "kills": kills, "kills_per_minute": round(kills / chaos * 60, 1),
+        "chaos_seconds": round(chaos, 2), "run_seconds": round(total, 2),
+        "settle_seconds": round(phases["drain_end"] - phases["drain_start"], 2),
+        "drained": phases.get("drained", False),
+        "delivered_per_second": round(states.get("delivered", 0) / max(total, 1e-9), 1),
+        "provider_calls": sum(1 for _ in of(events, "provider", "call")),
+        "receiver_requests": sum(1 for _ in of(events, "receiver", "request")),
+        "billed": round(billed, 6), "committed": round(committed, 6),
+        "wasted": round(billed - committed, 6),
+        "processes_spawned": sum(1 for _ in of(events, "process", "spawn")),
+        "history_events": len(events),
+    }
+
+
+def replay_command(run_dir: str) -> str:
+    return f"ninelives replay {shlex.quote(run_dir)}"
+
+
+def run_command(scenario: Scenario, seed: int, engine_spec: str | None) -> str:
+    parts = ["ninelives", "run", os.path.relpath(scenario.path), "--seed", str(seed),
+             "--profile", scenario.profile]
+    if engine_spec and engine_spec != "reference":
+        parts += ["--engine", engine_spec]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def build_report(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str | None,
+                 run_dir: str, verdicts: list[Verdict], applied: dict[str, int],
+                 events: list[Event], snapshot: dict[str, Any], started: float) -> dict:
+    """The report dict; `exit_code` and `result` follow from verdicts and fault evidence."""
+    missing = unfired(scenario, applied)
+    failed = [v.name for v in verdicts if v.valid is not True]
+    exit_code = 2 if missing else (1 if failed else 0)
+    return {
+        "schema": REPORT_SCHEMA,
+        "run_id": os.path.basename(run_dir), "run_dir": run_dir,
+        "started": started, "finished": time.time(),
+        "scenario": scenario.to_json(), "seed": plan.seed, "profile": scenario.profile,
+        "engine": engine_spec or "reference", "engine_name": getattr(engine, "name", "?"),
+        "plan": plan.to_json(),
+        "versions": {"ninelives": VERSION, "python": platform.python_version(),
+                     "sqlite": sqlite3.sqlite_version, "platform": platform.platform()},
+        "faults_applied": applied, "faults_unfired": missing,
+        "crashpoint_coverage": crashpoint_coverage(engine.crashpoints, events),
+        "verdicts": [v.to_json() for v in verdicts],
+        "metrics": metrics(scenario, events, snapshot, applied),
+        "result": {0: "pass", 1: "fail", 2: "error"}[exit_code], "exit_code": exit_code,
+        "run_command": run_command(scenario, plan.seed, engine_spec),
+        "replay_command": replay_command(run_dir),
+    }
+
+
+def write_report(run_dir: str, report: dict) -> str:
+    path = os.path.join(run_dir, "report.json")
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(report, fh, indent=2, sort_keys=True)
+    return path
+
+
+def verdict_table(report: dict) -> str:
+    """The verdicts as a terminal table, failures first."""
+    rows = sorted(report["verdicts"], key=lambda v: (v["verdict"] == "pass", v["name"]))
+    width = max(len(v["name"]) for v in rows)
+    lines = [f"{'invariant':<{width}}  verdict  checked  errors  reason"]
+    for v in rows:
+        mark = {"pass": "pass", "fail": "FAIL", "unknown": "UNKNOWN"}[v["verdict"]]
+        reason = (v["reason"] or "")[:100]
+        lines.append(f"{v['name']:<{width}}  {mark:<7}  {v['checked']:>7}  "
+                     f"{v['error_count']:>6}  {reason}")
+    return "\n".join(lines)
+
+
+def summary(report: dict) -> str:
+    """What the terminal shows at the end of a run."""
+    m = report["metrics"]
+    applied = ", ".join(f"{k} {v}" for k, v in report["faults_applied"].items()) or "none"
+    lines = [
+        f"scenario {report['scenario']['name']} (profile {report['profile']}, "
+        f"seed {report['seed']}, engine {report['engine']})",
+        f"jobs {m['jobs']}: " + ", ".join(f"{s} {n}" for s, n in m["states"].items()),
+        f"faults applied: {applied}",
+        f"kills {m['kills']} ({m['kills_per_minute']}/min), provider calls "
+        f"{m['provider_calls']}, billed {m['billed']}, wasted {m['wasted']}",
+        "", verdict_table(report), "",
+    ]
+    if report["faults_unfired"]:
+        lines.append("ERROR: these configured faults never fired: "
+                     + ", ".join(report["faults_unfired"]))
+    verdict = {"pass": "PASS: every invariant holds", "fail": "FAIL: an invariant was violated",
+               "error": "ERROR: the run did not exercise what the scenario asked"}
+    lines += [verdict[report["result"]],
+              f"report: {os.path.join(report['run_dir'], 'report.json')}",
+              f"rerun this seed: {report['run_command']}",
+              f"replay the saved plan: {report['replay_command']}"]
+    return "\n".join(lines)

@@ -1,0 +1,289 @@
+"""A chaos run, phase by phase: set up, chaos, heal, drain, collect, check, report.
+
+The scenario and the plan are saved before anything starts, lifecycle and nemesis events are
+appended to `events.jsonl` as they happen, the audit lives in the engine database and the
+ledgers on disk: a run killed halfway still leaves its evidence.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from engine import load_config
+
+from . import history as hist
+from .adapter import SystemUnderTest, integrity, pipeline_json
+from .audit import payload_hash
+from .checkers import run_checkers
+from .fakes import FakeProvider, FakeReceiver, read_ledger
+from .nemesis import FaultPolicy, Nemesis
+from .plan import FaultPlan, documents_for, make_plan
+from .report import build_report, faults_applied, write_report
+from .scenario import Scenario
+from .supervisor import Supervisor
+
+POLL = 0.02
+
+
+class HarnessError(RuntimeError):
+    """The run could not be carried out (exit code 2), as opposed to an invariant failing."""
+
+
+@dataclass
+class RunResult:
+    run_dir: str
+    report: dict[str, Any]
+
+    @property
+    def exit_code(self) -> int:
+        return self.report["exit_code"]
+
+
+class Recorder:
+    """Collects events from every thread and appends each to events.jsonl at once."""
+
+    def __init__(self, path: str) -> None:
+        self.events: list[hist.Event] = []
+        self._lock = threading.Lock()
+        self._fh = open(path, "a", encoding="utf-8")
+
+    def __call__(self, event: hist.Event) -> None:
+        with self._lock:
+            event.setdefault("seq", len(self.events))
+            self.events.append(event)
+            self._fh.write(json.dumps(event, sort_keys=True) + "\n")
+            self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def run_dir_for(out: str, scenario: Scenario, seed: int) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    path = os.path.join(out, scenario.name, f"{stamp}-seed{seed}")
+    os.makedirs(path, exist_ok=False)
+    latest = os.path.join(out, scenario.name, "latest")
+    try:
+        if os.path.islink(latest):
+            os.unlink(latest)
+        os.symlink(os.path.basename(path), latest)
+    except OSError:
+        pass  # a concurrent run took the link; the run folder is what counts
+    return path
+
+
+def settings_for(scenario: Scenario, db: str, provider: str, receiver: str) -> dict[str, Any]:
+    """The engine settings every spawned process gets."""
+    return {"poll_interval": 0.02, **scenario.engine, "db": db, "provider_url": provider,
+            "receiver_url": receiver}
+
+
+class Campaign:
+    """One run of one scenario with one plan against one engine."""
+
+    def __init__(self, scenario: Scenario, plan: FaultPlan, engine: SystemUnderTest,
+                 run_dir: str, *, progress: bool = True) -> None:
+        self.scenario, self.plan, self.engine, self.run_dir = scenario, plan, engine, run_dir
+        self.progress = progress
+        self.db = os.path.join(run_dir, "engine.db")
+        self.record = Recorder(os.path.join(run_dir, "events.jsonl"))
+        self.integrity: list[dict[str, Any]] = []
+        self.phases: dict[str, Any] = {}
+        self.chaos_on = False
+        self.config = load_config(env={}, overrides=scenario.engine)
+
+    # -- the phases ------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        """Carry out every phase; returns the snapshot the checkers need."""
+        self._write_json("scenario.json", self.scenario.to_json())
+        self._write_json("plan.json", self.plan.to_json())
+        self.engine.prepare(self.db)
+        self._submit_all()
+        policy = FaultPolicy(self.scenario, self.plan, self.config.send_timeout)
+        with FakeProvider(os.path.join(self.run_dir, "provider.jsonl"), faults=policy) as p, \
+                FakeReceiver(os.path.join(self.run_dir, "receiver.jsonl"), faults=policy) as r:
+            sup = Supervisor(self.engine.command, settings_for(self.scenario, self.db, p.url, r.url),
+                             log_dir=self.run_dir, env_for=self._env_for,
+                             args_for=self._args_for, record=self.record)
+            try:
+                self._phases(sup, policy)
+            finally:
+                sup.close()
+                self.phases["processes_ended"] = time.time()
+            applied = r.applied()
+        return self._snapshot(applied)
+
+    def _phases(self, sup: Supervisor, policy: FaultPolicy) -> None:
+        counts = {"worker": self.scenario.run.workers, "send": self.scenario.run.senders}
+        nemesis = Nemesis(self.scenario, self.plan, self.engine, self.db, sup, policy,
+                          self.record)
+        self.nemesis = nemesis
+        self._phase("chaos")
+        self.chaos_on = True
+        sup.keep(counts)
+        nemesis.start(self.phases["chaos_start"])
+        self._loop(sup, counts, self.phases["chaos_start"] + self.scenario.run.chaos, "chaos")
+        self._phase("heal")
+        self.chaos_on = False
+        nemesis.heal()
+        self._loop(sup, counts, time.time() + self.scenario.run.heal, "heal")
+        self._phase("drain")
+        deadline = time.time() + self.scenario.run.drain
+        self.phases["drained"] = self._loop(sup, counts, deadline, "drain", until_settled=True)
+        self._phase("check")
+        self.phases["drain_end"] = self.phases["check_start"]
+
+    def _phase(self, name: str) -> None:
+        now = time.time()
+        self.phases[f"{name}_start"] = now
+        self.record({"t": now, "src": "runner", "type": "phase", "phase": name})
+        if self.progress:
+            print(f"  {name} phase", file=sys.stderr, flush=True)
+
+    def _loop(self, sup: Supervisor, counts: dict[str, int], until: float, phase: str,
+              until_settled: bool = False) -> bool:
+        """Reap, check integrity after kills, respawn; True once settled (if asked)."""
+        last = 0.0
+        while time.time() < until:
+            for child in sup.reap():
+                if child.proc.returncode == -9:
+                    self.integrity.append({"t": time.time(), "after": f"kill of {child.name}",
+                                           "result": integrity(self.db)})
+            sup.keep(counts)
+            if until_settled and self._settled():
+                return True
+            if self.progress and time.time() - last > 2.0:
+                last = time.time()
+                self._print_progress(phase, until)
+            time.sleep(POLL)
+        return until_settled and self._settled()
+
+    def _settled(self) -> bool:
+        progress = self.engine.progress(self.db)
+        done = set(self.engine.pipeline.terminal) | set(self.engine.pipeline.parked_states)
+        return progress["unsent"] == 0 and all(s in done for s in progress["states"])
+
+    def _print_progress(self, phase: str, until: float) -> None:
+        states = self.engine.progress(self.db)["states"]
+        summary = ", ".join(f"{s} {n}" for s, n in sorted(states.items()))
+        print(f"    [{phase}, {max(0.0, until - time.time()):.0f} s left] {summary}",
+              file=sys.stderr, flush=True)
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def _submit_all(self) -> None:
+        from .adapter import canonical_json
+        for job_id, payload in documents_for(self.plan):
+            result = self.engine.submit(self.db, job_id, payload)
+            self.record({"t": time.time(), "src": "runner", "type": "submit", "job": job_id,
+                         "payload_hash": payload_hash(canonical_json(payload)),
+                         "result": result, "duplicate": False})
+            if result != "created":
+                raise HarnessError(f"submitting {job_id} to a fresh database gave {result!r}")
+
+    def _env_for(self, role: str, slot: int, n: int) -> dict[str, str]:
+        env = {"NINELIVES_CRASH_LOG": os.path.join(self.run_dir, "crashes.jsonl")}
+        if self.plan.crash_loop:
+            env["NINELIVES_CRASH_JOBS"] = ",".join(self.plan.crash_loop)
+        f = self.scenario.faults
+        if self.chaos_on and f.crash_points:
+            env["NINELIVES_CRASH_AT"] = ",".join(
+                f"{p}@{f.crash_point_probability}" for p in f.crash_points)
+            env["NINELIVES_CRASH_SEED"] = str(self.plan.crash_seeds[n % len(self.plan.crash_seeds)])
+        return env
+
+    def _args_for(self, role: str, slot: int) -> list[str]:
+        """Per-slot settings: a skewed clock, or heartbeat off with a call timeout that the
+        engine accepts without one (shorter than the lease)."""
+        if role != "worker":
+            return []
+        args = []
+        skew = self.plan.skewed[slot] if slot < len(self.plan.skewed) else 0
+        if skew:
+            self.record({"t": time.time(), "src": "nemesis", "type": "skew", "slot": slot,
+                         "seconds": skew})
+            args += ["--clock-skew", str(skew)]
+        if slot >= self.scenario.run.workers - self.scenario.faults.heartbeat_off_workers:
+            timeout = min(self.config.call_timeout, self.config.lease * 0.8)
+            self.record({"t": time.time(), "src": "nemesis", "type": "heartbeat_off",
+                         "slot": slot, "call_timeout": timeout})
+            args += ["--heartbeat", "off", "--call-timeout", str(timeout)]
+        return args
+
+    def _write_json(self, name: str, data: Any) -> None:
+        with open(os.path.join(self.run_dir, name), "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True)
+
+    # -- collecting --------------------------------------------------------------------------
+
+    def _snapshot(self, applied: list[dict]) -> dict[str, Any]:
+        snap = self.engine.snapshot(self.db)
+        self.integrity.append({"t": time.time(), "after": "end", "result": snap.pop("integrity")})
+        expect = self._expectations()
+        snap.update({
+            "pipeline": pipeline_json(self.engine.pipeline),
+            "settings": {k: getattr(self.config, k) for k in (
+                "lease", "heartbeat", "heartbeat_interval", "call_timeout", "max_attempts",
+                "max_claims", "backoff_base", "backoff_cap", "outbox_max_attempts", "keep_job")},
+            "integrity": self.integrity,
+            "receiver_applied": [{"id": a["id"], "key": a["key"], "job": a["job"],
+                                  "kind": a["kind"], "t": a["t"]} for a in applied],
+            "plan": {"poison": {j: v["kind"] for j, v in self.plan.poison.items()},
+                     "crash_loop": self.plan.crash_loop, "needs_review": self.plan.needs_review,
+                     "duplicates": self.plan.duplicates, "expect": expect},
+            "phases": self.phases,
+            "submitted": list(self.plan.jobs),
+        })
+        self._write_json("snapshot.json", snap)
+        return snap
+
+    def _expectations(self) -> dict[str, Any]:
+        f, c = self.scenario.faults, self.config
+        exclusive = (c.heartbeat and c.lease > c.call_timeout and not f.skewed_workers
+                     and not f.pause and not f.lease_expiry and not f.contention
+                     and not f.heartbeat_off_workers)
+        return {"duplicate_spend_allowance": self.scenario.expect.duplicate_spend_allowance,
+                "lease_exclusive": exclusive, "settle": True}
+
+    def history(self) -> list[hist.Event]:
+        """Every source merged into one time-ordered history."""
+        provider = [{**e, "t": e["t_start"], "src": "provider", "type": "call"}
+                    for e in read_ledger(os.path.join(self.run_dir, "provider.jsonl"))]
+        receiver = [{**e, "t": e["t_start"], "src": "receiver", "type": "request"}
+                    for e in read_ledger(os.path.join(self.run_dir, "receiver.jsonl"))]
+        crashes = [{**e, "src": "process", "type": "crashpoint"}
+                   for e in read_ledger(os.path.join(self.run_dir, "crashes.jsonl"))]
+        for e in provider + receiver:
+            e.pop("server", None)
+        return hist.merge(self.engine.audit(self.db), provider, receiver, crashes,
+                          self.record.events)
+
+
+def run_campaign(scenario: Scenario, seed: int, engine: SystemUnderTest, out: str, *,
+                 plan: FaultPlan | None = None, engine_spec: str | None = None,
+                 progress: bool = True) -> RunResult:
+    """Run one scenario end to end and write its reports. Raises HarnessError when the run
+    itself could not be carried out."""
+    plan = plan or make_plan(scenario, seed)
+    run_dir = run_dir_for(out, scenario, seed)
+    campaign = Campaign(scenario, plan, engine, run_dir, progress=progress)
+    started = time.time()
+    try:
+        snapshot = campaign.run()
+    finally:
+        campaign.record.close()
+    events = campaign.history()
+    hist.write_history(os.path.join(run_dir, "history.jsonl"), events)
+    verdicts = run_checkers(events, snapshot)
+    applied = faults_applied(plan, events, campaign.nemesis.applied)
+    report = build_report(scenario, plan, engine, engine_spec, run_dir, verdicts, applied,
+                          events, snapshot, started)
+    write_report(run_dir, report)
+    return RunResult(run_dir, report)

@@ -1,0 +1,278 @@
+"""Scenarios: what a chaos run does, as TOML data validated when loaded.
+
+A scenario file has four tables, each optional but `name`:
+
+    name = "kill-storm"
+    description = "..."
+    [run]     jobs, workers, senders, chaos, heal, drain, needs_review
+    [engine]  any engine setting for the workers and senders (lease, heartbeat, ...)
+    [faults]  rates (per second of the chaos phase) and shares (of calls or of jobs)
+    [expect]  allowances the invariants use when a scenario breaks their assumptions
+
+Profiles (`scenarios/profiles.toml`) scale job count, duration and fault rates. Errors name
+the file, the field and the reason.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from engine.config import FIELDS as ENGINE_FIELDS
+from engine.config import ConfigError, load_config
+from engine.hooks import CRASHPOINTS
+
+SCENARIO_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "scenarios")
+
+
+class ScenarioError(ValueError):
+    """A scenario or profile that cannot run; the message names file, field and reason."""
+
+
+@dataclass(frozen=True)
+class Run:
+    jobs: int = 20
+    workers: int = 2
+    senders: int = 1
+    chaos: float = 5.0          # seconds of faults
+    heal: float = 0.5           # quiet seconds after the faults stop
+    drain: float = 60.0         # liveness deadline: everything settles within this
+    needs_review: float = 0.0   # share of documents the model flags (they park in needs_human)
+
+
+@dataclass(frozen=True)
+class Faults:
+    # processes
+    kill: float = 0.0                     # SIGKILLs per second, of a random worker or sender
+    kill_senders: bool = True
+    crash_points: tuple[str, ...] = ()    # points armed in spawned processes ("*": all)
+    crash_point_probability: float = 0.0  # chance per hit of an armed point
+    pause: float = 0.0                    # SIGSTOP/SIGCONT per second
+    pause_seconds: float = 3.0
+    lease_expiry: float = 0.0             # expiries of every in-flight lease, per second
+    skewed_workers: int = 0               # workers started with a skewed clock
+    skew_seconds: float = 5.0
+    heartbeat_off_workers: int = 0        # workers with heartbeat off (call_timeout < lease)
+    # the model provider, as shares of calls
+    slow: float = 0.0
+    slow_seconds: float = 2.0
+    provider_429: float = 0.0
+    retry_after: float = 0.5              # seconds in Retry-After on half of the 429s
+    provider_5xx: float = 0.0
+    hang: float = 0.0                     # past the client timeout, still billed
+    hang_seconds: float = 2.0
+    reset: float = 0.0
+    outages: tuple[tuple[float, float], ...] = ()  # [start, end] seconds into the chaos phase
+    # jobs, as shares of the submitted documents
+    poison: float = 0.0                   # 400, malformed content, schema-invalid output
+    crash_loop: float = 0.0               # documents that kill their worker every time
+    duplicate_same: float = 0.0
+    duplicate_different: float = 0.0
+    # the receiver, as shares of requests
+    receiver_5xx: float = 0.0
+    receiver_timeout: float = 0.0
+    receiver_drop: float = 0.0            # applied, then the connection drops
+    # the database and the operator
+    contention: float = 0.0               # write-lock holds per second
+    contention_seconds: float = 0.5
+    operator: float = 0.0                 # operator actions per second (cancel, requeue, resolve)
+
+
+@dataclass(frozen=True)
+class Expect:
+    duplicate_spend_allowance: float = 0.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario (after its profile was applied)."""
+
+    name: str
+    path: str
+    description: str = ""
+    profile: str = "ci"
+    run: Run = field(default_factory=Run)
+    engine: dict[str, Any] = field(default_factory=dict)
+    faults: Faults = field(default_factory=Faults)
+    expect: Expect = field(default_factory=Expect)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "path": self.path, "description": self.description,
+                "profile": self.profile, "run": dataclasses.asdict(self.run),
+                "engine": dict(self.engine), "faults": dataclasses.asdict(self.faults),
+                "expect": dataclasses.asdict(self.expect)}
+
+
+SHARES = ("slow", "provider_429", "provider_5xx", "hang", "reset", "poison", "crash_loop",
+          "duplicate_same", "duplicate_different", "receiver_5xx", "receiver_timeout",
+          "receiver_drop", "crash_point_probability")
+RATES = ("kill", "pause", "lease_expiry", "contention", "operator")
+
+
+def resolve_path(name: str) -> str:
+    """A scenario file path from a path or a bare name (`smoke` -> scenarios/smoke.toml)."""
+    if os.path.exists(name):
+        return name
+    candidate = os.path.join(SCENARIO_DIR, name if name.endswith(".toml") else f"{name}.toml")
+    if os.path.exists(candidate):
+        return candidate
+    known = sorted(f[:-5] for f in os.listdir(SCENARIO_DIR)
+                   if f.endswith(".toml") and f != "profiles.toml")
+    raise ScenarioError(f"no scenario {name!r} (a file path, or one of: {', '.join(known)})")
+
+
+def load_scenario(name: str, profile: str | None = None) -> Scenario:
+    """Load, validate and scale a scenario. Raises ScenarioError naming file and field."""
+    path = resolve_path(name)
+    data = _read_toml(path)
+    where = os.path.relpath(path)
+    unknown = set(data) - {"name", "description", "run", "engine", "faults", "expect"}
+    if unknown:
+        raise ScenarioError(f"{where}: unknown field {sorted(unknown)[0]!r} (known: name, "
+                            "description, run, engine, faults, expect)")
+    if not isinstance(data.get("name"), str) or not data["name"]:
+        raise ScenarioError(f"{where}: field 'name' is required and must be a string")
+    run = _table(where, "run", Run, data.get("run", {}))
+    faults = _table(where, "faults", Faults, data.get("faults", {}))
+    expect = _table(where, "expect", Expect, data.get("expect", {}))
+    engine = _engine(where, data.get("engine", {}))
+    scenario = Scenario(name=data["name"], path=path, description=data.get("description", ""),
+                        run=run, engine=engine, faults=faults, expect=expect)
+    _check(where, scenario)
+    return apply_profile(scenario, profile or "ci")
+
+
+def _read_toml(path: str) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{os.path.relpath(path)}: not valid TOML: {exc}") from None
+
+
+def _table(where: str, name: str, cls: type, raw: Any):
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{where}: [{name}] must be a table")
+    known = {f.name: f for f in fields(cls)}
+    values = {}
+    for key, value in raw.items():
+        if key not in known:
+            raise ScenarioError(f"{where}: unknown field '{name}.{key}' "
+                                f"(known: {', '.join(sorted(known))})")
+        values[key] = _typed(where, f"{name}.{key}", known[key].type, value)
+    return cls(**values)
+
+
+def _typed(where: str, field_name: str, kind: str, value: Any) -> Any:
+    bad = ScenarioError(f"{where}: field '{field_name}' must be {kind}, got {value!r}")
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad
+        return value
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad
+        return float(value)
+    if kind == "tuple[str, ...]":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise bad
+        return tuple(value)
+    if kind == "tuple[tuple[float, float], ...]":
+        ok = isinstance(value, list) and all(
+            isinstance(w, list) and len(w) == 2 and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in w)
+            for w in value)
+        if not ok:
+            raise bad
+        return tuple((float(a), float(b)) for a, b in value)
+    if not isinstance(value, str):
+        raise bad
+    return value
+
+
+def _engine(where: str, raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{where}: [engine] must be a table")
+    for key in raw:
+        if key not in ENGINE_FIELDS:
+            raise ScenarioError(f"{where}: unknown field 'engine.{key}' (an engine setting: "
+                                f"{', '.join(sorted(ENGINE_FIELDS))})")
+    try:
+        load_config(env={}, overrides=raw)
+    except ConfigError as exc:
+        raise ScenarioError(f"{where}: [engine] {exc}") from None
+    return dict(raw)
+
+
+def _check(where: str, s: Scenario) -> None:
+    r, f = s.run, s.faults
+    for name in ("jobs", "workers"):
+        if getattr(r, name) < 1:
+            raise ScenarioError(f"{where}: field 'run.{name}' must be >= 1")
+    if r.senders < 0 or r.chaos < 0 or r.heal < 0 or r.drain <= 0:
+        raise ScenarioError(f"{where}: run.senders, run.chaos, run.heal must be >= 0 and "
+                            "run.drain > 0")
+    for name in SHARES:
+        if not 0.0 <= getattr(f, name) <= 1.0:
+            raise ScenarioError(f"{where}: field 'faults.{name}' is a share and must be in [0, 1]")
+    if not 0.0 <= r.needs_review <= 1.0:
+        raise ScenarioError(f"{where}: field 'run.needs_review' must be in [0, 1]")
+    for name in RATES:
+        if getattr(f, name) < 0:
+            raise ScenarioError(f"{where}: field 'faults.{name}' is a rate and must be >= 0")
+    if f.poison + f.crash_loop + r.needs_review > 0.5:
+        raise ScenarioError(f"{where}: faults.poison + faults.crash_loop + run.needs_review "
+                            "exceed half the jobs: too few would be delivered to check much")
+    for point in f.crash_points:
+        if point != "*" and point not in CRASHPOINTS:
+            raise ScenarioError(f"{where}: field 'faults.crash_points' names unknown point "
+                                f"{point!r} (known: {', '.join(CRASHPOINTS)})")
+    if f.crash_points and f.crash_point_probability == 0:
+        raise ScenarioError(f"{where}: faults.crash_points is set but "
+                            "faults.crash_point_probability is 0: no point would fire")
+    for start, end in f.outages:
+        if not 0 <= start < end <= r.chaos:
+            raise ScenarioError(f"{where}: field 'faults.outages' window [{start}, {end}] must "
+                                f"lie inside the chaos phase [0, {r.chaos}]")
+    if f.heartbeat_off_workers > r.workers:
+        raise ScenarioError(f"{where}: faults.heartbeat_off_workers ({f.heartbeat_off_workers})"
+                            f" exceeds run.workers ({r.workers})")
+    if f.skewed_workers > r.workers:
+        raise ScenarioError(f"{where}: faults.skewed_workers ({f.skewed_workers}) exceeds "
+                            f"run.workers ({r.workers})")
+    if f.kill and not r.workers + (r.senders if f.kill_senders else 0):
+        raise ScenarioError(f"{where}: faults.kill is set but there is nothing to kill")
+
+
+def load_profiles() -> dict[str, dict[str, float]]:
+    path = os.path.join(SCENARIO_DIR, "profiles.toml")
+    data = _read_toml(path)
+    for name, table in data.items():
+        unknown = set(table) - {"jobs", "duration", "rates", "description"}
+        if unknown:
+            raise ScenarioError(f"{os.path.relpath(path)}: unknown field "
+                                f"'{name}.{sorted(unknown)[0]}' (known: jobs, duration, rates)")
+    return data
+
+
+def apply_profile(s: Scenario, profile: str) -> Scenario:
+    """Scale job count, chaos duration (and outage windows) and fault rates by the profile."""
+    profiles = load_profiles()
+    if profile not in profiles:
+        raise ScenarioError(f"unknown profile {profile!r} (known: {', '.join(sorted(profiles))})")
+    p = profiles[profile]
+    jobs, duration, rates = p.get("jobs", 1.0), p.get("duration", 1.0), p.get("rates", 1.0)
+    run = dataclasses.replace(s.run, jobs=max(1, round(s.run.jobs * jobs)),
+                              chaos=s.run.chaos * duration)
+    scaled = {name: getattr(s.faults, name) * rates for name in RATES}
+    faults = dataclasses.replace(
+        s.faults, **scaled,
+        outages=tuple((a * duration, b * duration) for a, b in s.faults.outages))
+    return dataclasses.replace(s, profile=profile, run=run, faults=faults)
