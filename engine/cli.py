@@ -17,7 +17,8 @@ from .hooks import SkewedClock, SystemClock, arm_from_env
 from .outbox import Sender
 from .retry import StepError
 from .states import PipelineError, get_pipeline
-from .steps import StepContext, make_runner
+from .retry import SchemaError
+from .steps import SCHEMAS, StepContext, check_schema, make_runner
 from .store import (DatabaseError, OperatorError, SQLiteStore, SubmissionConflict, open_store)
 from .worker import Worker
 
@@ -86,16 +87,21 @@ def read_jobs(args: argparse.Namespace) -> list[tuple[str, Any]]:
     """The jobs to submit, from --id/--payload or a JSON-lines file; errors name the line."""
     if args.file:
         jobs = []
-        with open(args.file, encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
+        try:
+            with open(args.file, "rb") as fh:
+                lines = fh.read().split(b"\n")
+        except OSError as exc:
+            raise ConfigError(f"--file {args.file}: {exc.strerror or exc}") from None
+        for n, raw in enumerate(lines, 1):
+            try:
+                line = raw.decode("utf-8")
                 if not line.strip():
                     continue
-                try:
-                    item = json.loads(line)
-                    jobs.append((str(item["id"]), item["payload"]))
-                except (ValueError, KeyError, TypeError) as exc:
-                    raise ConfigError(f"{args.file}:{n}: each line must be a JSON object with "
-                                      f"'id' and 'payload' ({type(exc).__name__}: {exc})") from None
+                item = json.loads(line)
+                jobs.append((str(item["id"]), item["payload"]))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ConfigError(f"{args.file}:{n}: each line must be a UTF-8 JSON object "
+                                  f"with 'id' and 'payload' ({type(exc).__name__}: {exc})") from None
         return jobs
     if not (args.id and args.payload is not None):
         raise ConfigError("submit needs --id and --payload, or --file")
@@ -172,8 +178,25 @@ def cmd_action(args: argparse.Namespace, config: EngineConfig) -> int:
                 output = json.loads(args.output)
             except ValueError as exc:
                 raise ConfigError(f"--output is not JSON: {exc}") from None
+        if output is not None:
+            check_resolution(store, args.job, output)
         print(f"job {args.job}: resolved to {store.resolve(args.job, OPERATOR, now, output)}")
     return 0
+
+
+def check_resolution(store: SQLiteStore, job_id: str, output: Any) -> None:
+    """Refuse an operator's output that the parked step's schema would not accept: a memo
+    the pipeline cannot use would kill every worker that picks the job up."""
+    job = store.job(job_id)
+    if job is None:
+        raise OperatorError(f"no job {job_id!r}")
+    pipeline = get_pipeline(job["pipeline"])
+    for step in pipeline.steps:
+        if job["state"] in (step.parked, step.alternate) and step.name in SCHEMAS:
+            try:
+                check_schema(step.name, output)
+            except SchemaError as exc:
+                raise ConfigError(f"--output does not fit step {step.name!r}: {exc}") from None
 
 
 def cmd_rerun_step(args: argparse.Namespace, config: EngineConfig) -> int:
@@ -265,8 +288,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = settings(args)
         return COMMANDS.get(args.command, cmd_query)(args, config)
     except (ConfigError, DatabaseError, OperatorError, PipelineError, StepError,
-            ValueError, KeyError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+            ValueError, KeyError, OSError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"error: {message}", file=sys.stderr)
         return 2
 
 

@@ -47,8 +47,10 @@ class Sender:
                 worked = False
             if worked:
                 continue
-            if exit_when_idle and self.store.unsent_rows() == 0 and (
-                    idle_when is None or idle_when()):
+            # Ask "can more rows appear?" first: a delivery commits its rows with its state,
+            # so once no job is active every row that will ever exist is already visible.
+            if exit_when_idle and (idle_when is None or idle_when()) and \
+                    self.store.unsent_rows() == 0:
                 return
             self.clock.sleep(self.config.poll_interval * (0.5 + self.rng.random()))
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 from .config import EngineConfig
 from . import hooks
 from .hooks import Clock, SystemClock, crashpoint
-from .retry import Backoff, CallTimeout, StepError, classify
+from .retry import Backoff, CallTimeout, PoisonError, StepError, classify
 from .states import Pipeline, get_pipeline
 from .steps import StepContext, StepRunner, make_runner
 from .store import Claim, LeaseLost, SQLiteStore, Spend, StoreBusy, open_store
@@ -190,7 +190,13 @@ class Worker:
     def _finish_from_memo(self, claim: Claim, ctx: StepContext) -> Claim | None:
         # Already done before a crash: advance at once, releasing or passing on the lease.
         self.stats.memo_hits += 1
-        conclusion = self.runner.conclude(claim.step.name, json.loads(claim.memo), ctx)
+        try:
+            conclusion = self.runner.conclude(claim.step.name, json.loads(claim.memo), ctx)
+        except Exception as exc:  # a memo the step cannot use is poison, not a crash loop
+            self._fail(claim, PoisonError(f"memo of step {claim.step.name!r} is unusable: "
+                                          f"{type(exc).__name__}: {exc}"), self.clock.now(),
+                       billed=False)
+            return None
         crashpoint("worker.memo_hit.before_commit")
         return self._complete(claim, None, 0.0, conclusion, None)
 
@@ -223,7 +229,7 @@ class Worker:
         crashpoint("worker.after_commit")
         return nxt
 
-    def _fail(self, claim: Claim, exc: Exception, started: float) -> None:
+    def _fail(self, claim: Claim, exc: Exception, started: float, billed: bool = True) -> None:
         self.stats.failures += 1
         retryable = classify(exc)
         attempt = claim.attempts + 1
@@ -237,7 +243,7 @@ class Worker:
         if retry_at is None:
             error += f" (parked after {attempt} attempt{'s' if attempt > 1 else ''})"
         spend = None
-        if self.runner.makes_call(claim.step.name):
+        if billed and self.runner.makes_call(claim.step.name):
             spend = self._spend(claim, started, outcome, getattr(exc, "cost", None)
                                 if isinstance(exc, StepError) else None, error)
         retry_store(lambda: self.store.fail(claim, self.pipeline, self.id, now, error=error,

@@ -387,7 +387,7 @@ class SQLiteStore(OperatorSQL):
                     " lease_owner=?, lease_token=lease_token+1, updated_by=? WHERE id=?"
                     " RETURNING id, job_id, kind, payload, idempotency_key, lease_token,"
                     " attempts", (until, until, sender, sender, row[0])).fetchone()
-                crashpoint("sender.after_claim")
+            crashpoint("sender.after_claim")
             return OutboxClaim(*got, lease_until=until)
 
     def mark_sent(self, row: OutboxClaim, sender: str, now: float) -> bool:
