@@ -52,11 +52,17 @@ def _worker(db: str, sync: str, go, counts, index: int) -> None:
     counts[index] = stats.claims
 
 
-def engine_rate(jobs: int, workers: int, sync: str) -> tuple[float, list[int]]:
-    """Jobs/s for `jobs` jobs through `workers` processes, and each worker's share."""
+def engine_rate(jobs: int, workers: int, sync: str,
+                prepare=None) -> tuple[float, list[int]]:
+    """Jobs/s for `jobs` jobs through `workers` processes, and each worker's share.
+
+    prepare(store), when given, runs on the fresh database first (e.g. to install an observer).
+    """
     with tempfile.TemporaryDirectory() as tmp:
         db = os.path.join(tmp, "engine.db")
         store = open_store(db, synchronous="NORMAL")
+        if prepare is not None:
+            prepare(store)
         now = time.time()
         for i in range(jobs):
             store.submit(f"job-{i}", DOCUMENT, {"title": f"t{i}", "body": "a b c " * 20}, now)

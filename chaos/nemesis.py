@@ -38,7 +38,8 @@ class FaultPolicy:
 
     def provider_fault(self, job: str, step: str, n: int) -> dict | None:
         fault = provider_fault(self.scenario, self.plan, job, step, n)
-        if fault is not None and job in self.plan.poison:
+        poisoned = self.plan.poison.get(job)
+        if poisoned is not None and poisoned["step"] == step:
             return fault  # poison is the document's nature: it never heals
         if self.healed.is_set():
             return None

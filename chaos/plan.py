@@ -67,9 +67,10 @@ def _arrivals(rng: random.Random, rate: float, duration: float) -> list[float]:
         return times
     while True:
         t += rng.expovariate(rate)
-        if t >= duration:
+        at = round(t, 4)
+        if at >= duration:  # rounding must not push an event past the chaos phase
             return times
-        times.append(round(t, 4))
+        times.append(at)
 
 
 def make_plan(scenario: Scenario, seed: int) -> FaultPlan:
@@ -93,10 +94,9 @@ def make_plan(scenario: Scenario, seed: int) -> FaultPlan:
             timeline.append(event)
     for i, (start, end) in enumerate(f.outages):
         timeline.append({"at": start, "fault": "outage", "pick": i, "until": end})
-    spread = max(run.chaos, 0.1)
     for kind in ("same", "different"):
         for job in duplicates[kind]:
-            timeline.append({"at": round(rng.uniform(0, spread), 4),
+            timeline.append({"at": min(round(rng.uniform(0, run.chaos), 4), run.chaos * 0.999),
                              "fault": "duplicate_submit", "pick": 0, "job": job, "kind": kind})
     timeline.sort(key=lambda e: (e["at"], e["fault"], e["pick"]))
     skewed = [f.skew_seconds if i < f.skewed_workers else 0.0 for i in range(run.workers)]

@@ -29,9 +29,12 @@ def faults_applied(plan: FaultPlan, events: list[Event], nemesis: Counter) -> di
     counts: Counter[str] = Counter()
     for name, n in nemesis.items():
         counts[name] = n
+    outages = _windows(events, "outage", "outage_end")
     for e in of(events, "provider", "call"):
         fault, status = e.get("fault"), e.get("status")
-        if fault == "status" and status == 429:
+        if fault == "status" and any(a <= e["t"] <= b for a, b in outages):
+            counts["outage_503"] += 1  # the outage's doing, not evidence of random 5xx
+        elif fault == "status" and status == 429:
             counts["provider_429"] += 1
         elif fault == "status" and status == 400:
             counts["poison"] += 1
@@ -54,6 +57,20 @@ def faults_applied(plan: FaultPlan, events: list[Event], nemesis: Counter) -> di
     for e in of(events, "nemesis", "heartbeat_off"):
         counts["heartbeat_off_worker"] += 1
     return dict(sorted((k, v) for k, v in counts.items() if v))
+
+
+def _windows(events: list[Event], start: str, end: str) -> list[tuple[float, float]]:
+    """[start, end] time windows of a nemesis fault (an open window ends at infinity)."""
+    windows, opened = [], None
+    for e in of(events, "nemesis"):
+        if e["type"] == start:
+            opened = e["t"]
+        elif e["type"] == end and opened is not None:
+            windows.append((opened, e["t"]))
+            opened = None
+    if opened is not None:
+        windows.append((opened, float("inf")))
+    return windows
 
 
 #: fault setting -> the applied-count key that proves it fired.
@@ -158,6 +175,8 @@ def write_report(run_dir: str, report: dict) -> str:
 def verdict_table(report: dict) -> str:
     """The verdicts as a terminal table, failures first."""
     rows = sorted(report["verdicts"], key=lambda v: (v["verdict"] == "pass", v["name"]))
+    if not rows:
+        return "(no verdicts)"
     width = max(len(v["name"]) for v in rows)
     lines = [f"{'invariant':<{width}}  verdict  checked  errors  reason"]
     for v in rows:

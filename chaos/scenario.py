@@ -227,6 +227,15 @@ def _check(where: str, s: Scenario) -> None:
     for name in RATES:
         if getattr(f, name) < 0:
             raise ScenarioError(f"{where}: field 'faults.{name}' is a rate and must be >= 0")
+    for name in ("pause_seconds", "skew_seconds", "slow_seconds", "retry_after", "hang_seconds",
+                 "contention_seconds", "skewed_workers", "heartbeat_off_workers"):
+        if getattr(f, name) < 0:
+            raise ScenarioError(f"{where}: field 'faults.{name}' must be >= 0")
+    timed = [name for name in RATES + ("duplicate_same", "duplicate_different")
+             if getattr(f, name)] + (["outages"] if f.outages else [])
+    if timed and r.chaos == 0:
+        raise ScenarioError(f"{where}: faults.{timed[0]} happens during the chaos phase, but "
+                            "run.chaos is 0")
     if f.poison + f.crash_loop + r.needs_review > 0.5:
         raise ScenarioError(f"{where}: faults.poison + faults.crash_loop + run.needs_review "
                             "exceed half the jobs: too few would be delivered to check much")
@@ -266,7 +275,9 @@ def apply_profile(s: Scenario, profile: str) -> Scenario:
     """Scale job count, chaos duration (and outage windows) and fault rates by the profile."""
     profiles = load_profiles()
     if profile not in profiles:
-        raise ScenarioError(f"unknown profile {profile!r} (known: {', '.join(sorted(profiles))})")
+        raise ScenarioError(f"unknown profile {profile!r} (known in "
+                            f"{os.path.relpath(os.path.join(SCENARIO_DIR, 'profiles.toml'))}: "
+                            f"{', '.join(sorted(profiles))})")
     p = profiles[profile]
     jobs, duration, rates = p.get("jobs", 1.0), p.get("duration", 1.0), p.get("rates", 1.0)
     run = dataclasses.replace(s.run, jobs=max(1, round(s.run.jobs * jobs)),
