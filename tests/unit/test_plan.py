@@ -1,0 +1,379 @@
+"""The fault plan: a pure function of (scenario, seed) that survives JSON; its timeline, job
+picks and duplicates follow the scenario; provider and receiver faults are pure functions of
+(seed, job, step, n) whose frequencies match the scenario's shares; poison stays on its step;
+and the FaultPolicy the fakes consult (outage switch, heal, receiver timeouts)."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import pathlib
+from collections import Counter
+
+import pytest
+
+from chaos.documents import make_documents
+from chaos.nemesis import FaultPolicy
+from chaos.plan import (MODEL_STEPS, POISON_KINDS, FaultPlan, documents_for, make_plan,
+                        provider_fault, receiver_fault)
+from chaos.scenario import RATES, SCENARIO_DIR, load_scenario
+
+SHIPPED = sorted(p.stem for p in pathlib.Path(SCENARIO_DIR).glob("*.toml")
+                 if p.name != "profiles.toml")
+EFFECT_KINDS = ("charge", "notify")
+MARKER = "[[needs-review]]"
+
+
+@functools.lru_cache(maxsize=None)
+def scenario(name: str, profile: str = "ci"):
+    return load_scenario(name, profile)
+
+
+@functools.lru_cache(maxsize=None)
+def plan(name: str, seed: int = 1, profile: str = "ci") -> FaultPlan:
+    """A cached plan: tests only read it."""
+    return make_plan(scenario(name, profile), seed)
+
+
+def with_changes(name: str, run: dict | None = None, faults: dict | None = None):
+    s = scenario(name)
+    return dataclasses.replace(s, run=dataclasses.replace(s.run, **(run or {})),
+                               faults=dataclasses.replace(s.faults, **(faults or {})))
+
+
+def poison_fault_for(p: FaultPlan, job: str, step: str) -> dict | None:
+    """The fault a poisoned (job, step) must get on every call, else None."""
+    poisoned = p.poison.get(job)
+    if not poisoned or poisoned["step"] != step:
+        return None
+    if poisoned["kind"] == "status400":
+        return {"kind": "status", "status": 400}
+    return {"kind": poisoned["kind"]}
+
+
+def is_poison(fault: dict | None) -> bool:
+    return bool(fault) and (fault.get("status") == 400
+                            or fault["kind"] in ("bad_content", "schema", "garbage"))
+
+
+def provider_calls(p: FaultPlan, calls: int = 20):
+    return [(job, step, n) for job in p.jobs for step in MODEL_STEPS
+            for n in range(1, calls + 1)]
+
+
+def differences(pairs, limit: int = 5) -> list:
+    """The first (call, got, expected) triples that disagree."""
+    return [(call, got, want) for call, got, want in pairs if got != want][:limit]
+
+
+# -- purity and serialization ---------------------------------------------------------------
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_the_same_scenario_and_seed_give_an_equal_plan(name):
+    first = make_plan(scenario(name), 11).to_json()
+    again = make_plan(load_scenario(name), 11).to_json()
+    assert first == again
+    assert json.dumps(first, sort_keys=True) == json.dumps(again, sort_keys=True)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_a_plan_survives_a_json_round_trip(name):
+    p = plan(name)
+    assert FaultPlan.from_json(p.to_json()) == p
+    assert FaultPlan.from_json(json.loads(json.dumps(p.to_json()))) == p
+
+
+@pytest.mark.parametrize("name", ["kill-storm", "everything", "poison", "duplicate-submit",
+                                  "crash-loop", "operator-actions"])
+def test_different_seeds_give_different_plans(name):
+    a, b = plan(name, 1), plan(name, 2)
+    assert (a.timeline, picks(a)) != (b.timeline, picks(b))
+
+
+def test_different_seeds_give_different_timelines_under_kill_storm():
+    assert [e["at"] for e in plan("kill-storm", 1).timeline] != \
+           [e["at"] for e in plan("kill-storm", 2).timeline]
+
+
+@pytest.mark.parametrize("version", [2, 0, None])
+def test_a_plan_of_another_version_is_refused_clearly(version):
+    data = plan("smoke").to_json()
+    data["version"] = version
+    with pytest.raises(ValueError) as err:
+        FaultPlan.from_json(data)
+    message = str(err.value)
+    assert f"version {version}" in message and "re-run" in message
+
+
+# -- the timeline ---------------------------------------------------------------------------
+
+def assert_inside_chaos(p: FaultPlan, chaos: float) -> None:
+    ats = [e["at"] for e in p.timeline]
+    assert ats == sorted(ats)
+    outside = [e for e in p.timeline if not 0 <= e["at"] < chaos]
+    assert not outside, f"events outside [0, {chaos}): {outside[:3]}"
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name", SHIPPED)
+def test_the_timeline_is_sorted_and_inside_the_chaos_phase(name, seed):
+    assert_inside_chaos(plan(name, seed), scenario(name).run.chaos)
+
+
+def test_the_timeline_stays_inside_the_chaos_phase_at_extreme_rates():
+    # Thousands of arrivals per second put some within rounding distance of the phase end.
+    s = with_changes("kill-storm", run={"jobs": 2, "chaos": 1.0}, faults={"kill": 2000.0})
+    for seed in range(20):
+        assert_inside_chaos(make_plan(s, seed), 1.0)
+
+
+SEEDS = range(8)
+
+
+@pytest.mark.parametrize("name", ["kill-storm", "everything", "operator-actions"])
+def test_each_rate_gives_about_rate_times_duration_events(name):
+    s = scenario(name)
+    for fault in RATES:
+        expected = getattr(s.faults, fault) * s.run.chaos * len(SEEDS)
+        observed = sum(1 for seed in SEEDS for e in plan(name, seed).timeline
+                       if e["fault"] == fault)
+        # the sum over seeds is Poisson(expected): a band of 4.5 standard deviations
+        assert abs(observed - expected) <= 4.5 * math.sqrt(expected), (fault, observed, expected)
+
+
+def test_kill_storm_has_a_poisson_number_of_kills_under_every_seed():
+    s = scenario("kill-storm")
+    mean = s.faults.kill * s.run.chaos
+    for seed in SEEDS:
+        kills = sum(1 for e in plan("kill-storm", seed).timeline if e["fault"] == "kill")
+        assert abs(kills - mean) <= 5 * math.sqrt(mean), (seed, kills)
+
+
+def test_outages_and_operator_actions_appear_as_the_scenario_says():
+    s, p = scenario("everything"), plan("everything")
+    outages = [(e["at"], e["until"]) for e in p.timeline if e["fault"] == "outage"]
+    assert outages == list(s.faults.outages)
+    actions = {e.get("action") for e in p.timeline if e["fault"] == "operator"}
+    assert actions and actions <= {"cancel", "requeue", "resolve"}
+
+
+@pytest.mark.parametrize("name", ["duplicate-submit", "everything"])
+def test_every_duplicate_submission_appears_in_the_timeline(name):
+    p = plan(name)
+    planned = {(job, kind) for kind, jobs in p.duplicates.items() for job in jobs}
+    timeline = [(e["job"], e["kind"]) for e in p.timeline if e["fault"] == "duplicate_submit"]
+    assert planned and sorted(timeline) == sorted(planned)
+
+
+# -- job picks ------------------------------------------------------------------------------
+
+def picks(p: FaultPlan) -> dict[str, list[str]]:
+    return {"poison": list(p.poison), "crash_loop": p.crash_loop,
+            "needs_review": p.needs_review, "duplicate_same": p.duplicates["same"],
+            "duplicate_different": p.duplicates["different"]}
+
+
+def shares(s) -> dict[str, float]:
+    f = s.faults
+    return {"poison": f.poison, "crash_loop": f.crash_loop, "needs_review": s.run.needs_review,
+            "duplicate_same": f.duplicate_same, "duplicate_different": f.duplicate_different}
+
+
+def assert_shares_followed(s, p: FaultPlan) -> None:
+    assert p.jobs == [job for job, _ in make_documents(s.run.jobs, p.seed)]
+    for what, share in shares(s).items():
+        chosen = picks(p)[what]
+        assert len(set(chosen)) == len(chosen) and set(chosen) <= set(p.jobs), what
+        if share == 0:
+            assert chosen == [], what
+        else:
+            assert len(chosen) >= 1, what
+            assert abs(len(chosen) - share * s.run.jobs) <= 1, (what, len(chosen))
+
+
+@pytest.mark.parametrize("profile", ["smoke", "ci"])
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shares_pick_about_share_times_jobs(name, profile):
+    assert_shares_followed(scenario(name, profile), plan(name, 1, profile))
+
+
+def test_a_small_positive_share_still_picks_one_job():
+    s = with_changes("everything", run={"jobs": 4})  # 4 x 0.04..0.1 rounds to 0
+    p = make_plan(s, 5)
+    assert_shares_followed(s, p)
+    assert all(len(chosen) == 1 for chosen in picks(p).values())
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("name", ["everything", "operator-actions", "smoke"])
+def test_poison_crash_loop_and_needs_review_jobs_are_disjoint(name, seed):
+    p = plan(name, seed)
+    groups = [set(p.poison), set(p.crash_loop), set(p.needs_review)]
+    assert sum(map(len, groups)) == len(set().union(*groups))
+    assert all(v["step"] in MODEL_STEPS and v["kind"] in POISON_KINDS for v in p.poison.values())
+
+
+def test_skewed_workers_get_the_skew_in_the_first_slots():
+    s, p = scenario("everything"), plan("everything")
+    f = s.faults
+    assert p.skewed == [f.skew_seconds] * f.skewed_workers + \
+        [0.0] * (s.run.workers - f.skewed_workers)
+
+
+# -- provider and receiver faults -----------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["everything", "provider-outage", "outbox-ambiguous"])
+def test_call_faults_are_pure_functions_of_seed_job_step_and_n(name):
+    s, p = scenario(name), plan(name)
+    twin = FaultPlan.from_json(json.loads(json.dumps(make_plan(load_scenario(name), 1).to_json())))
+    for job, step, n in provider_calls(p, 10):
+        assert provider_fault(s, p, job, step, n) == provider_fault(s, twin, job, step, n)
+    for job in p.jobs:
+        for kind in EFFECT_KINDS:
+            for n in range(1, 11):
+                assert receiver_fault(s, p, job, kind, n) == receiver_fault(s, twin, job, kind, n)
+
+
+def test_another_seed_gives_other_call_faults():
+    s = scenario("provider-outage")
+    a, b = plan("provider-outage", 1), plan("provider-outage", 2)
+    calls = provider_calls(a, 5)
+    assert [provider_fault(s, a, *c) for c in calls] != [provider_fault(s, b, *c) for c in calls]
+
+
+def provider_kind(fault: dict) -> str:
+    if fault["kind"] == "status":
+        return "provider_429" if fault["status"] == 429 else "provider_5xx"
+    return fault["kind"]
+
+
+TOLERANCE = 0.01  # absolute, on shares estimated from >= 16,000 calls (about 4 sigma)
+
+
+def test_provider_fault_frequencies_match_the_scenario_shares():
+    s, p = scenario("everything"), plan("everything")
+    calls = [c for c in provider_calls(p, 100) if c[0] not in p.poison]
+    faults = [provider_fault(s, p, *c) for c in calls]
+    seen = Counter(provider_kind(f) for f in faults if f)
+    f = s.faults
+    for kind, share in {"provider_429": f.provider_429, "provider_5xx": f.provider_5xx,
+                        "hang": f.hang, "reset": f.reset, "slow": f.slow}.items():
+        assert abs(seen[kind] / len(calls) - share) <= TOLERANCE, (kind, seen[kind], len(calls))
+    assert set(seen) <= {"provider_429", "provider_5xx", "hang", "reset", "slow"}
+
+
+def test_provider_fault_details_follow_the_scenario():
+    s, p = scenario("everything"), plan("everything")
+    f = s.faults
+    for job, step, n in provider_calls(p, 40):
+        fault = provider_fault(s, p, job, step, n)
+        if job in p.poison or not fault:
+            continue
+        if fault.get("status") == 429:  # Retry-After on half of them (odd n)
+            assert fault["retry_after"] == (f.retry_after if n % 2 else None)
+        elif fault["kind"] == "status":
+            assert fault["status"] in (500, 502, 503)
+        elif fault["kind"] in ("hang", "slow"):
+            assert fault["seconds"] == (f.hang_seconds if fault["kind"] == "hang"
+                                        else f.slow_seconds)
+
+
+def test_receiver_fault_frequencies_match_the_scenario_shares():
+    s, p = scenario("everything"), plan("everything")
+    calls = [(job, kind, n) for job in p.jobs for kind in EFFECT_KINDS for n in range(1, 101)]
+    seen = Counter(fault["kind"] for c in calls if (fault := receiver_fault(s, p, *c)))
+    f = s.faults
+    for kind, share in {"status": f.receiver_5xx, "timeout": f.receiver_timeout,
+                        "drop": f.receiver_drop}.items():
+        assert abs(seen[kind] / len(calls) - share) <= TOLERANCE, (kind, seen[kind], len(calls))
+
+
+def test_a_scenario_without_call_faults_never_injects_one():
+    s, p = scenario("kill-storm"), plan("kill-storm")
+    assert not any(provider_fault(s, p, *c) for c in provider_calls(p, 10))
+    assert not any(receiver_fault(s, p, job, kind, n)
+                   for job in p.jobs for kind in EFFECT_KINDS for n in range(1, 11))
+
+
+@pytest.mark.parametrize("name", ["poison", "everything", "operator-actions"])
+def test_poison_lands_on_its_step_every_time_and_nowhere_else(name):
+    s, p = scenario(name), plan(name)
+    assert p.poison
+    for job, step, n in provider_calls(p, 30):
+        fault, poisoned = provider_fault(s, p, job, step, n), poison_fault_for(p, job, step)
+        if poisoned:
+            assert fault == poisoned, (job, step, n)
+        else:
+            assert not is_poison(fault), (job, step, n, fault)
+
+
+@pytest.mark.parametrize("name", ["everything", "operator-actions", "smoke"])
+def test_documents_for_marks_only_the_needs_review_titles(name):
+    p = plan(name)
+    originals = dict(make_documents(len(p.jobs), p.seed))
+    docs = documents_for(p)
+    assert [job for job, _ in docs] == p.jobs
+    assert p.needs_review
+    for job, payload in docs:
+        if job in p.needs_review:
+            assert payload == {**originals[job], "title": originals[job]["title"] + " " + MARKER}
+        else:
+            assert payload == originals[job]
+            assert MARKER not in json.dumps(payload)
+
+
+# -- the fault policy the fakes consult -----------------------------------------------------
+
+POLICY_SCENARIOS = ["everything", "poison", "provider-outage"]
+SEND_TIMEOUT = 0.6
+
+
+def policy(name: str) -> tuple[FaultPolicy, FaultPlan]:
+    p = plan(name)
+    return FaultPolicy(scenario(name), p, send_timeout=SEND_TIMEOUT), p
+
+
+@pytest.mark.parametrize("name", POLICY_SCENARIOS)
+def test_before_an_outage_the_policy_passes_the_plan_faults_through(name):
+    pol, p = policy(name)
+    s = scenario(name)
+    assert not differences((c, pol.provider_fault(*c), provider_fault(s, p, *c))
+                           for c in provider_calls(p))
+
+
+@pytest.mark.parametrize("name", POLICY_SCENARIOS)
+def test_an_outage_makes_every_non_poison_provider_call_a_503(name):
+    pol, p = policy(name)
+    pol.outage.set()
+    want = {"kind": "status", "status": 503, "retry_after": None}
+    assert not differences((c, pol.provider_fault(*c), poison_fault_for(p, c[0], c[1]) or want)
+                           for c in provider_calls(p))
+
+
+@pytest.mark.parametrize("name", POLICY_SCENARIOS)
+def test_after_heal_only_poison_faults_remain(name):
+    pol, p = policy(name)
+    pol.outage.set()
+    pol.heal()
+    assert not pol.outage.is_set()
+    assert not differences((c, pol.provider_fault(*c), poison_fault_for(p, c[0], c[1]))
+                           for c in provider_calls(p))
+    assert not any(pol.receiver_fault(job, kind, n)
+                   for job in p.jobs for kind in EFFECT_KINDS for n in range(1, 21))
+
+
+def test_receiver_timeouts_outlast_the_send_timeout():
+    pol, p = policy("everything")
+    s = scenario("everything")
+    timeouts = 0
+    for job in p.jobs:
+        for kind in EFFECT_KINDS:
+            for n in range(1, 21):
+                planned, got = receiver_fault(s, p, job, kind, n), pol.receiver_fault(job, kind, n)
+                if planned and planned["kind"] == "timeout":
+                    timeouts += 1
+                    assert got == {**planned, "seconds": pytest.approx(SEND_TIMEOUT + 0.3)}
+                else:
+                    assert got == planned
+    assert timeouts > 0

@@ -1,0 +1,172 @@
+"""Scenarios: every shipped scenario loads under every profile and is scaled as profiles.toml
+says; a bare name resolves; bad input is refused with a ScenarioError naming the file, the
+field and the reason."""
+from __future__ import annotations
+
+import pathlib
+import tomllib
+
+import pytest
+
+import chaos.scenario
+from chaos.scenario import (RATES, SCENARIO_DIR, SHARES, Run, ScenarioError, apply_profile,
+                            load_scenario)
+
+SCENARIOS = pathlib.Path(SCENARIO_DIR)
+SCENARIO_FILES = sorted(p for p in SCENARIOS.glob("*.toml") if p.name != "profiles.toml")
+PROFILES = tomllib.loads((SCENARIOS / "profiles.toml").read_text())
+
+
+def test_scenarios_and_profiles_are_shipped():
+    assert len(SCENARIO_FILES) >= 10 and {"smoke", "ci", "soak"} <= set(PROFILES)
+
+
+# -- shipped scenarios x profiles -----------------------------------------------------------
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+@pytest.mark.parametrize("path", SCENARIO_FILES, ids=lambda p: p.stem)
+def test_every_scenario_loads_under_every_profile_scaled_as_the_profile_says(path, profile):
+    raw = tomllib.loads(path.read_text())
+    run, faults = raw.get("run", {}), raw.get("faults", {})
+    scale = PROFILES[profile]
+    jobs, duration, rates = (scale.get(k, 1.0) for k in ("jobs", "duration", "rates"))
+
+    s = load_scenario(str(path), profile)
+
+    assert (s.name, s.profile) == (raw["name"], profile)
+    assert s.run.jobs == max(1, round(run.get("jobs", Run.jobs) * jobs))
+    assert s.run.chaos == pytest.approx(run.get("chaos", Run.chaos) * duration)
+    assert (s.run.heal, s.run.drain) == (run.get("heal", Run.heal), run.get("drain", Run.drain))
+    for name in RATES:
+        assert getattr(s.faults, name) == pytest.approx(faults.get(name, 0.0) * rates), name
+    for name in SHARES:  # shares are fractions of calls or jobs: a profile leaves them alone
+        assert getattr(s.faults, name) == pytest.approx(faults.get(name, 0.0)), name
+    expected = [pytest.approx([a * duration, b * duration]) for a, b in faults.get("outages", [])]
+    assert [list(w) for w in s.faults.outages] == expected
+    assert all(0 <= a < b <= s.run.chaos for a, b in s.faults.outages)
+    assert s.engine == raw.get("engine", {})
+
+
+def test_a_profile_scales_rates_and_outage_windows(monkeypatch):
+    # The shipped profiles all keep rates = 1.0; a made-up one shows rates really scale.
+    base = load_scenario("everything")
+    monkeypatch.setattr(chaos.scenario, "load_profiles",
+                        lambda: {"hot": {"jobs": 2.0, "duration": 3.0, "rates": 2.5}})
+    hot = apply_profile(base, "hot")
+    assert (hot.profile, hot.run.jobs) == ("hot", base.run.jobs * 2)
+    assert hot.run.chaos == pytest.approx(base.run.chaos * 3.0)
+    for name in RATES:
+        assert getattr(hot.faults, name) == pytest.approx(getattr(base.faults, name) * 2.5)
+    assert hot.faults.outages == tuple((a * 3.0, b * 3.0) for a, b in base.faults.outages)
+    assert (hot.faults.poison, hot.run.drain) == (base.faults.poison, base.run.drain)
+
+
+@pytest.mark.parametrize("name", ["smoke", "smoke.toml"])
+def test_a_bare_name_resolves_to_the_shipped_file(name):
+    s = load_scenario(name)
+    assert pathlib.Path(s.path).resolve() == (SCENARIOS / "smoke.toml").resolve()
+    assert (s.name, s.profile) == ("smoke", "ci")
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+BAD = [
+    # (case id, file body, fragments the message must contain: the field and the reason)
+    ("unknown-top-level", 'name = "x"\nspeed = 3\n', ["'speed'", "unknown field"]),
+    ("unknown-run-field", 'name = "x"\n[run]\nworkerz = 2\n', ["run.workerz", "unknown field"]),
+    ("unknown-faults-field", 'name = "x"\n[faults]\nkil = 1.0\n',
+     ["faults.kil", "unknown field"]),
+    ("unknown-expect-field", 'name = "x"\n[expect]\nallowance = 1.0\n',
+     ["expect.allowance", "unknown field"]),
+    ("unknown-engine-setting", 'name = "x"\n[engine]\nleese = 2.0\n',
+     ["engine.leese", "unknown field"]),
+    ("unsafe-engine", 'name = "x"\n[engine]\nheartbeat = false\ncall_timeout = 2.0\n'
+     'lease = 2.0\n', ["[engine]", "call_timeout", "lease", "heartbeat", "unsafe"]),
+    ("unsafe-engine-longer-call", 'name = "x"\n[engine]\nheartbeat = false\n'
+     'call_timeout = 3.0\nlease = 2.0\n', ["[engine]", "call_timeout", "lease", "heartbeat"]),
+    ("string-for-float", 'name = "x"\n[faults]\nkill = "fast"\n',
+     ["faults.kill", "must be float", "'fast'"]),
+    ("float-for-int", 'name = "x"\n[run]\njobs = 2.5\n', ["run.jobs", "must be int", "2.5"]),
+    ("bool-for-float", 'name = "x"\n[faults]\nslow = true\n', ["faults.slow", "must be float"]),
+    ("bool-for-int", 'name = "x"\n[run]\nworkers = true\n', ["run.workers", "must be int"]),
+    ("outages-flat-list", 'name = "x"\n[faults]\noutages = [1.0, 2.0]\n', ["faults.outages"]),
+    ("outages-short-window", 'name = "x"\n[faults]\noutages = [[1.0]]\n', ["faults.outages"]),
+    ("outages-string-bound", 'name = "x"\n[faults]\noutages = [[1.0, "2"]]\n',
+     ["faults.outages"]),
+    ("share-above-one", 'name = "x"\n[faults]\nslow = 1.5\n', ["faults.slow", "share", "[0, 1]"]),
+    ("share-below-zero", 'name = "x"\n[faults]\nreceiver_drop = -0.1\n',
+     ["faults.receiver_drop", "share"]),
+    ("needs-review-above-one", 'name = "x"\n[run]\nneeds_review = 1.2\n',
+     ["run.needs_review", "[0, 1]"]),
+    ("negative-rate", 'name = "x"\n[faults]\nkill = -1.0\n', ["faults.kill", "rate", ">= 0"]),
+    ("negative-operator-rate", 'name = "x"\n[faults]\noperator = -0.5\n',
+     ["faults.operator", "rate"]),
+    ("too-many-unhappy-jobs", 'name = "x"\n[run]\nneeds_review = 0.2\n[faults]\npoison = 0.2\n'
+     'crash_loop = 0.2\n', ["faults.poison", "faults.crash_loop", "run.needs_review", "half"]),
+    ("unknown-crash-point", 'name = "x"\n[faults]\ncrash_points = ["worker.nowhere"]\n'
+     'crash_point_probability = 0.1\n', ["faults.crash_points", "'worker.nowhere'", "unknown"]),
+    ("crash-points-never-fire", 'name = "x"\n[faults]\ncrash_points = ["*"]\n',
+     ["faults.crash_points", "crash_point_probability", "0"]),
+    ("outage-past-chaos", 'name = "x"\n[run]\nchaos = 4.0\n[faults]\noutages = [[3.0, 5.0]]\n',
+     ["faults.outages", "[3.0, 5.0]", "chaos phase"]),
+    ("outage-before-chaos", 'name = "x"\n[faults]\noutages = [[-1.0, 2.0]]\n',
+     ["faults.outages", "chaos phase"]),
+    ("outage-backwards", 'name = "x"\n[faults]\noutages = [[3.0, 2.0]]\n',
+     ["faults.outages", "chaos phase"]),
+    ("too-many-skewed", 'name = "x"\n[run]\nworkers = 2\n[faults]\nskewed_workers = 3\n',
+     ["faults.skewed_workers", "run.workers", "exceeds"]),
+    ("missing-name", 'description = "nameless"\n', ["'name'", "required"]),
+    ("empty-name", 'name = ""\n', ["'name'", "required"]),
+    ("invalid-toml", 'name = "x"\n[run\njobs = 2\n', ["not valid TOML", "line 2"]),
+]
+
+
+def load_bad(tmp_path, case: str, body: str) -> str:
+    """Load a scenario file named after the case; return the error message (which must
+    name that file)."""
+    path = tmp_path / f"{case}.toml"
+    path.write_text(body)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(str(path))
+    message = str(err.value)
+    assert f"{case}.toml" in message, f"message does not name the file: {message}"
+    return message
+
+
+@pytest.mark.parametrize("case,body,fragments", BAD, ids=[case for case, _, _ in BAD])
+def test_bad_scenario_is_refused_naming_file_field_and_reason(tmp_path, case, body, fragments):
+    message = load_bad(tmp_path, case, body)
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} missing from: {message}"
+
+
+def test_the_bad_cases_differ_from_a_loadable_file_only_in_their_fault(tmp_path):
+    # Guards the table above: the same skeleton with sane values loads.
+    path = tmp_path / "good.toml"
+    path.write_text('name = "x"\n[run]\nchaos = 4.0\nworkers = 2\n'
+                    '[faults]\noutages = [[1.0, 2.0]]\n'
+                    'crash_points = ["worker.before_call"]\ncrash_point_probability = 0.1\n'
+                    'skewed_workers = 2\npoison = 0.2\ncrash_loop = 0.1\n'
+                    '[engine]\nheartbeat = false\ncall_timeout = 1.0\nlease = 2.0\n')
+    s = load_scenario(str(path))
+    assert s.faults.outages == ((1.0, 2.0),) and s.faults.skewed_workers == 2
+    assert s.engine == {"heartbeat": False, "call_timeout": 1.0, "lease": 2.0}
+
+
+def test_an_unknown_profile_is_refused_listing_the_known_ones():
+    with pytest.raises(ScenarioError) as err:
+        load_scenario("smoke", profile="turbo")
+    message = str(err.value)
+    assert "profile" in message and "'turbo'" in message
+    for known in PROFILES:
+        assert known in message
+
+
+def test_an_unknown_scenario_name_is_refused_listing_the_known_ones():
+    with pytest.raises(ScenarioError) as err:
+        load_scenario("no-such-scenario")
+    message = str(err.value)
+    assert "'no-such-scenario'" in message
+    for path in SCENARIO_FILES:
+        assert path.stem in message
+    assert "profiles" not in message  # the profile table is not a scenario
