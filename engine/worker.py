@@ -5,6 +5,7 @@ step runs again (the memo check makes that the only cost), after it the memo is 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -201,6 +202,12 @@ class Worker:
         return self._complete(claim, None, 0.0, conclusion, None)
 
     def _run_step(self, claim: Claim, ctx: StepContext) -> Claim | None:
+        # A worker fenced out of this job may have committed the step since our claim read
+        # the memos (first writer wins): look again right before paying for the call.
+        fresh = self.store.memo(claim.job_id, claim.step.name)
+        if fresh is not None:
+            claim = dataclasses.replace(claim, memos={**claim.memos, claim.step.name: fresh})
+            return self._finish_from_memo(claim, ctx)
         data = self.store.input_for(claim, self.pipeline)
         crashpoint("worker.before_call")
         started = self.clock.now()
@@ -222,12 +229,23 @@ class Worker:
     def _complete(self, claim: Claim, output: str | None, cost: float, conclusion,
                   spend: Spend | None) -> Claim | None:
         keep = self.config.lease if self.config.keep_job else None
-        nxt = retry_store(lambda: self.store.complete(
+        nxt = self._write(lambda: self.store.complete(
             claim, self.pipeline, self.id, self.clock.now(), output=output, cost=cost,
             effects=conclusion.effects, spend=spend, park_reason=conclusion.park_reason,
-            continue_lease=keep), self.clock, claim.lease_until)
+            continue_lease=keep), claim, spend)
         crashpoint("worker.after_commit")
         return nxt
+
+    def _write(self, write: Callable[[], Any], claim: Claim, spend: Spend | None) -> Any:
+        """A finishing write, retried while the lease holds. If the database stays locked
+        past that, the step is lost to the next owner, but its spend is still recorded."""
+        try:
+            return retry_store(write, self.clock, claim.lease_until)
+        except StoreBusy:
+            if spend is not None:
+                retry_store(lambda: self.store.record_spend(spend), self.clock,
+                            self.clock.now() + 10 * self.config.busy_timeout)
+            raise
 
     def _fail(self, claim: Claim, exc: Exception, started: float, billed: bool = True) -> None:
         self.stats.failures += 1
@@ -246,9 +264,8 @@ class Worker:
         if billed and self.runner.makes_call(claim.step.name):
             spend = self._spend(claim, started, outcome, getattr(exc, "cost", None)
                                 if isinstance(exc, StepError) else None, error)
-        retry_store(lambda: self.store.fail(claim, self.pipeline, self.id, now, error=error,
-                                            retry_at=retry_at, spend=spend),
-                    self.clock, claim.lease_until)
+        self._write(lambda: self.store.fail(claim, self.pipeline, self.id, now, error=error,
+                                            retry_at=retry_at, spend=spend), claim, spend)
 
     def _spend(self, claim: Claim, started: float, outcome: str, cost: float | None,
                error: str | None = None) -> Spend:

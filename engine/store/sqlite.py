@@ -213,8 +213,8 @@ class SQLiteStore(OperatorSQL):
                          step: Step, claims: int, worker: str, now: float) -> None:
         target = step.parked
         if state == step.ready:
-            conn.execute("UPDATE job SET state=?, updated=? WHERE id=?",
-                         (step.working, now, job_id))  # walk the table's edges, never skip
+            conn.execute("UPDATE job SET state=?, updated_by=?, updated=? WHERE id=?",
+                         (step.working, worker, now, job_id))  # walk the edges, never skip
             state = step.working
         pipeline.check(state, target)
         conn.execute(
