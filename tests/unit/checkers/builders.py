@@ -123,3 +123,182 @@ def delivered_job(job_id, t0=1.0, worker=W1, token=1):
     for row, kind in ((1, "charge"), (2, "notify")):
         events.append(outbox(t, row, job_id, kind, worker, 0, op="insert"))
     return events
+
+
+# -- added for the outbox and liveness checkers ----------------------------------------------
+
+def sent_effect(t, job_id, kind, row, *, sender=S1, token=1, status=201, outcome="applied",
+                applied=True, key="auto", mark=True, lease_until=None):
+    """A sender's claim of an outbox row, its receiver request and (mark) its sent_at mark."""
+    claim = outbox(t, row, job_id, kind, sender, token, old_token=token - 1, attempts=token)
+    if lease_until is not None:
+        claim["lease_until"] = lease_until
+    events = [claim, request(t + 0.01, t + 0.02, job_id, kind, key=key, worker=sender, n=token,
+                             status=status, outcome=outcome, applied=applied)]
+    if mark:
+        events.append(outbox(t + 0.03, row, job_id, kind, sender, token, attempts=token,
+                             sent_at=t + 0.03))
+    return events
+
+
+def delivered_with_effects(job_id, t0=1.0, sender=S1, **job_kw):
+    """`delivered_job` plus a clean send of its charge and notify effects."""
+    events = delivered_job(job_id, t0, **job_kw)
+    for row, kind in ((1, "charge"), (2, "notify")):
+        events += sent_effect(t0 + 0.5 + row * 0.1, job_id, kind, row, sender=sender)
+    return events
+
+
+def snapshot_with_effects(history, **overrides) -> dict:
+    """`snapshot_of(history)` plus the outbox rows as last audited, the spend the audit
+    recorded and the receiver's applied list from its ledger; override any key."""
+    rows, spends, applied = {}, [], []
+    for e in history:
+        kind = (e["src"], e["type"])
+        if kind == ("audit", "outbox"):
+            rows[(e["job"], e["kind"])] = {
+                "row": e["row"], "job": e["job"], "kind": e["kind"],
+                "key": f"{e['job']}:{e['kind']}", "sent_at": e["sent_at"], "dead_at": e["dead_at"],
+                "attempts": e["attempts"], "last_error": e["last_error"]}
+        elif kind == ("audit", "spend"):
+            spends.append({"job": e["job"], "step": e["step"], "worker": e["worker"],
+                           "lease_token": e["token"], "started": e["started"],
+                           "ended": e["ended"], "outcome": e["outcome"], "cost": e["cost"]})
+        elif kind == ("receiver", "request") and e["applied"]:
+            applied.append({"id": e["effect_id"] or f"eff_{len(applied) + 1}", "key": e["key"],
+                            "job": e["job"], "kind": e["kind"], "t": e["t"]})
+    derived = {"outbox": list(rows.values()), "spend": spends, "receiver_applied": applied}
+    return snapshot_of(history, **{**derived, **overrides})
+
+
+# -- snapshots from histories, and a recorded audit of a real store ---------------------------
+
+def snapshot_of(history, **overrides) -> dict:
+    """A snapshot whose jobs, memos and submitted ids are what `history` leaves behind."""
+    jobs, memos = {}, {}
+    for e in history:
+        if e["src"] == "audit" and e["type"] == "job":
+            jobs[e["job"]] = {"state": e["to"], "attempts": e.get("attempts", 0),
+                              "claims": e.get("claims", 0), "lease_token": e["token"],
+                              "last_error": e.get("last_error"),
+                              "payload_hash": e.get("payload_hash"),
+                              "next_run_at": e.get("next_run_at"),
+                              "lease_until": e.get("lease_until", 0.0)}
+        elif e["src"] == "audit" and e["type"] == "memo":
+            if e["op"] == "insert":
+                memos[(e["job"], e["step"])] = {"job": e["job"], "step": e["step"],
+                                                "cost": e["cost"], "worker": e["writer"],
+                                                "lease_token": e["token"], "at": e["t"]}
+            else:
+                memos.pop((e["job"], e["step"]), None)
+    submitted = list(dict.fromkeys(e["job"] for e in history
+                                   if e["src"] == "runner" and e["type"] == "submit"))
+    base = {"jobs": jobs, "memos": list(memos.values()), "submitted": submitted}
+    return snapshot(**{**base, **overrides})
+
+
+_AUDIT_JOB = ("json_object('t', audit_now(), 'src', 'audit', 'type', 'job', 'op', '{op}',"
+              " 'job', NEW.id, 'from', {frm}, 'to', NEW.state, 'writer', NEW.updated_by,"
+              " 'token', NEW.lease_token, 'old_token', {old}.lease_token, 'claims', NEW.claims,"
+              " 'attempts', NEW.attempts, 'lease_until', NEW.lease_until, 'lease_owner',"
+              " NEW.lease_owner, 'next_run_at', NEW.next_run_at, 'last_error', NEW.last_error,"
+              " 'payload_hash', NEW.payload)")
+_AUDIT_MEMO = ("json_object('t', audit_now(), 'src', 'audit', 'type', 'memo', 'op', '{op}',"
+               " 'job', {r}.job_id, 'step', {r}.step, 'writer', {r}.worker, 'token',"
+               " {r}.lease_token, 'cost', {r}.cost)")
+_AUDIT_OUTBOX = ("json_object('t', audit_now(), 'src', 'audit', 'type', 'outbox', 'op', '{op}',"
+                 " 'row', NEW.id, 'job', NEW.job_id, 'kind', NEW.kind, 'writer', NEW.updated_by,"
+                 " 'token', NEW.lease_token, 'old_token', {old}.lease_token, 'attempts',"
+                 " NEW.attempts, 'sent_at', NEW.sent_at, 'dead_at', NEW.dead_at, 'lease_owner',"
+                 " NEW.lease_owner, 'last_error', NEW.last_error)")
+_AUDIT_SPEND = ("json_object('t', audit_now(), 'src', 'audit', 'type', 'spend', 'job',"
+                " NEW.job_id, 'step', NEW.step, 'worker', NEW.worker, 'token', NEW.lease_token,"
+                " 'started', NEW.started, 'ended', NEW.ended, 'outcome', NEW.outcome, 'cost',"
+                " NEW.cost, 'error', NEW.error)")
+_AUDIT_TRIGGERS = {
+    "job_insert": ("AFTER INSERT ON job",
+                   _AUDIT_JOB.format(op="insert", old="NEW", frm="NULL")),
+    "job_update": ("AFTER UPDATE ON job",
+                   _AUDIT_JOB.format(op="update", old="OLD", frm="OLD.state")),
+    "memo_insert": ("AFTER INSERT ON step_result", _AUDIT_MEMO.format(op="insert", r="NEW")),
+    "memo_delete": ("AFTER DELETE ON step_result", _AUDIT_MEMO.format(op="delete", r="OLD")),
+    "outbox_insert": ("AFTER INSERT ON outbox", _AUDIT_OUTBOX.format(op="insert", old="NEW")),
+    "outbox_update": ("AFTER UPDATE ON outbox", _AUDIT_OUTBOX.format(op="update", old="OLD")),
+    "spend_insert": ("AFTER INSERT ON spend", _AUDIT_SPEND),
+}
+
+
+def install_audit(store, clock) -> None:
+    """Record every committed change of `store`'s tables as history events (in a table of the
+    same database, in the same transaction), stamped with `clock`: a stand-in for the
+    runner's audit observer, so checker tests can read what the real engine writes.
+    Only writes through `store`'s own connection are stamped (the function lives there)."""
+    store.conn.create_function("audit_now", 0, clock.now)
+    statements = ["CREATE TABLE IF NOT EXISTS audit_log (seq INTEGER PRIMARY KEY, event TEXT)"]
+    for name, (when, event) in _AUDIT_TRIGGERS.items():
+        statements.append(f"CREATE TRIGGER audit_{name} {when} BEGIN"
+                          f" INSERT INTO audit_log (event) VALUES ({event}); END")
+    store.conn.executescript(";\n".join(statements) + ";")
+
+
+def audit_events(store) -> list[dict]:
+    """The events install_audit recorded, in commit order."""
+    import json
+    rows = store.conn.execute("SELECT event FROM audit_log ORDER BY seq").fetchall()
+    return [json.loads(r[0]) for r in rows]
+
+
+class Ledger:
+    """A stand-in for the provider's ledger when a test drives the real store by hand: each
+    call advances the clock and is recorded as a provider call event."""
+
+    def __init__(self, clock) -> None:
+        self.clock, self.events = clock, []
+
+    def call(self, job_id, step, worker, seconds=0.5, billed=0.01):
+        """Make one call; returns the engine's Spend for it (started, ended, cost)."""
+        from engine.store import Spend
+        started = self.clock.now()
+        self.clock.advance(seconds)
+        ended = self.clock.now()
+        self.events.append(call(started, ended, job_id, step, worker, billed=billed))
+        return lambda claim: Spend(job_id, step, worker, claim.lease_token, started, ended,
+                                   "ok", billed)
+
+
+def fence_by_id_only(store) -> None:
+    """Mutate `store` like the article's engine: its step completion is fenced by the job id
+    only, so it matches whatever lease token the job holds now."""
+    import dataclasses
+    real = store.complete
+
+    def complete(claim, *args, **kwargs):
+        now_token = store.job(claim.job_id)["lease_token"]
+        return real(dataclasses.replace(claim, lease_token=now_token), *args, **kwargs)
+    store.complete = complete
+
+
+def zombie_finish(store, clock, pipeline, lease=5.0):
+    """The real engine's story of a takeover: W1 claims doc-1 and calls for 'fetch'; its lease
+    expires; W2 re-claims and calls; then W1 finishes (its memo wins, its state update is
+    fenced unless the store is mutated) and W2 finishes. Returns the merged history."""
+    import json
+    from engine.store import LeaseLost
+    from chaos.history import merge
+    install_audit(store, clock)
+    ledger = Ledger(clock)
+    store.submit("doc-1", pipeline, {"title": "t", "body": "b"}, clock.now())
+    first = store.claim(pipeline, W1, clock.now(), lease, 8)
+    spend_first = ledger.call("doc-1", "fetch", W1)
+    clock.advance(lease)
+    second = store.claim(pipeline, W2, clock.now(), lease, 8)
+    spend_second = ledger.call("doc-1", "fetch", W2)
+    output = json.dumps({"title": "t", "text": "b", "chars": 1})
+    for claim, worker, spend in ((first, W1, spend_first), (second, W2, spend_second)):
+        try:
+            store.complete(claim, pipeline, worker, clock.now(), output=output, cost=0.01,
+                           spend=spend(claim))
+        except LeaseLost:
+            pass
+        clock.advance(0.1)
+    return merge(audit_events(store), ledger.events)

@@ -1,0 +1,381 @@
+"""Checkers of money and memos: a committed step is never billed again (no-rebill-after-commit),
+memos are single and complete (memo-consistent), and every billed cent is either committed or
+attributed to a cause (cost-accounted).
+
+Also owns the shared reading of the provider ledger against the audit: calls per (job, step),
+memo lifetimes, which call a memo came from, which spend record a call got.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from typing import Any
+
+from ..history import Event
+from .transitions import EPS, JobIndex, audit_jobs, clock_of, is_bump, is_operator, is_worker
+from .verdict import Verdict
+
+COST_TOLERANCE = 1e-9
+Key = tuple[str, str]  # (job, step)
+
+
+def provider_calls(history: list[Event]) -> dict[Key, list[Event]]:
+    """The provider ledger's calls per (job, step), by start time."""
+    calls: dict[Key, list[Event]] = defaultdict(list)
+    for e in history:
+        if e["src"] == "provider" and e["type"] == "call":
+            calls[(e["job"], e["step"])].append(e)
+    for group in calls.values():
+        group.sort(key=lambda c: c["t_start"])
+    return calls
+
+
+class Memos:
+    """Each (job, step)'s memo lifetimes from the audit: [insert, delete or None] in order.
+
+    `conflicts` holds (live insert, second insert) pairs: an insert while a memo was live.
+    """
+
+    def __init__(self, history: list[Event]) -> None:
+        self.periods: dict[Key, list[list]] = defaultdict(list)
+        self.conflicts: list[tuple[Event, Event]] = []
+        self.count = 0
+        for e in history:
+            if e["src"] != "audit" or e["type"] != "memo":
+                continue
+            self.count += 1
+            periods = self.periods[(e["job"], e["step"])]
+            live = periods[-1] if periods and periods[-1][1] is None else None
+            if e["op"] == "insert":
+                if live is not None:
+                    self.conflicts.append((live[0], e))
+                    continue
+                periods.append([e, None])
+            elif e["op"] == "delete":
+                if live is not None:
+                    live[1] = e
+
+    def live_at(self, key: Key, t: float) -> Event | None:
+        """The memo insert live at audit time t (committed before t, not deleted by then)."""
+        for insert, delete in self.periods.get(key, ()):
+            if insert["t"] < t and (delete is None or delete["t"] >= t):
+                return insert
+        return None
+
+    def worker_inserts(self) -> list[tuple[Event, Event | None]]:
+        """(memo insert by a worker, its delete or None), in commit order."""
+        return sorted(((i, d) for periods in self.periods.values() for i, d in periods
+                       if is_worker(i["writer"])), key=lambda p: p[0]["t"])
+
+
+def memoized_call(memo: Event, calls: list[Event]) -> Event | None:
+    """The call a worker's memo holds the result of: the memo writer's call for that
+    (job, step) that ended last before the memo committed (EPS: ledger vs audit clocks)."""
+    found = None
+    for call in calls:
+        if call["worker"] == memo["writer"] and call["t_end"] <= memo["t"] + EPS:
+            if found is None or call["t_end"] > found["t_end"]:
+                found = call
+    return found
+
+
+def match_spends(history: list[Event], calls: dict[Key, list[Event]]) -> dict[int, Event]:
+    """id(call) -> the engine's spend record of that call.
+
+    A worker's calls for one (job, step) are sequential; call i's record is its first spend
+    record committed after the call started and before the worker's next call started.
+    """
+    spends: dict[tuple, list[Event]] = defaultdict(list)
+    for e in history:
+        if e["src"] == "audit" and e["type"] == "spend":
+            spends[(e["worker"], e["job"], e["step"])].append(e)
+    by_worker: dict[tuple, list[Event]] = defaultdict(list)
+    for (job, step), group in calls.items():
+        for call in group:
+            by_worker[(call["worker"], job, step)].append(call)
+    matched: dict[int, Event] = {}
+    for key, group in by_worker.items():
+        pending = list(spends.get(key, ()))
+        for i, call in enumerate(group):
+            until = group[i + 1]["t_start"] + EPS if i + 1 < len(group) else math.inf
+            for j, spend in enumerate(pending):
+                if call["t_start"] - EPS <= spend["t"] <= until:
+                    matched[id(call)] = pending.pop(j)
+                    break
+    return matched
+
+
+def needs_ledger(history: list[Event], calls: dict[Key, list[Event]]) -> str | None:
+    """Why a money check cannot judge: costs were recorded but the provider ledger is empty."""
+    if calls:
+        return None
+    for e in history:
+        if e["src"] == "audit" and e["type"] in ("memo", "spend") and (e.get("cost") or 0) > 0:
+            return ("no provider ledger events, yet the audit records billed costs: "
+                    "was the provider's ledger collected?")
+    return None
+
+
+# -- no-rebill-after-commit -----------------------------------------------------------------
+
+def check_no_rebill_after_commit(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
+    """No provider call for (job, step) starts after that step's memo committed.
+
+    A call violates when memo.t + EPS < call.t_start < (operator's memo delete).t - EPS. A call
+    that started before the memo committed and ended after it is duplicate spend, not a
+    re-bill: counted as overlapping_duplicate_calls and left to lease-exclusive/cost-accounted.
+    """
+    verdict = Verdict("no-rebill-after-commit")
+    calls = provider_calls(history)
+    why = needs_ledger(history, calls)
+    if why:
+        return verdict.unknown(why)
+    memos, index, at = Memos(history), JobIndex(history), clock_of(history)
+    after, billed_after, overlapping, stale_reads = 0, 0.0, 0, 0
+    for key, group in calls.items():
+        periods = memos.periods.get(key, ())
+        for call in group:
+            verdict.checked += 1
+            for insert, delete in periods:
+                committed, ends = insert["t"], delete["t"] if delete else math.inf
+                if committed + EPS < call["t_start"] < ends - EPS:
+                    after += 1
+                    billed_after += call["billed"] or 0.0
+                    claim = index.claim_of(call["worker"], key[0], call["t_start"])
+                    stale = claim is not None and claim["t"] < committed
+                    stale_reads += stale
+                    _rebilled(verdict, at, call, insert, claim if stale else None)
+                    break
+                if call["t_start"] <= committed + EPS < call["t_end"]:
+                    overlapping += 1
+                    break
+    verdict.metrics = {"calls": verdict.checked, "calls_after_commit": after,
+                       "billed_after_commit": round(billed_after, 9),
+                       "calls_after_commit_claimed_before": stale_reads,
+                       "overlapping_duplicate_calls": overlapping}
+    return verdict
+
+
+def _rebilled(verdict: Verdict, at, call: Event, memo: Event, stale_claim: Event | None) -> None:
+    message = (f"job {call['job']}: provider call for {call['step']!r} by {call['worker']} "
+               f"started at {at(call['t_start'])}, after the step's memo committed at "
+               f"{at(memo['t'])} (by {memo['writer']}); billed {call['billed']}")
+    if stale_claim is not None:
+        message += (f"; its claim at {at(stale_claim['t'])} came before the memo: the worker "
+                    "acted on the memos it read when it claimed")
+    witnesses = [memo, call] + ([stale_claim] if stale_claim else [])
+    verdict.fail("rebilled-after-commit", message, *witnesses)
+
+
+# -- memo-consistent ------------------------------------------------------------------------
+
+def check_memo_consistent(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
+    """One live memo per (job, step); a job's state implies its earlier steps' memos; a memo
+    hit never calls the provider.
+
+    - an audit memo insert while that (job, step) has a live memo (no delete since) fails;
+      a memo is deleted only by an operator (see `deleted_by`);
+    - in the snapshot, a job in step i's ready, working or parked state has the memos of steps
+      0..i-1; in step i's done state (or the last step's, e.g. delivered) those of 0..i;
+    - when worker W enters step S (a claim, or a kept job moving on) holding a claim taken
+      after (J, S)'s memo committed, W makes no provider call for (J, S) between entering
+      and its next job write for J.
+    """
+    verdict = Verdict("memo-consistent")
+    memos, at = Memos(history), clock_of(history)
+    if not memos.count and snapshot["memos"]:
+        return verdict.unknown("no audit memo events, yet the snapshot has memos")
+    verdict.checked = memos.count
+    for live, second in memos.conflicts:
+        verdict.fail("second-memo", f"job {second['job']}: a second memo for "
+                     f"{second['step']!r} was inserted at {at(second['t'])} by "
+                     f"{second['writer']} while the one from {at(live['t'])} by "
+                     f"{live['writer']} was live", live, second)
+    for delete, by in deleted_by(history):
+        if by is None or not is_operator(by["writer"]):
+            verdict.fail("memo-deleted-without-operator", f"job {delete['job']}: memo for "
+                         f"{delete['step']!r} deleted at {at(delete['t'])}, and the job's next "
+                         f"write is {'none' if by is None else 'by ' + by['writer']}, not an "
+                         "operator's resolve", *[e for e in (delete, by) if e])
+    jobs = audit_jobs(history)
+    _check_implied_memos(verdict, snapshot, jobs)
+    hits = _check_memo_hits(verdict, at, snapshot, jobs, memos, provider_calls(history))
+    verdict.metrics = {"memo_events": memos.count, "second_memos": len(memos.conflicts),
+                       "snapshot_jobs": len(snapshot["jobs"]), "memo_hit_entries": hits}
+    return verdict
+
+
+def deleted_by(history: list[Event]) -> list[tuple[Event, Event | None]]:
+    """(memo delete, the job's next audit job write or None) for every memo delete.
+
+    A trigger cannot tell who deleted a row (the row names its writer, not its deleter), so
+    a delete is attributed to the job write that follows it: resolve deletes the memo and
+    moves the job in one transaction, so that write is the operator's.
+    """
+    pending: dict[str, list[Event]] = defaultdict(list)
+    found = []
+    for e in history:
+        if e["src"] != "audit":
+            continue
+        if e["type"] == "memo" and e["op"] == "delete":
+            pending[e["job"]].append(e)
+        elif e["type"] == "job" and pending.get(e["job"]):
+            found += [(d, e) for d in pending.pop(e["job"])]
+    return found + [(d, None) for ds in pending.values() for d in ds]
+
+
+def required_memos(pipeline: dict) -> dict[str, list[str]]:
+    """state -> the steps whose memos a job in that state must have."""
+    steps = pipeline["steps"]
+    needed: dict[str, list[str]] = {}
+    for i, step in enumerate(steps):
+        before = [s["name"] for s in steps[:i]]
+        for state in (step["ready"], step["working"], step["parked"], step.get("alternate")):
+            if state and state not in needed:
+                needed[state] = before
+        needed[step["done"]] = before + [step["name"]]
+    return needed
+
+
+def _check_implied_memos(verdict: Verdict, snapshot: dict, jobs: list[Event]) -> None:
+    needed = required_memos(snapshot["pipeline"])
+    have = {(m["job"], m["step"]) for m in snapshot["memos"]}
+    last = {e["job"]: e for e in jobs}
+    for job, row in sorted(snapshot["jobs"].items()):
+        verdict.checked += 1
+        missing = [s for s in needed.get(row["state"], ()) if (job, s) not in have]
+        if missing:
+            witness = [last[job]] if job in last else []
+            verdict.fail("missing-memo", f"job {job}: is {row['state']!r} but has no memo for "
+                         f"{', '.join(repr(s) for s in missing)}", *witness)
+
+
+def _check_memo_hits(verdict: Verdict, at, snapshot: dict, jobs: list[Event], memos: Memos,
+                     calls: dict[Key, list[Event]]) -> int:
+    """Fail calls made for a step whose memo the worker held at its claim; return entries."""
+    step_of = {s["working"]: s["name"] for s in snapshot["pipeline"]["steps"]}
+    by_writer: dict[tuple, list[Event]] = defaultdict(list)
+    for e in jobs:
+        if e["op"] == "update" and is_worker(e["writer"]):
+            by_writer[(e["job"], e["writer"])].append(e)
+    entries = 0
+    for (job, worker), events in by_writer.items():
+        claimed = None
+        for i, e in enumerate(events):
+            if is_bump(e):
+                claimed = e
+            moved = e is claimed or e["from"] != e["to"]
+            if e["to"] not in step_of or claimed is None or not moved:
+                continue  # not entering a step (a heartbeat, a park, a write before any claim)
+            step = step_of[e["to"]]
+            memo = memos.live_at((job, step), claimed["t"])
+            if memo is None:
+                continue
+            entries += 1
+            until = events[i + 1]["t"] if i + 1 < len(events) else math.inf
+            for call in calls.get((job, step), ()):
+                if call["worker"] == worker and e["t"] - EPS <= call["t_start"] <= until + EPS:
+                    verdict.fail("memo-hit-called", f"job {job}: {worker} entered {step!r} at "
+                                 f"{at(e['t'])} holding the memo committed at {at(memo['t'])}, "
+                                 f"yet called the provider at {at(call['t_start'])}",
+                                 memo, e, call)
+    return entries
+
+
+# -- cost-accounted -------------------------------------------------------------------------
+
+WASTE_CAUSES = ("timeout", "crash-before-commit", "lost-lease", "retry", "operator-discarded",
+                "duplicate")
+
+
+def check_cost_accounted(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
+    """Committed cost equals the billed cost of the memoized calls; the rest is attributed.
+
+    For each memo a worker wrote, its call (see `memoized_call`) was billed exactly the memo's
+    cost (1e-9), and a memo with a cost has a call. Every billed call the engine lived to
+    record has a spend record (`match_spends`): one of a worker that was not killed before
+    its next write for the job. Waste = billed - committed, by cause of each other call.
+    """
+    verdict = Verdict("cost-accounted")
+    calls = provider_calls(history)
+    why = needs_ledger(history, calls)
+    if why:
+        return verdict.unknown(why)
+    at = clock_of(history)
+    memoized = _check_memo_costs(verdict, at, Memos(history), calls)
+    waste: Counter[str] = Counter()
+    counted: Counter[str] = Counter()
+    spends, index = match_spends(history, calls), JobIndex(history)
+    for call in (c for group in calls.values() for c in group):
+        verdict.checked += 1
+        spend = spends.get(id(call))
+        if spend is None and (call["billed"] or 0) > 0 and call["worker"] and \
+                not index.died_before_writing(call["worker"], call["job"], call["t_start"]):
+            verdict.fail("spend-unrecorded", f"job {call['job']}: the provider billed "
+                         f"{call['billed']} for {call['step']!r} to {call['worker']} (call at "
+                         f"{at(call['t_start'])}), and the engine recorded no spend though "
+                         "the worker lived on", call)
+        cause = memoized.get(id(call)) or waste_cause(call, spend, index)
+        if cause != "committed":
+            waste[cause] += call["billed"] or 0.0
+            counted[cause] += 1
+    billed = sum(c["billed"] or 0.0 for group in calls.values() for c in group)
+    committed = sum(m["cost"] or 0.0 for m in snapshot["memos"])
+    verdict.metrics = {"billed": round(billed, 9), "committed": round(committed, 9),
+                       "waste": round(billed - committed, 9),
+                       "waste_by_cause": {c: round(waste[c], 9) for c in WASTE_CAUSES
+                                          if c in waste},
+                       "calls_by_cause": dict(counted), "calls": sum(map(len, calls.values())),
+                       "calls_with_spend": len(spends)}
+    return verdict
+
+
+def _check_memo_costs(verdict: Verdict, at, memos: Memos,
+                      calls: dict[Key, list[Event]]) -> dict[int, str]:
+    """Each worker memo's cost is its call's billed; returns id(call) -> "committed", or
+    "operator-discarded" for a memo an operator deleted since."""
+    memoized: dict[int, str] = {}
+    for memo, delete in memos.worker_inserts():
+        verdict.checked += 1
+        call = memoized_call(memo, calls.get((memo["job"], memo["step"]), ()))
+        if call is not None:
+            memoized[id(call)] = "committed" if delete is None else "operator-discarded"
+        billed = (call["billed"] if call else 0.0) or 0.0
+        if abs(billed - (memo["cost"] or 0.0)) > COST_TOLERANCE:
+            _mismatch(verdict, at, memo, call)
+    return memoized
+
+
+def waste_cause(call: Event, spend: Event | None, index: JobIndex) -> str:
+    """Why a call's result was not the one committed (see WASTE_CAUSES, in that order)."""
+    worker, job = call["worker"], call["job"]
+    if call["outcome"] == "hang" or (spend is not None and spend["outcome"] == "timeout"):
+        return "timeout"
+    if worker and index.died_before_writing(worker, job, call["t_start"]):
+        return "crash-before-commit"
+    claim = index.claim_of(worker, job, call["t_start"]) if worker else None
+    if claim is not None:
+        until = index.next_write(worker, job, call["t_start"])
+        if index.taken_from(worker, claim, math.inf if until is None else until):
+            return "lost-lease"
+    if spend is not None and spend["outcome"] in ("retryable", "poison"):
+        return "retry"
+    return "duplicate"
+
+
+def _mismatch(verdict: Verdict, at, memo: Event, call: Event | None) -> None:
+    where = (f"job {memo['job']}: the memo for {memo['step']!r} by {memo['writer']} at "
+             f"{at(memo['t'])}")
+    if call is None:
+        verdict.fail("cost-mismatch", f"{where} records cost {memo['cost']}, but the provider "
+                     "billed no call of that worker for it", memo)
+    else:
+        verdict.fail("cost-mismatch", f"{where} records cost {memo['cost']}, but its call at "
+                     f"{at(call['t_start'])} was billed {call['billed']}", memo, call)
+
+
+CHECKS = {
+    "no-rebill-after-commit": check_no_rebill_after_commit,
+    "memo-consistent": check_memo_consistent,
+    "cost-accounted": check_cost_accounted,
+}

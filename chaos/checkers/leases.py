@@ -1,0 +1,178 @@
+"""Checkers of leases: two workers never run the same step at once, or the duplicate spend
+stays within the scenario's allowance (lease-exclusive); a worker whose lease was taken
+writes nothing to the job or its outbox rows (fenced-writes)."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..history import Event
+from .billing import (COST_TOLERANCE, Memos, match_spends, memoized_call, needs_ledger,
+                      provider_calls)
+from .transitions import JobIndex, audit_jobs, clock_of, is_bump, is_worker
+from .verdict import Verdict
+
+MAX_WITNESS_CALLS = 10
+
+
+# -- lease-exclusive ------------------------------------------------------------------------
+
+def check_lease_exclusive(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
+    """No two workers' provider calls for one (job, step) overlap, when the plan says leases
+    are exclusive; otherwise duplicate spend is measured and held to the allowance.
+
+    A call's interval is [t_start, end], end = the earliest of the ledger's t_end, the time
+    its spend record committed (a worker that timed out stopped waiting) and its process's
+    exit. Exclusive (plan.expect.lease_exclusive): every overlapping pair of calls by
+    different workers fails ("concurrent-calls"). Otherwise: duplicate calls are a
+    (job, step)'s calls with provider outcome "ok" other than the memoized one (or, with no
+    memoized call, the first); their billed sum must not exceed
+    plan.expect.duplicate_spend_allowance.
+    """
+    verdict = Verdict("lease-exclusive")
+    calls = provider_calls(history)
+    why = needs_ledger(history, calls)
+    if why:
+        return verdict.unknown(why)
+    expect = snapshot["plan"]["expect"]
+    exclusive = bool(expect.get("lease_exclusive"))
+    allowance = float(expect.get("duplicate_spend_allowance") or 0.0)
+    spends, index, memos = match_spends(history, calls), JobIndex(history), Memos(history)
+    at = clock_of(history)
+    pairs, duplicates = 0, []
+    for key, group in calls.items():
+        verdict.checked += len(group)
+        for a, b in overlapping_pairs(group, lambda c: call_end(c, spends, index)):
+            pairs += 1
+            if exclusive:
+                verdict.fail("concurrent-calls", f"job {key[0]}: {a['worker']} and {b['worker']} "
+                             f"both called the provider for {key[1]!r}: "
+                             f"{at(a['t_start'])}..{at(a['t_end'])} and "
+                             f"{at(b['t_start'])}..{at(b['t_end'])}", a, b)
+        duplicates += duplicate_calls(group, memos.periods.get(key, ()))
+    spend = sum(c["billed"] or 0.0 for c in duplicates)
+    if not exclusive and spend > allowance + COST_TOLERANCE:
+        worst = sorted(duplicates, key=lambda c: -(c["billed"] or 0.0))[:MAX_WITNESS_CALLS]
+        verdict.fail("duplicate-spend-over-allowance", f"duplicate spend {spend:.6f} over "
+                     f"{len(duplicates)} calls exceeds the allowance {allowance:.6f} (largest "
+                     f"shown)", *worst)
+    verdict.metrics = {"lease_exclusive_expected": exclusive, "overlapping_pairs": pairs,
+                       "duplicate_calls": len(duplicates), "duplicate_spend": round(spend, 9),
+                       "allowance": allowance}
+    return verdict
+
+
+def call_end(call: Event, spends: dict[int, Event], index: JobIndex) -> float:
+    """When the caller stopped waiting for the call (see check_lease_exclusive)."""
+    end = call["t_end"]
+    spend = spends.get(id(call))
+    if spend is not None:
+        end = min(end, spend["t"])
+    exit_ = index.exit_after(call["worker"], call["t_start"]) if call["worker"] else None
+    return min(end, exit_["t"]) if exit_ is not None else end
+
+
+def overlapping_pairs(group: list[Event], end_of) -> list[tuple[Event, Event]]:
+    """Pairs of calls by different workers whose intervals overlap (group by t_start)."""
+    pairs, active = [], []
+    for call in group:
+        start = call["t_start"]
+        active = [(end, other) for end, other in active if end > start]
+        pairs += [(other, call) for _, other in active if other["worker"] != call["worker"]]
+        active.append((end_of(call), call))
+    return pairs
+
+
+def duplicate_calls(group: list[Event], periods) -> list[Event]:
+    """The calls that paid again for a good answer to a step (see check_lease_exclusive)."""
+    good = [c for c in group if c["outcome"] == "ok"]
+    final = periods[-1][0] if periods and periods[-1][1] is None else None
+    kept = memoized_call(final, group) if final is not None and is_worker(final["writer"]) else None
+    if kept not in good:
+        kept = good[0] if good else None
+    return [c for c in good if c is not kept]
+
+
+# -- fenced-writes --------------------------------------------------------------------------
+
+def check_fenced_writes(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
+    """No job or outbox write by a worker after its lease was taken over.
+
+    The token and its owner: a job's insert, and every update whose token > old_token (a
+    claim, a crash-loop park, an operator action), set the job's token and make its writer
+    the owner; outbox rows likewise (their insert, then each sender's claim). Every other
+    audit write by a worker (state change, failure, heartbeat, outbox insert for its job,
+    mark-sent) fails as "zombie-write" unless the writer owns the current token and the token
+    did not go back. Memo inserts by fenced workers are allowed (first writer wins) and only
+    counted; nemesis, operator and submit writes are not worker writes.
+    """
+    verdict = Verdict("fenced-writes")
+    if snapshot["jobs"] and not audit_jobs(history):
+        return verdict.unknown("no audit job events, yet the run had jobs: "
+                               "was the audit installed?")
+    at = clock_of(history)
+    owners: dict[tuple, Event] = {}      # ("job", id) | ("row", id) -> event that set the token
+    claims: dict[tuple, Event] = {}      # (thing, writer) -> the writer's last claim of it
+    bumps = fenced_memos = 0
+    for e in (e for e in history if e["src"] == "audit"):
+        if e["type"] == "memo":
+            owner = owners.get(("job", e["job"]))
+            fenced_memos += (e["op"] == "insert" and is_worker(e["writer"])
+                             and owner is not None and owner["writer"] != e["writer"])
+            continue
+        if e["type"] not in ("job", "outbox"):
+            continue
+        if e["op"] == "insert" or is_bump(e):
+            thing = ("job", e["job"]) if e["type"] == "job" else ("row", e["row"])
+            bumps += e["op"] == "update"
+            owners[thing] = claims[(thing, e["writer"])] = e
+        thing = fenced_by(e)
+        if thing is None:
+            continue
+        verdict.checked += 1
+        owner = owners.get(thing)
+        if e["token"] < e["old_token"] or owner is None or owner["writer"] != e["writer"]:
+            _zombie(verdict, at, e, owner, claims.get((thing, e["writer"])))
+    verdict.metrics = {"worker_writes": verdict.checked, "token_bumps": bumps,
+                       "fenced_memo_inserts": fenced_memos}
+    return verdict
+
+
+def fenced_by(e: Event) -> tuple | None:
+    """The lease a worker's job or outbox write must hold: its job's for a job write or an
+    outbox insert (made while finishing the job), its row's for an outbox update; None for
+    writes that take a lease (claims) and for writes that are not a worker's."""
+    if not is_worker(e["writer"]) or is_bump(e) or e["op"] == "delete":
+        return None
+    if e["type"] == "job":
+        return ("job", e["job"]) if e["op"] == "update" else None
+    return ("job", e["job"]) if e["op"] == "insert" else ("row", e["row"])
+
+
+def _zombie(verdict: Verdict, at, e: Event, owner: Event | None, own_claim: Event | None) -> None:
+    if e["type"] == "job":
+        what = (f"{e['from']} -> {e['to']}" if e["from"] != e["to"] else "a lease write "
+                f"(heartbeat) in {e['to']!r}")
+        where = f"job {e['job']}"
+    elif e["op"] == "insert":
+        what, where = f"an outbox row {e['kind']!r}", f"job {e['job']}"
+    else:
+        what, where = f"outbox row {e['row']} ({e['kind']!r})", f"job {e['job']}"
+    message = f"{where}: {e['writer']} wrote {what} at {at(e['t'])}"
+    if e["token"] < e["old_token"]:
+        message += f", setting the token back from {e['old_token']} to {e['token']}"
+    elif owner is None:
+        message += ", which nobody had claimed"
+    else:
+        message += (f", but the lease (token {owner['token']}) belonged to {owner['writer']} "
+                    f"since {at(owner['t'])}")
+    if own_claim is not None:
+        message += f"; its own claim was token {own_claim['token']} at {at(own_claim['t'])}"
+    witnesses = [w for w in (own_claim, owner) if w is not None and w is not e]
+    witnesses = [w for i, w in enumerate(witnesses) if w not in witnesses[:i]] + [e]
+    verdict.fail("zombie-write", message, *witnesses)
+
+
+CHECKS = {
+    "lease-exclusive": check_lease_exclusive,
+    "fenced-writes": check_fenced_writes,
+}

@@ -1,0 +1,268 @@
+"""Checkers of the job table's life: every state change walks the state table
+(legal-transitions) and submissions are idempotent on the caller's id (submissions-idempotent).
+
+Also owns the shared reading of who holds a job when (`JobIndex`: token bumps, each worker's
+writes, process exits), which the billing and lease checkers build on.
+"""
+from __future__ import annotations
+
+import bisect
+from collections import Counter, defaultdict
+from typing import Any
+
+from ..history import Event, pid_of
+from .verdict import Verdict
+
+#: Events come from different clocks of one machine (audit triggers in several processes,
+#: the fakes, the supervisor): an order closer than this between two sources is not trusted.
+#: Audit events among themselves need no tolerance: they are stamped inside write
+#: transactions that SQLite serializes, so their order is commit order.
+EPS = 0.005
+
+#: Writers that are not workers: the runner's submits and the nemesis's lease expiry.
+NON_WORKERS = frozenset({"submit", "nemesis", "runner"})
+
+
+def is_operator(writer: str | None) -> bool:
+    return isinstance(writer, str) and writer.startswith("operator:")
+
+
+def is_worker(writer: str | None) -> bool:
+    """A worker or sender process (not an operator, the nemesis, the runner's submit)."""
+    return bool(writer) and not is_operator(writer) and writer not in NON_WORKERS
+
+
+def is_bump(event: Event) -> bool:
+    """A write that took the lease: a claim, a crash-loop park or an operator action."""
+    return event["op"] == "update" and event["token"] > event["old_token"]
+
+
+def clock_of(history: list[Event]):
+    """A formatter of times relative to the history's first event ("+3.412 s")."""
+    t0 = history[0]["t"] if history else 0.0
+    return lambda t: "?" if t is None else f"+{t - t0:.3f} s"
+
+
+def audit_jobs(history: list[Event]) -> list[Event]:
+    return [e for e in history if e["src"] == "audit" and e["type"] == "job"]
+
+
+class JobIndex:
+    """Who held each job when, what each worker wrote for it, and when processes died.
+
+    bumps[job]: the job's token bumps (and its insert) in commit order; writes[(job, worker)]:
+    the times of the worker's writes that end an operation on the job (state changes, claims,
+    memos, spend records, outbox inserts; not heartbeats); exits[pid]: its process exits.
+    """
+
+    def __init__(self, history: list[Event]) -> None:
+        self.bumps: dict[str, list[Event]] = defaultdict(list)
+        self.writes: dict[tuple[str, str], list[float]] = defaultdict(list)
+        self.exits: dict[int, list[Event]] = defaultdict(list)
+        for e in history:
+            src, type_ = e["src"], e["type"]
+            if src == "audit":
+                writer = e.get("worker") if type_ == "spend" else e.get("writer")
+                if type_ == "job" and (e["op"] == "insert" or is_bump(e)):
+                    self.bumps[e["job"]].append(e)
+                if _ends_an_operation(e):
+                    self.writes[(e["job"], writer)].append(e["t"])
+            elif src == "process" and type_ == "exit":
+                self.exits[e["pid"]].append(e)
+
+    def claim_of(self, worker: str, job: str, t: float) -> Event | None:
+        """The worker's latest token bump on the job at (or within EPS after) time t."""
+        found = None
+        for bump in self.bumps.get(job, ()):
+            if bump["t"] > t + EPS:
+                break
+            if bump["writer"] == worker:
+                found = bump
+        return found
+
+    def taken_from(self, worker: str, claim: Event, until: float) -> Event | None:
+        """The first bump of claim's job by someone else after `claim`, up to `until`."""
+        for bump in self.bumps.get(claim["job"], ()):
+            if bump["t"] > until:
+                break
+            if bump["t"] > claim["t"] and bump["writer"] != worker:
+                return bump
+        return None
+
+    def next_write(self, worker: str, job: str, t: float) -> float | None:
+        """The time of the worker's first write for the job strictly after t (heartbeats
+        aside). No tolerance: a worker is sequential, it writes nothing for a job while its
+        call for that job runs, and its claim committed before the call started."""
+        times = self.writes.get((job, worker), [])
+        i = bisect.bisect_right(times, t)
+        return times[i] if i < len(times) else None
+
+    def exit_after(self, worker: str, t: float) -> Event | None:
+        """The first exit of the worker's process at or after t (within EPS: the supervisor
+        stamps exits with another clock than the provider's ledger)."""
+        return next((x for x in self.exits.get(pid_of(worker), ()) if x["t"] >= t - EPS), None)
+
+    def died_before_writing(self, worker: str, job: str, t: float) -> Event | None:
+        """The worker's process exit after t if it came before any write of the worker for
+        the job after t: the operation the worker had open at t never finished."""
+        exit_ = self.exit_after(worker, t)
+        if exit_ is None:
+            return None
+        written = self.next_write(worker, job, t)
+        return exit_ if written is None or written > exit_["t"] else None
+
+
+def _ends_an_operation(e: Event) -> bool:
+    """Audit events that close a worker's operation on a job: a state change, a token bump,
+    a memo, a spend record, an outbox insert; not a heartbeat or another lease-only write."""
+    if e["type"] == "job":
+        return e["op"] != "update" or e["from"] != e["to"] or e["token"] != e["old_token"]
+    return e["type"] in ("memo", "spend") or (e["type"] == "outbox" and e["op"] == "insert")
+
+
+# -- legal-transitions ------------------------------------------------------------------
+
+def check_legal_transitions(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
+    """Every audited state change is an edge of the state table.
+
+    Worker writes may take `edges`; writes by "operator:..." may take edges ∪ operator_edges.
+    A job insert starts in the first step's ready state; terminal states are never left
+    (whoever writes); parked states are left only by operator writes; jobs are never deleted.
+    """
+    verdict = Verdict("legal-transitions")
+    pipeline = snapshot["pipeline"]
+    initial = pipeline["steps"][0]["ready"]
+    at = clock_of(history)
+    events = audit_jobs(history)
+    if not events and (snapshot["jobs"] or snapshot["submitted"]):
+        return verdict.unknown("no audit job events, yet the run had jobs: "
+                               "was the audit installed?")
+    per_edge: Counter[str] = Counter()
+    for e in events:
+        job, frm, to, writer = e["job"], e["from"], e["to"], e["writer"]
+        if e["op"] == "update" and frm == to:
+            continue  # a lease or bookkeeping write, not a state change
+        verdict.checked += 1
+        per_edge[f"{frm or '(new)'}->{'(deleted)' if e['op'] == 'delete' else to}"] += 1
+        if e["op"] == "insert" and to != initial:
+            verdict.fail("bad-initial-state", f"job {job}: inserted in state {to!r} at "
+                         f"{at(e['t'])} by {writer}; jobs start in {initial!r}", e)
+        elif e["op"] == "delete":
+            verdict.fail("job-deleted", f"job {job}: deleted in state {frm!r} at {at(e['t'])} "
+                         f"by {writer}; jobs are kept", e)
+        elif e["op"] == "update":
+            _judge_change(verdict, pipeline, e, f"job {job}: {frm} -> {to} by {writer} at "
+                          f"{at(e['t'])}")
+    verdict.metrics = {"transitions": verdict.checked, "per_edge": dict(sorted(per_edge.items()))}
+    return verdict
+
+
+def _judge_change(verdict: Verdict, pipeline: dict, e: Event, where: str) -> None:
+    frm, to, operator = e["from"], e["to"], is_operator(e["writer"])
+    allowed = list(pipeline["edges"].get(frm, ()))
+    if operator:
+        allowed += pipeline["operator_edges"].get(frm, ())
+    if frm in pipeline["terminal"]:
+        verdict.fail("terminal-left", f"{where}: {frm!r} is terminal", e)
+    elif frm in pipeline["parked"] and not operator:
+        verdict.fail("parked-left-by-worker",
+                     f"{where}: {frm!r} is parked and only an operator may move it", e)
+    elif to not in allowed:
+        known = frm in pipeline["edges"] or frm in pipeline["operator_edges"]
+        why = f"allowed: {', '.join(allowed) or 'none'}" if known else f"unknown state {frm!r}"
+        verdict.fail("illegal-edge", f"{where}: not an edge of the state table ({why})", e)
+
+
+# -- submissions-idempotent ---------------------------------------------------------------
+
+def check_submissions_idempotent(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
+    """Every submitted id exists once; duplicates changed nothing; mismatches were rejected.
+
+    - every id in snapshot.submitted has exactly one audit job insert (or, lacking the
+      insert, a row in snapshot.jobs); no job exists that was never submitted;
+    - after a job's insert, no audit job event has writer "submit" (a duplicate changed it);
+      no audit job event carries another payload_hash than the insert's;
+    - runner submits of a known id: same payload_hash as the first submit -> result
+      "exists"; another payload_hash -> "rejected", and the stored job (snapshot.jobs)
+      keeps the first submit's payload_hash.
+    """
+    verdict = Verdict("submissions-idempotent")
+    at = clock_of(history)
+    submitted, stored = list(snapshot["submitted"]), snapshot["jobs"]
+    submits = [e for e in history if e["src"] == "runner" and e["type"] == "submit"]
+    inserts = _check_inserts(verdict, at, audit_jobs(history))
+    if submitted and not submits and not inserts:
+        return verdict.unknown("no runner submit events and no audit job inserts in the history")
+    original = _check_submit_results(verdict, at, submits)
+    for job, first in original.items():
+        row = stored.get(job)
+        if row is not None and row.get("payload_hash") != first["payload_hash"]:
+            verdict.fail("original-overwritten", f"job {job}: the stored payload hash is "
+                         f"{row.get('payload_hash')!r}, the first submit's was "
+                         f"{first['payload_hash']!r}", first)
+    for job in submitted:
+        verdict.checked += 1
+        if not inserts.get(job) and job not in stored:
+            verdict.fail("missing-job", f"job {job}: submitted but never created",
+                         *[e for e in submits if e["job"] == job][:3])
+    for job in sorted((set(inserts) | set(stored)) - set(submitted)):
+        verdict.fail("unsubmitted-job", f"job {job}: exists but was never submitted",
+                     *inserts.get(job, [])[:1])
+    verdict.metrics = {
+        "submitted": len(submitted), "submit_events": len(submits),
+        "results": dict(Counter(e["result"] for e in submits)),
+        "duplicates": sum(1 for e in submits if e.get("duplicate")),
+        "jobs_inserted": len(inserts),
+    }
+    return verdict
+
+
+def _check_inserts(verdict: Verdict, at, jobs: list[Event]) -> dict[str, list[Event]]:
+    """One insert per job, and nothing a submit or a payload change did after it."""
+    inserts: dict[str, list[Event]] = defaultdict(list)
+    for e in jobs:
+        job, first = e["job"], (inserts.get(e["job"]) or [None])[0]
+        if e["op"] == "insert":
+            inserts[job].append(e)
+            if first is not None:
+                verdict.fail("duplicate-insert", f"job {job}: inserted again at {at(e['t'])} "
+                             f"by {e['writer']} (first insert at {at(first['t'])})", first, e)
+        elif first is None:
+            continue
+        elif e["writer"] == "submit":
+            verdict.fail("duplicate-changed-job", f"job {job}: a submit changed the existing "
+                         f"job at {at(e['t'])} ({e['from']} -> {e['to']})", first, e)
+        elif e.get("payload_hash") != first.get("payload_hash"):
+            verdict.fail("payload-changed", f"job {job}: payload hash became "
+                         f"{e.get('payload_hash')!r} at {at(e['t'])} by {e['writer']}, was "
+                         f"{first.get('payload_hash')!r}", first, e)
+    return inserts
+
+
+def _check_submit_results(verdict: Verdict, at, submits: list[Event]) -> dict[str, Event]:
+    """Each duplicate got the answer its payload calls for; returns each id's first submit."""
+    original: dict[str, Event] = {}
+    for e in submits:
+        verdict.checked += 1
+        first = original.setdefault(e["job"], e)
+        if first is e:
+            if e["result"] == "rejected":
+                verdict.fail("first-submit-rejected", f"job {e['job']}: its first submit at "
+                             f"{at(e['t'])} was rejected", e)
+            continue
+        same = e["payload_hash"] == first["payload_hash"]
+        if same and e["result"] != "exists":
+            verdict.fail("duplicate-not-idempotent", f"job {e['job']}: a duplicate with the "
+                         f"same payload at {at(e['t'])} returned {e['result']!r}, not 'exists'",
+                         first, e)
+        elif not same and e["result"] != "rejected":
+            verdict.fail("mismatch-accepted", f"job {e['job']}: a duplicate with another "
+                         f"payload ({e['payload_hash']!r}, first {first['payload_hash']!r}) at "
+                         f"{at(e['t'])} returned {e['result']!r}, not 'rejected'", first, e)
+    return original
+
+
+CHECKS = {
+    "legal-transitions": check_legal_transitions,
+    "submissions-idempotent": check_submissions_idempotent,
+}

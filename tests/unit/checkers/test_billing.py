@@ -1,0 +1,284 @@
+"""no-rebill-after-commit, memo-consistent and cost-accounted: clean histories pass, each
+violation fails citing its events, and the subtle cases (a call overlapping the commit, a memo
+discarded by an operator, a memo hit) are judged as the rules say."""
+from __future__ import annotations
+
+import pytest
+from builders import (OP, W1, W2, call, delivered_job, job, memo, nemesis, process, snapshot_of,
+                      spend, zombie_finish)
+
+from chaos.checkers.billing import (check_cost_accounted, check_memo_consistent,
+                                    check_no_rebill_after_commit)
+from chaos.history import merge
+
+DOC = "doc-1"
+
+
+def run(check, history, **overrides):
+    history = merge(history)
+    return check(history, snapshot_of(history, **overrides))
+
+
+def assert_fails(verdict, type_, *witnesses):
+    assert verdict.status == "fail", verdict.reason
+    assert verdict.by_type == {type_: len(verdict.failures)}
+    assert verdict.failures[0].events == list(witnesses)
+
+
+def the(history, type_, **fields):
+    """The one event of `type_` in history with these fields."""
+    found = [e for e in history if e["type"] == type_
+             and all(e.get(k) == v for k, v in fields.items())]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def delivered():
+    """doc-1 delivered by W1: claimed at 1.1, fetch called 1.11-1.15, its memo at 1.16."""
+    return delivered_job(DOC)
+
+
+def fetch_memo(history):
+    return the(history, "memo", step="fetch", op="insert")
+
+
+def without_ledger(history):
+    return [e for e in history if e["src"] != "provider"]
+
+
+# -- no-rebill-after-commit -----------------------------------------------------------------
+
+def test_a_clean_delivery_bills_each_step_once():
+    verdict = run(check_no_rebill_after_commit, delivered())
+    assert verdict.status == "pass"
+    assert verdict.checked == 3
+    assert verdict.metrics["calls_after_commit"] == 0
+
+
+def test_a_call_started_after_the_memo_committed_is_a_rebill():
+    history = delivered()
+    again = call(2.0, 2.1, DOC, "fetch", W2, billed=0.02)
+    verdict = run(check_no_rebill_after_commit, history + [again])
+    assert_fails(verdict, "rebilled-after-commit", fetch_memo(history), again)
+    assert verdict.metrics["billed_after_commit"] == 0.02
+
+
+def test_a_call_that_started_before_the_commit_and_ended_after_is_duplicate_spend_not_a_rebill():
+    overlapping = call(1.12, 1.40, DOC, "fetch", W2)
+    verdict = run(check_no_rebill_after_commit, delivered() + [overlapping])
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["overlapping_duplicate_calls"] == 1
+
+
+def test_a_call_within_the_clock_tolerance_of_the_commit_is_not_judged_a_rebill():
+    close = call(1.164, 1.2, DOC, "fetch", W2)
+    assert run(check_no_rebill_after_commit, delivered() + [close]).status == "pass"
+
+
+def test_a_call_after_an_operator_discarded_the_memo_is_not_a_rebill():
+    history = delivered()
+    discard = [memo(3.0, DOC, "fetch", W1, 1, op="delete"),
+               job(3.0, DOC, "needs_human", "extracted", OP, 2, old_token=1)]
+    rerun = call(4.0, 4.1, DOC, "fetch", W2)
+    assert run(check_no_rebill_after_commit, history + discard + [rerun]).status == "pass"
+
+
+def test_a_rebill_by_a_worker_that_claimed_before_the_commit_says_so():
+    history = delivered()
+    stale_claim = job(1.12, DOC, "fetching", "fetching", W2, 2, old_token=1)
+    late_call = call(1.30, 1.35, DOC, "fetch", W2)
+    verdict = run(check_no_rebill_after_commit, history + [stale_claim, late_call])
+    assert_fails(verdict, "rebilled-after-commit", fetch_memo(history), late_call, stale_claim)
+    assert verdict.metrics["calls_after_commit_claimed_before"] == 1
+    assert "came before the memo" in verdict.failures[0].message
+
+
+def test_rebill_is_unknown_without_a_provider_ledger():
+    verdict = run(check_no_rebill_after_commit, without_ledger(delivered()))
+    assert verdict.status == "unknown"
+
+
+# -- memo-consistent ------------------------------------------------------------------------
+
+def test_a_delivered_job_has_one_memo_per_step():
+    verdict = run(check_memo_consistent, delivered())
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.checked == 5  # four memo events and one job
+
+
+def test_a_second_memo_while_the_first_is_live_fails():
+    history = delivered()
+    second = memo(3.0, DOC, "fetch", W2, 2)
+    assert_fails(run(check_memo_consistent, history + [second]), "second-memo",
+                 fetch_memo(history), second)
+
+
+def test_a_memo_deleted_by_resolve_may_be_written_again():
+    # The audit names a deleted memo's writer, not its deleter: the operator's job write
+    # in the same transaction is what attributes the delete.
+    resolve = [memo(3.0, DOC, "fetch", W1, 1, op="delete"),
+               job(3.0, DOC, "delivered", "delivered", OP, 2, old_token=1),
+               memo(4.0, DOC, "fetch", W2, 3)]
+    assert run(check_memo_consistent, delivered() + resolve).status == "pass"
+
+
+def test_a_memo_deleted_without_an_operator_fails():
+    delete = memo(3.0, DOC, "fetch", W1, 1, op="delete")
+    after = job(3.0, DOC, "delivered", "delivered", W2, 1)
+    verdict = run(check_memo_consistent, delivered() + [delete, after],
+                  memos=snapshot_of(delivered())["memos"])
+    assert_fails(verdict, "memo-deleted-without-operator", delete, after)
+
+
+def with_memos(steps):
+    """doc-1's insert, then a memo for each step named (the job's state is set by the test)."""
+    return [job(1.0, DOC, None, "pending", "submit", 0, op="insert")] + [
+        memo(1.1 + i / 10, DOC, step, W1, 1) for i, step in enumerate(steps)]
+
+
+@pytest.mark.parametrize("state, have, missing", [
+    ("extracted", ["fetch"], "'extract'"),
+    ("verifying", ["fetch"], "'extract'"),
+    ("failed_deliver", ["fetch", "extract"], "'verify'"),
+    ("needs_human", [], "'fetch', 'extract'"),
+    ("delivered", [], "'fetch', 'extract', 'verify', 'deliver'"),
+])
+def test_a_job_state_implies_the_memos_of_the_steps_before_it(state, have, missing):
+    history = with_memos(have)
+    verdict = run(check_memo_consistent, history, jobs={DOC: {"state": state}})
+    assert_fails(verdict, "missing-memo", history[0])
+    assert verdict.failures[0].message.endswith(missing)
+
+
+@pytest.mark.parametrize("state", ["pending", "fetching", "failed_fetch", "cancelled", "fetched"])
+def test_states_needing_no_missing_memo_pass(state):
+    history = with_memos(["fetch"] if state == "fetched" else [])
+    verdict = run(check_memo_consistent, history, jobs={DOC: {"state": state}})
+    assert verdict.status == "pass", verdict.reason
+
+
+def takeover_after_memo(calls_again: bool, claim_t: float = 1.5):
+    """W1 commits fetch's memo at 1.3 but is fenced; W2 re-claims at claim_t and finishes."""
+    history = [job(1.0, DOC, None, "pending", "submit", 0, op="insert"),
+               job(1.1, DOC, "pending", "fetching", W1, 1, old_token=0),
+               call(1.11, 1.25, DOC, "fetch", W1), memo(1.3, DOC, "fetch", W1, 1),
+               job(claim_t, DOC, "fetching", "fetching", W2, 2, old_token=1),
+               job(claim_t + 0.1, DOC, "fetching", "fetched", W2, 2)]
+    if calls_again:
+        history.append(call(claim_t + 0.01, claim_t + 0.05, DOC, "fetch", W2))
+    return merge(history)
+
+
+def test_a_memo_hit_that_still_calls_the_provider_fails():
+    history = takeover_after_memo(calls_again=True)
+    verdict = run(check_memo_consistent, history)
+    assert_fails(verdict, "memo-hit-called", the(history, "memo"),
+                 the(history, "job", writer=W2, to="fetching"), the(history, "call", worker=W2))
+
+
+def test_a_memo_hit_that_uses_the_memo_passes():
+    verdict = run(check_memo_consistent, takeover_after_memo(calls_again=False))
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["memo_hit_entries"] == 1
+
+
+def test_a_worker_that_claimed_before_the_memo_committed_had_no_memo_to_hit():
+    history = takeover_after_memo(calls_again=True, claim_t=1.2)
+    assert run(check_memo_consistent, history).status == "pass"
+
+
+def test_memo_consistent_is_unknown_without_memo_events():
+    history = [e for e in delivered() if e["type"] != "memo"]
+    verdict = check_memo_consistent(history, snapshot_of(delivered()))
+    assert verdict.status == "unknown"
+
+
+# -- cost-accounted -------------------------------------------------------------------------
+
+def test_a_clean_delivery_commits_all_it_was_billed():
+    verdict = run(check_cost_accounted, delivered())
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["billed"] == verdict.metrics["committed"] == 0.03
+    assert verdict.metrics["waste"] == 0
+
+
+def with_fetch_call(history, **fields):
+    return [dict(e, **fields) if e["type"] == "call" and e["step"] == "fetch" else e
+            for e in history]
+
+
+def test_a_memo_whose_cost_differs_from_its_billed_call_fails():
+    history = with_fetch_call(delivered(), billed=0.02)
+    assert_fails(run(check_cost_accounted, history), "cost-mismatch", fetch_memo(history),
+                 the(history, "call", step="fetch"))
+
+
+def test_a_memo_with_a_cost_and_no_billed_call_fails():
+    history = [e for e in delivered() if not (e["type"] == "call" and e["step"] == "fetch")]
+    assert_fails(run(check_cost_accounted, history), "cost-mismatch", fetch_memo(history))
+
+
+def test_a_billed_call_the_engine_never_recorded_fails():
+    history = [e for e in delivered() if not (e["type"] == "spend" and e["step"] == "fetch")]
+    assert_fails(run(check_cost_accounted, history), "spend-unrecorded",
+                 the(history, "call", step="fetch"))
+
+
+def killed(pid=102, t=1.15):
+    return [nemesis(t, "kill", target="w2", pid=pid),
+            process(t, "exit", "w2", pid, signal="SIGKILL")]
+
+
+WASTED = call(1.12, 1.14, DOC, "fetch", W2)
+
+
+@pytest.mark.parametrize("extra, cause", [
+    # a call that hung: the worker gave up at its timeout
+    ([dict(WASTED, outcome="hang", t_end=9.0), spend(1.2, DOC, "fetch", W2, 1, "timeout", None)],
+     "timeout"),
+    # the worker was SIGKILLed before it wrote anything: no spend record is owed
+    ([WASTED] + killed(), "crash-before-commit"),
+    # the worker's lease was taken (a later claim bumped the token) before its write
+    ([job(1.105, DOC, "fetching", "fetching", W2, 2, old_token=1), WASTED,
+      job(1.13, DOC, "fetching", "fetching", W1, 3, old_token=2),
+      spend(1.2, DOC, "fetch", W2, 2)], "lost-lease"),
+    # an answer the engine refused (schema), retried later
+    ([dict(WASTED, outcome="schema"), spend(1.2, DOC, "fetch", W2, 1, "poison")], "retry"),
+    # a second worker's good answer that lost to the first memo
+    ([WASTED, spend(1.2, DOC, "fetch", W2, 1)], "duplicate"),
+])
+def test_waste_is_attributed_to_its_cause(extra, cause):
+    verdict = run(check_cost_accounted, delivered() + extra)
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["waste_by_cause"] == {cause: 0.01}
+    assert verdict.metrics["waste"] == pytest.approx(0.01)
+
+
+def test_a_call_whose_memo_an_operator_discarded_is_waste_of_its_own():
+    history = delivered() + [memo(3.0, DOC, "fetch", W1, 1, op="delete"),
+                             job(3.0, DOC, "delivered", "delivered", OP, 2, old_token=1)]
+    verdict = run(check_cost_accounted, history)
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["waste_by_cause"] == {"operator-discarded": 0.01}
+
+
+def test_a_worker_killed_after_it_wrote_still_owes_its_spend_records():
+    history = [e for e in delivered() if not (e["type"] == "spend" and e["step"] == "fetch")]
+    history += killed(pid=101, t=5.0)
+    assert_fails(run(check_cost_accounted, history), "spend-unrecorded",
+                 the(history, "call", step="fetch"))
+
+
+def test_cost_accounted_is_unknown_without_a_provider_ledger():
+    assert run(check_cost_accounted, without_ledger(delivered())).status == "unknown"
+
+
+def test_the_real_engine_after_a_takeover_accounts_for_every_call(store, clock, pipeline):
+    """The fenced worker's memo wins (first writer), the new owner's call is duplicate waste."""
+    history = zombie_finish(store, clock, pipeline)
+    verdict = check_cost_accounted(history, snapshot_of(history))
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["committed"] == 0.01
+    assert verdict.metrics["waste_by_cause"] == {"duplicate": 0.01}
+    assert check_no_rebill_after_commit(history, snapshot_of(history)).status == "pass"
+    assert check_memo_consistent(history, snapshot_of(history)).status == "pass"

@@ -1,0 +1,194 @@
+"""lease-exclusive and fenced-writes: clean histories pass; overlapping calls, duplicate spend
+over the allowance and every kind of zombie write fail citing their events; a fenced worker's
+memo is allowed; the real engine passes and its fenced-by-id-only mutant is caught."""
+from __future__ import annotations
+
+import pytest
+from builders import (OP, S1, W1, W2, call, delivered_job, fence_by_id_only, job, memo,
+                      nemesis, outbox, process, snapshot, snapshot_of, spend, zombie_finish)
+
+from chaos.checkers.leases import check_fenced_writes, check_lease_exclusive
+from chaos.history import merge
+
+DOC = "doc-1"
+S2 = "sender:host:202:dddd"
+
+
+def run(check, history, **overrides):
+    history = merge(history)
+    return check(history, snapshot_of(history, **overrides))
+
+
+def plan(exclusive: bool, allowance: float = 0.0) -> dict:
+    return {**snapshot()["plan"], "expect": {"lease_exclusive": exclusive, "settle": True,
+                                             "duplicate_spend_allowance": allowance}}
+
+
+def assert_fails(verdict, type_, *witnesses):
+    assert verdict.status == "fail", verdict.reason
+    assert verdict.by_type == {type_: len(verdict.failures)}
+    assert verdict.failures[0].events == list(witnesses)
+
+
+# -- lease-exclusive ------------------------------------------------------------------------
+
+def test_one_worker_per_step_is_exclusive():
+    verdict = run(check_lease_exclusive, delivered_job(DOC))
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["overlapping_pairs"] == verdict.metrics["duplicate_calls"] == 0
+
+
+OVERLAP = call(1.12, 1.30, DOC, "fetch", W2)  # W1's fetch call runs 1.11-1.15
+
+
+def test_two_workers_calling_for_one_step_at_once_fail_when_leases_are_exclusive():
+    history = merge(delivered_job(DOC) + [OVERLAP])
+    verdict = run(check_lease_exclusive, history, plan=plan(exclusive=True))
+    first = [e for e in history if e["type"] == "call" and e["step"] == "fetch"][0]
+    assert_fails(verdict, "concurrent-calls", first, OVERLAP)
+
+
+def test_the_same_overlap_is_measured_duplicate_spend_when_leases_are_not_exclusive():
+    verdict = run(check_lease_exclusive, delivered_job(DOC) + [OVERLAP],
+                  plan=plan(exclusive=False, allowance=0.01))
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["overlapping_pairs"] == 1
+    assert verdict.metrics["duplicate_calls"] == 1
+    assert verdict.metrics["duplicate_spend"] == 0.01
+
+
+def test_duplicate_spend_over_the_allowance_fails_citing_the_duplicates():
+    late = call(3.0, 3.1, DOC, "extract", W2, billed=0.02)
+    verdict = run(check_lease_exclusive, delivered_job(DOC) + [OVERLAP, late],
+                  plan=plan(exclusive=False, allowance=0.01))
+    assert_fails(verdict, "duplicate-spend-over-allowance", late, OVERLAP)
+
+
+def test_failed_answers_are_retries_not_duplicates():
+    refused = [call(1.0, 1.01, DOC, "fetch", W2, outcome="error", status=500, billed=0.0),
+               call(1.02, 1.03, DOC, "fetch", W2, outcome="schema", billed=0.01)]
+    verdict = run(check_lease_exclusive, delivered_job(DOC) + refused, plan=plan(exclusive=False))
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["duplicate_calls"] == 0
+
+
+@pytest.mark.parametrize("gave_up", [
+    spend(1.05, DOC, "fetch", W2, 1, "timeout", None),       # timed out and recorded it
+    process(1.05, "exit", "w2", 102, signal="SIGKILL"),      # killed mid-call
+], ids=["timed-out", "killed"])
+def test_a_call_its_worker_abandoned_does_not_overlap_the_next_owners(gave_up):
+    # In the ledger the hung call runs to 9.0, over W1's call at 1.11-1.15; W2 stopped
+    # waiting at 1.05.
+    hung = call(1.0, 9.0, DOC, "fetch", W2, outcome="hang")
+    verdict = run(check_lease_exclusive, delivered_job(DOC) + [hung, gave_up],
+                  plan=plan(exclusive=True))
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["overlapping_pairs"] == 0
+
+
+def test_lease_exclusive_is_unknown_without_a_provider_ledger():
+    history = [e for e in delivered_job(DOC) if e["src"] != "provider"]
+    assert run(check_lease_exclusive, history).status == "unknown"
+
+
+# -- fenced-writes ------------------------------------------------------------------------
+
+def test_a_clean_delivery_writes_only_under_its_own_lease():
+    verdict = run(check_fenced_writes, delivered_job(DOC))
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.checked == 9  # 7 job writes after the claim, 2 outbox inserts
+    assert verdict.metrics["token_bumps"] == 1
+
+
+def taken_over():
+    """W1 claims doc-1 (token 1); W2 re-claims it after W1's lease expired (token 2)."""
+    return [job(1.0, DOC, None, "pending", "submit", 0, op="insert"),
+            job(1.1, DOC, "pending", "fetching", W1, 1, old_token=0),
+            nemesis(2.0, "expire", job=DOC),
+            job(2.0, DOC, "fetching", "fetching", "nemesis", 1, lease_until=0.5),
+            job(2.1, DOC, "fetching", "fetching", W2, 2, old_token=1)]
+
+
+def test_a_zombies_memo_after_a_takeover_is_allowed():
+    history = taken_over() + [memo(2.5, DOC, "fetch", W1, 1)]
+    verdict = run(check_fenced_writes, history)
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["fenced_memo_inserts"] == 1
+
+
+@pytest.mark.parametrize("zombie", [
+    job(2.5, DOC, "fetching", "fetched", W1, 2),                  # completion by id only
+    job(2.5, DOC, "fetching", "pending", W1, 2, attempts=1),      # failure by id only
+    job(2.5, DOC, "fetching", "fetching", W1, 2, lease_until=9),  # heartbeat by id only
+], ids=["complete", "fail", "heartbeat"])
+def test_a_zombies_job_write_after_a_takeover_fails(zombie):
+    history = taken_over()
+    verdict = run(check_fenced_writes, history + [zombie])
+    assert_fails(verdict, "zombie-write", history[1], history[4], zombie)
+    assert "belonged to worker:host:102:bbbb" in verdict.failures[0].message
+
+
+def test_a_write_after_the_nemesis_expired_the_lease_but_before_a_takeover_is_the_owners():
+    history = taken_over()[:4] + [job(2.05, DOC, "fetching", "fetched", W1, 1)]
+    assert run(check_fenced_writes, history).status == "pass"
+
+
+def test_a_write_that_sets_the_token_back_fails():
+    history = taken_over()
+    regress = job(2.5, DOC, "fetching", "fetched", W2, 1, old_token=2)
+    assert_fails(run(check_fenced_writes, history + [regress]), "zombie-write",
+                 history[4], regress)
+
+
+def test_a_worker_write_after_an_operator_took_the_job_fails():
+    history = taken_over()[:2] + [job(1.5, DOC, "fetching", "fetching", OP, 2, old_token=1)]
+    zombie = job(2.0, DOC, "fetching", "fetched", W1, 2)
+    assert_fails(run(check_fenced_writes, history + [zombie]), "zombie-write",
+                 history[1], history[2], zombie)
+
+
+def test_an_outbox_insert_by_a_fenced_worker_fails():
+    history = taken_over()
+    row = outbox(2.5, 1, DOC, "charge", W1, 0, op="insert")
+    assert_fails(run(check_fenced_writes, history + [row]), "zombie-write",
+                 history[1], history[4], row)
+
+
+def sent_twice():
+    """doc-1 delivered; S1 claims its charge row, its lease runs out, S2 claims it."""
+    return delivered_job(DOC) + [outbox(2.0, 1, DOC, "charge", S1, 1, old_token=0, attempts=1),
+                                 outbox(3.0, 1, DOC, "charge", S2, 2, old_token=1, attempts=2)]
+
+
+def test_a_sender_marking_a_row_sent_under_its_own_lease_passes():
+    mark = outbox(3.1, 1, DOC, "charge", S2, 2, sent_at=3.1)
+    assert run(check_fenced_writes, sent_twice() + [mark]).status == "pass"
+
+
+def test_a_sender_marking_a_row_it_lost_fails():
+    history = merge(sent_twice())
+    zombie = outbox(3.1, 1, DOC, "charge", S1, 2, sent_at=3.1)
+    assert_fails(run(check_fenced_writes, history + [zombie]), "zombie-write",
+                 history[-2], history[-1], zombie)
+
+
+def test_fenced_writes_is_unknown_without_audit_job_events():
+    verdict = check_fenced_writes([], snapshot(jobs={DOC: {"state": "pending"}}))
+    assert verdict.status == "unknown"
+
+
+def test_the_real_engine_fences_the_zombie_and_keeps_its_memo(store, clock, pipeline):
+    history = zombie_finish(store, clock, pipeline)
+    verdict = check_fenced_writes(history, snapshot_of(history))
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["fenced_memo_inserts"] == 1
+
+
+def test_a_mutant_whose_completion_is_fenced_by_id_only_is_caught(store, clock, pipeline):
+    fence_by_id_only(store)
+    history = zombie_finish(store, clock, pipeline)
+    verdict = check_fenced_writes(history, snapshot_of(history))
+    assert verdict.status == "fail"
+    zombie = verdict.failures[0].events[-1]
+    assert (zombie["writer"], zombie["from"], zombie["to"], zombie["token"]) == (
+        W1, "fetching", "fetched", 2)
