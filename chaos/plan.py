@@ -61,16 +61,18 @@ def _share(rng: random.Random, ids: list[str], share: float, taken: set[str]) ->
 
 
 def _arrivals(rng: random.Random, rate: float, duration: float) -> list[float]:
-    """Event times of a Poisson process of `rate` per second over [0, duration)."""
+    """Event times of a Poisson process of `rate` per second over [0, duration), with at
+    least one event: a configured fault that never fires proves nothing."""
     times, t = [], 0.0
-    if rate <= 0:
+    if rate <= 0 or duration <= 0:
         return times
     while True:
         t += rng.expovariate(rate)
         at = round(t, 4)
         if at >= duration:  # rounding must not push an event past the chaos phase
-            return times
+            break
         times.append(at)
+    return times or [min(round(rng.uniform(0, duration), 4), duration * 0.999)]
 
 
 def make_plan(scenario: Scenario, seed: int) -> FaultPlan:

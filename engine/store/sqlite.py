@@ -274,7 +274,7 @@ class SQLiteStore(OperatorSQL):
                  park_reason, worker, now, claim.job_id, claim.lease_token,
                  step.working)).rowcount
             nxt = None
-            if moved == 1:
+            if moved == 1 and target == step.done:  # a parked job sends nothing
                 self._insert_effects(conn, claim.job_id, effects, worker, now)
                 if continue_lease is not None and target == step.done \
                         and target not in pipeline.terminal:
