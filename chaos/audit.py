@@ -45,7 +45,8 @@ def _outbox(row: str, op: str) -> str:
             f" {row}.updated_by, 'token', {row}.lease_token, 'old_token',"
             f" {'OLD.lease_token' if op == 'update' else row + '.lease_token'},"
             f" 'attempts', {row}.attempts, 'sent_at', {row}.sent_at, 'dead_at', {row}.dead_at,"
-            f" 'lease_owner', {row}.lease_owner, 'last_error', {row}.last_error)")
+            f" 'lease_owner', {row}.lease_owner, 'lease_until', {row}.lease_until,"
+            f" 'last_error', {row}.last_error)")
 
 
 def _spend(row: str) -> str:

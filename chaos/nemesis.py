@@ -17,14 +17,17 @@ from typing import Any, Callable
 from .adapter import SystemUnderTest, canonical_json
 from .audit import payload_hash
 from .history import Event
-from .plan import FaultPlan, documents_for, provider_fault, receiver_fault
+from .plan import (FaultPlan, documents_for, forced_provider_fault, forced_receiver_fault,
+                   provider_fault, receiver_fault)
 from .scenario import Scenario
 from .supervisor import Supervisor
 
 
 class FaultPolicy:
     """What the fakes ask before answering: a pure function of the plan, plus the outage
-    switch the nemesis flips. After `heal()` only the payloads' own nature remains (poison)."""
+    switch the nemesis flips. After `heal()` only the payloads' own nature (poison) and the
+    plan's few forced calls remain: those prove each configured fault fired at least once,
+    however short the chaos phase was."""
 
     def __init__(self, scenario: Scenario, plan: FaultPlan, send_timeout: float) -> None:
         self.scenario, self.plan = scenario, plan
@@ -42,15 +45,14 @@ class FaultPolicy:
         if poisoned is not None and poisoned["step"] == step:
             return fault  # poison is the document's nature: it never heals
         if self.healed.is_set():
-            return None
+            return forced_provider_fault(self.scenario, self.plan, job, step, n)
         if self.outage.is_set():
             return {"kind": "status", "status": 503, "retry_after": None}
         return fault
 
     def receiver_fault(self, job: str, kind: str, n: int) -> dict | None:
-        if self.healed.is_set():
-            return None
-        fault = receiver_fault(self.scenario, self.plan, job, kind, n)
+        fault = (forced_receiver_fault if self.healed.is_set() else receiver_fault)(
+            self.scenario, self.plan, job, kind, n)
         if fault is not None and fault["kind"] == "timeout":
             fault = {**fault, "seconds": self.send_timeout + 0.3}
         return fault
@@ -126,7 +128,7 @@ class Nemesis:
                 self._log("resume", **details)
         elif what == "outage_end":
             self.policy.outage.clear()
-            self._log("outage_end", **details)
+            self._log("outage_end", target="provider", **details)
 
     def _target(self, event: dict, roles: tuple[str, ...]):
         live = sorted((c for c in self.supervisor.alive() if c.role in roles
@@ -163,7 +165,7 @@ class Nemesis:
 
     def _outage(self, event: dict) -> None:
         self.policy.outage.set()
-        self._log("outage", until=event["until"])
+        self._log("outage", target="provider", until=event["until"])
         self._schedule(self.chaos_start + event["until"] - time.time(), "outage_end",
                        {"started": event["at"]})
         self.applied["outage"] += 1

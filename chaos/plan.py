@@ -19,6 +19,7 @@ from .scenario import Scenario
 PLAN_VERSION = 1
 POISON_KINDS = ("status400", "bad_content", "schema")
 MODEL_STEPS = ("fetch", "extract", "verify")
+EFFECT_KINDS = ("charge", "notify")
 
 
 @dataclass
@@ -36,6 +37,8 @@ class FaultPlan:
     timeline: list[dict[str, Any]]             # {"at", "fault", "pick", ...}, sorted by "at"
     skewed: list[float]                        # clock offset per worker slot (0: none)
     crash_seeds: list[int] = field(default_factory=list)  # per spawn, for armed points
+    forced_provider: list[list[str]] = field(default_factory=list)  # [job, step, fault]
+    forced_receiver: list[list[str]] = field(default_factory=list)  # [job, kind, fault]
     version: int = PLAN_VERSION
 
     def to_json(self) -> dict:
@@ -103,10 +106,12 @@ def make_plan(scenario: Scenario, seed: int) -> FaultPlan:
     timeline.sort(key=lambda e: (e["at"], e["fault"], e["pick"]))
     skewed = [f.skew_seconds if i < f.skewed_workers else 0.0 for i in range(run.workers)]
     crash_seeds = [rng.randrange(1 << 30) for _ in range(64)]
+    forced_provider, forced_receiver = _forced(rng, scenario, [j for j in jobs if j not in taken])
     return FaultPlan(seed=seed, scenario=scenario.name, profile=scenario.profile, jobs=jobs,
                      poison=poison, crash_loop=crash_loop, needs_review=needs_review,
                      duplicates=duplicates, timeline=timeline, skewed=skewed,
-                     crash_seeds=crash_seeds)
+                     crash_seeds=crash_seeds, forced_provider=forced_provider,
+                     forced_receiver=forced_receiver)
 
 
 def unit(seed: int, *parts: object) -> float:
@@ -115,44 +120,91 @@ def unit(seed: int, *parts: object) -> float:
     return int.from_bytes(digest.digest(), "big") / 2.0 ** 64
 
 
+def _provider_faults(f, n: int) -> list[tuple[str, float, dict]]:
+    """(name, share, fault) for the scenario's provider faults, in the order they are drawn."""
+    return [
+        ("provider_429", f.provider_429, {"kind": "status", "status": 429,
+                                          "retry_after": f.retry_after if n % 2 else None}),
+        ("provider_5xx", f.provider_5xx, {"kind": "status", "status": (500, 502, 503)[n % 3]}),
+        ("hang", f.hang, {"kind": "hang", "seconds": f.hang_seconds}),
+        ("reset", f.reset, {"kind": "reset"}),
+        ("slow", f.slow, {"kind": "slow", "seconds": f.slow_seconds}),
+    ]
+
+
+def _receiver_faults(f, n: int) -> list[tuple[str, float, dict]]:
+    return [
+        ("receiver_5xx", f.receiver_5xx, {"kind": "status", "status": (500, 503)[n % 2]}),
+        ("receiver_timeout", f.receiver_timeout, {"kind": "timeout", "seconds": 0.0}),
+        ("receiver_drop", f.receiver_drop, {"kind": "drop"}),
+    ]
+
+
+def _draw(table: list[tuple[str, float, dict]], u: float) -> dict | None:
+    for _, share, fault in table:
+        if u < share:
+            return fault
+        u -= share
+    return None
+
+
 def provider_fault(scenario: Scenario, plan: FaultPlan, job: str, step: str,
                    n: int) -> dict | None:
     """The fault for the n-th call of (job, step): a pure function of the plan.
 
-    Poison jobs fail their poisoned step every time; other calls draw one number and walk
-    the cumulative shares of the scenario's provider faults.
+    Poison jobs fail their poisoned step every time; the plan's forced calls get their fault
+    (so every configured fault fires, however small the run); other calls draw one number and
+    walk the cumulative shares of the scenario's provider faults.
     """
     poisoned = plan.poison.get(job)
     if poisoned and poisoned["step"] == step:
         kind = poisoned["kind"]
         return {"kind": "status", "status": 400} if kind == "status400" else {"kind": kind}
-    f = scenario.faults
-    u = unit(plan.seed, "provider", job, step, n)
-    for share, fault in (
-            (f.provider_429, {"kind": "status", "status": 429,
-                              "retry_after": f.retry_after if n % 2 else None}),
-            (f.provider_5xx, {"kind": "status", "status": (500, 502, 503)[n % 3]}),
-            (f.hang, {"kind": "hang", "seconds": f.hang_seconds}),
-            (f.reset, {"kind": "reset"}),
-            (f.slow, {"kind": "slow", "seconds": f.slow_seconds})):
-        if u < share:
-            return fault
-        u -= share
+    table = _provider_faults(scenario.faults, n)
+    return forced(table, plan.forced_provider, job, step, n) or _draw(
+        table, unit(plan.seed, "provider", job, step, n))
+
+
+def forced(table: list[tuple[str, float, dict]], forced_calls: list[list[str]], job: str,
+           what: str, n: int) -> dict | None:
+    """The fault the plan forces on the first call of (job, step or kind), if any."""
+    if n == 1:
+        for forced_job, forced_what, name in forced_calls:
+            if (forced_job, forced_what) == (job, what):
+                return next(fault for key, _, fault in table if key == name)
     return None
+
+
+def forced_provider_fault(scenario: Scenario, plan: FaultPlan, job: str, step: str,
+                          n: int) -> dict | None:
+    return forced(_provider_faults(scenario.faults, n), plan.forced_provider, job, step, n)
+
+
+def forced_receiver_fault(scenario: Scenario, plan: FaultPlan, job: str, kind: str,
+                          n: int) -> dict | None:
+    return forced(_receiver_faults(scenario.faults, n), plan.forced_receiver, job, kind, n)
 
 
 def receiver_fault(scenario: Scenario, plan: FaultPlan, job: str, kind: str,
                    n: int) -> dict | None:
     """The fault for the n-th request of (job, kind): a pure function of the plan."""
+    table = _receiver_faults(scenario.faults, n)
+    return forced(table, plan.forced_receiver, job, kind, n) or _draw(
+        table, unit(plan.seed, "receiver", job, kind, n))
+
+
+def _forced(rng: random.Random, scenario: Scenario, clean: list[str]) -> tuple[list, list]:
+    """One call per configured share fault that is sure to get it: (job, step|kind, fault).
+
+    They land on the first calls of the earliest clean jobs, which workers take first, so
+    they happen early in the chaos phase however short it is or however loaded the machine.
+    """
     f = scenario.faults
-    u = unit(plan.seed, "receiver", job, kind, n)
-    for share, fault in ((f.receiver_5xx, {"kind": "status", "status": (500, 503)[n % 2]}),
-                         (f.receiver_timeout, {"kind": "timeout", "seconds": 0.0}),
-                         (f.receiver_drop, {"kind": "drop"})):
-        if u < share:
-            return fault
-        u -= share
-    return None
+    provider = [name for name, share, _ in _provider_faults(f, 1) if share > 0]
+    receiver = [name for name, share, _ in _receiver_faults(f, 1) if share > 0]
+    early = clean[:max(len(provider), len(receiver))]
+    return ([[j, "fetch", name] for j, name in zip(early, provider)],
+            [[j, rng.choice(EFFECT_KINDS), name] for j, name in zip(early, receiver)])
 
 
 def documents_for(plan: FaultPlan) -> list[tuple[str, dict]]:

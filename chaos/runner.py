@@ -125,9 +125,10 @@ class Campaign:
         nemesis = Nemesis(self.scenario, self.plan, self.engine, self.db, sup, policy,
                           self.record)
         self.nemesis = nemesis
-        self._phase("chaos")
         self.chaos_on = True
         sup.keep(counts)
+        self._wait_for_first_claim(sup)
+        self._phase("chaos")
         nemesis.start(self.phases["chaos_start"])
         self._loop(sup, counts, self.phases["chaos_start"] + self.scenario.run.chaos, "chaos")
         self._phase("heal")
@@ -139,6 +140,22 @@ class Campaign:
         self.phases["drained"] = self._loop(sup, counts, deadline, "drain", until_settled=True)
         self._phase("check")
         self.phases["drain_end"] = self.phases["check_start"]
+
+    def _wait_for_first_claim(self, sup: Supervisor, timeout: float = 60.0) -> None:
+        """Start the chaos clock once the workers work: on a loaded machine, starting the
+        interpreters can take longer than a short chaos phase."""
+        initial = self.engine.pipeline.initial
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            states = self.engine.progress(self.db)["states"]
+            if set(states) - {initial}:
+                return
+            if not sup.alive("worker"):
+                sup.reap()
+                sup.keep({"worker": self.scenario.run.workers})
+            time.sleep(POLL)
+        raise HarnessError(f"no worker claimed a job within {timeout:.0f} s; see the worker "
+                           f"logs in {self.run_dir}")
 
     def _phase(self, name: str) -> None:
         now = time.time()
@@ -231,7 +248,8 @@ class Campaign:
             "pipeline": pipeline_json(self.engine.pipeline),
             "settings": {k: getattr(self.config, k) for k in (
                 "lease", "heartbeat", "heartbeat_interval", "call_timeout", "max_attempts",
-                "max_claims", "backoff_base", "backoff_cap", "outbox_max_attempts", "keep_job")},
+                "max_claims", "backoff_base", "backoff_cap", "outbox_max_attempts", "keep_job",
+                "outbox_lease", "send_timeout")},
             "integrity": self.integrity,
             "receiver_applied": [{"id": a["id"], "key": a["key"], "job": a["job"],
                                   "kind": a["kind"], "t": a["t"]} for a in applied],

@@ -73,7 +73,8 @@ class Supervisor:
         child = Child(name, role, slot, proc, time.time(), log_path)
         self.children.append(child)
         self.record({"t": child.started, "src": "process", "type": "spawn", "name": name,
-                     "role": role, "pid": child.pid, "code": None, "signal": None})
+                     "role": role, "slot": slot, "pid": child.pid, "code": None,
+                     "signal": None})
         return child
 
     def reap(self) -> list[Child]:

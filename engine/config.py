@@ -77,8 +77,8 @@ class EngineConfig:
         if self.max_claims <= self.max_attempts:
             raise ConfigError(
                 f"setting 'max_claims' ({self.max_claims}) must exceed 'max_attempts' "
-                f"({self.max_attempts}): every retry is a claim, so the crash-loop cap would "
-                "park jobs that are only retrying")
+                f"({self.max_attempts}): every attempt begins with a claim, so a lower "
+                "crash-loop cap would park jobs that are only retrying")
         return self
 
 

@@ -8,7 +8,7 @@ for the event format) and the final snapshot, a dict built by the runner when th
               "terminal": [...], "parked": [...], "ready": [...], "working": [...]}
   settings:  the engine settings of the run: lease, heartbeat, heartbeat_interval,
              call_timeout, max_attempts, max_claims, backoff_base, backoff_cap,
-             outbox_max_attempts, keep_job
+             outbox_max_attempts, keep_job, outbox_lease, send_timeout
   jobs:      {job_id: {"state","attempts","claims","lease_token","last_error",
               "payload_hash","next_run_at","lease_until"}}
   memos:     [{"job","step","cost","worker","lease_token","at"}]

@@ -352,15 +352,37 @@ def test_an_outage_makes_every_non_poison_provider_call_a_503(name):
 
 
 @pytest.mark.parametrize("name", POLICY_SCENARIOS)
-def test_after_heal_only_poison_faults_remain(name):
+def test_after_heal_only_poison_and_forced_faults_remain(name):
     pol, p = policy(name)
+    s = scenario(name)
     pol.outage.set()
     pol.heal()
     assert not pol.outage.is_set()
-    assert not differences((c, pol.provider_fault(*c), poison_fault_for(p, c[0], c[1]))
-                           for c in provider_calls(p))
-    assert not any(pol.receiver_fault(job, kind, n)
-                   for job in p.jobs for kind in EFFECT_KINDS for n in range(1, 21))
+    forced_calls = {(job, step) for job, step, _ in p.forced_provider}
+    for job, step, n in provider_calls(p):
+        got = pol.provider_fault(job, step, n)
+        if n == 1 and (job, step) in forced_calls:
+            assert got is not None and got == provider_fault(s, p, job, step, n)
+        else:
+            assert got == poison_fault_for(p, job, step), (job, step, n)
+    forced_effects = {(job, kind) for job, kind, _ in p.forced_receiver}
+    for job in p.jobs:
+        for kind in EFFECT_KINDS:
+            for n in range(1, 21):
+                got = pol.receiver_fault(job, kind, n)
+                assert (got is not None) == (n == 1 and (job, kind) in forced_effects)
+
+
+def test_every_configured_share_fault_is_forced_onto_one_early_call():
+    s = scenario("everything")
+    p = make_plan(s, 1)
+    assert {name for _, _, name in p.forced_provider} == {
+        "provider_429", "provider_5xx", "hang", "reset", "slow"}
+    assert {name for _, _, name in p.forced_receiver} == {
+        "receiver_5xx", "receiver_timeout", "receiver_drop"}
+    clean = [j for j in p.jobs if j not in p.poison and j not in p.crash_loop
+             and j not in p.needs_review]
+    assert {job for job, _, _ in p.forced_provider} <= set(clean[:5])
 
 
 def test_receiver_timeouts_outlast_the_send_timeout():

@@ -1,0 +1,529 @@
+"""Liveness invariants: jobs settle, retries keep their discipline, work per step is bounded.
+
+The checks share one reading of the job audit, *holdings*: a worker's hold on one step of a
+job, from the write that gave it the step (a claim that bumps the lease token, or the
+continuation from the previous step under the same token) to its own write that leaves the
+working state under that token (complete, retry, park). A holding with no such write ended
+in a crash or was fenced out.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..history import Event, pid_of
+from .verdict import Verdict
+
+# Audit triggers, the fake servers and the supervisor stamp events from different processes
+# of one machine, and the audit's SQLite clock has millisecond resolution (an audit event may
+# sort up to 1 ms before the call it follows): order between sources is judged by time with
+# this slack (seconds), never by position in the history.
+TOL = 0.005
+POISON_OUTCOMES = frozenset({"bad_content", "schema", "garbage"})
+SYNC_SPAN = 0.020      # retries starting within this span are "at once"
+SYNC_MIN_RETRIES = 8   # fewer retries after an outage say nothing about synchronization
+# Full jitter over less than ~10 spans puts half the retries in one span by chance alone.
+SYNC_MIN_BASE = 10 * SYNC_SPAN
+
+
+@dataclass
+class Holding:
+    """One worker's hold on one step of one job (see the module docstring)."""
+
+    job: str
+    step: dict
+    worker: str
+    token: int
+    start: Event
+    start_pos: int          # position in the history
+    segment: int            # operator actions on the job before it
+    run: int                # claims of the step since the job entered it (resumes add one)
+    write: Event | None = None
+    write_pos: int = -1
+    calls: list[tuple[int, Event]] = field(default_factory=list)
+
+
+@dataclass
+class Timeline:
+    """The history read once: holdings, provider calls and interventions, per job."""
+
+    t0: float = 0.0
+    holdings: dict[str, list[Holding]] = field(default_factory=lambda: defaultdict(list))
+    by_token: dict[tuple, Holding] = field(default_factory=dict)  # (job, worker, token)
+    # (job, step) -> [(position, segment, call, holding)]
+    calls: dict[tuple, list[tuple]] = field(default_factory=lambda: defaultdict(list))
+    spends: list[tuple[int, Event]] = field(default_factory=list)
+    job_events: dict[str, list[tuple[int, Event]]] = field(
+        default_factory=lambda: defaultdict(list))
+    interventions: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    segment: Counter = field(default_factory=Counter)
+    outages: list[list[Event | None]] = field(default_factory=list)
+    skewed_slots: set[int] = field(default_factory=set)
+    skewed: set[int] = field(default_factory=set)          # pids of workers on a skewed clock
+    call_timeouts: list[float] = field(default_factory=list)  # per-slot overrides
+
+    def at(self, t: float) -> str:
+        return f"+{t - self.t0:.3f} s"
+
+    def is_skewed(self, worker: str | None) -> bool:
+        return pid_of(worker) in self.skewed
+
+
+def read_timeline(history: list[Event], pipeline: dict[str, Any]) -> Timeline:
+    """One pass over the history (see Timeline)."""
+    steps = pipeline["steps"]
+    tl = Timeline(t0=history[0]["t"] if history else 0.0)
+    reader = _JobReader(tl, steps)
+    current, spawned = reader.current, []
+    for pos, e in enumerate(history):
+        src, type_ = e.get("src"), e.get("type")
+        if src == "audit" and type_ == "job":
+            reader.read(pos, e)
+        elif src == "provider" and type_ == "call":
+            job, step = e.get("job"), e.get("step")
+            holding = current.get((job, e.get("worker")))
+            if holding is not None and holding.step["name"] != step:
+                holding = None
+            if holding is not None:
+                holding.calls.append((pos, e))
+            tl.calls[(job, step)].append((pos, tl.segment[job], e, holding))
+        elif src == "audit" and type_ == "spend":
+            tl.spends.append((pos, e))
+        elif src == "nemesis":
+            _read_nemesis(tl, e)
+        elif src == "process" and type_ == "spawn":
+            spawned.append(e)
+    # The runner records a skew per worker slot before spawning it: process names are
+    # "worker-SLOT.N", which ties the slot to the pids that ran with that clock.
+    tl.skewed |= {e["pid"] for e in spawned if _slot(e.get("name")) in tl.skewed_slots}
+    return tl
+
+
+def _slot(name: str | None) -> int | None:
+    try:
+        return int(name.split("-", 1)[1].split(".")[0]) if name else None
+    except (IndexError, ValueError):
+        return None
+
+
+def _read_nemesis(tl: Timeline, e: Event) -> None:
+    if e["type"] == "outage" and e.get("target") not in ("receiver", "sender"):
+        tl.outages.append([e, None])
+    elif e["type"] == "outage_end" and tl.outages and tl.outages[-1][1] is None:
+        tl.outages[-1][1] = e
+    elif e["type"] == "skew":
+        if e.get("pid") is not None:
+            tl.skewed.add(e["pid"])
+        if e.get("slot") is not None:
+            tl.skewed_slots.add(e["slot"])
+    elif e["type"] == "heartbeat_off" and e.get("call_timeout") is not None:
+        tl.call_timeouts.append(e["call_timeout"])
+
+
+class _JobReader:
+    """Turns audit job updates into holdings, runs of claims and interventions."""
+
+    def __init__(self, tl: Timeline, steps: list[dict]) -> None:
+        self.tl = tl
+        self.by_working = {s["working"]: s for s in steps}
+        self.done_before = {steps[i]["working"]: steps[i - 1]["done"] for i in range(1, len(steps))}
+        self.current: dict[tuple[str, str], Holding] = {}   # (job, worker) -> latest holding
+        self.runs: Counter = Counter()                       # (job, step) -> claims in the run
+
+    def read(self, pos: int, e: Event) -> None:
+        tl, job, writer = self.tl, e["job"], e.get("writer") or ""
+        tl.job_events[job].append((pos, e))
+        if writer.startswith("operator"):
+            tl.segment[job] += 1
+            tl.interventions[job].append(pos)
+            for key in [k for k in self.runs if k[0] == job]:
+                del self.runs[key]
+            return
+        if writer == "nemesis":
+            tl.interventions[job].append(pos)
+            return
+        if e.get("op") != "update":
+            return
+        token, old = e.get("token") or 0, e.get("old_token") or 0
+        step = self.by_working.get(e["to"])
+        if step is not None and (token > old or e["from"] == self.done_before.get(e["to"])):
+            self._enter(pos, e, step, writer, token)
+            return
+        holding = tl.by_token.get((job, writer, token))
+        working = holding.step["working"] if holding else None
+        # A heartbeat (working -> working, same token) extends the lease; it is not the write.
+        if holding is not None and holding.write is None and e["from"] == working != e["to"]:
+            holding.write, holding.write_pos = e, pos
+
+    def _enter(self, pos: int, e: Event, step: dict, writer: str, token: int) -> None:
+        job, key = e["job"], (e["job"], step["name"])
+        self.runs[key] = self.runs[key] + 1 if e["from"] == e["to"] else 1
+        holding = Holding(job, step, writer, token, e, pos, self.tl.segment[job], self.runs[key])
+        self.tl.holdings[job].append(holding)
+        self.tl.by_token[(job, writer, token)] = holding
+        self.current[(job, writer)] = holding
+
+
+def _unknown_without_audit(verdict: Verdict, history: list[Event], snapshot: dict) -> bool:
+    if snapshot["jobs"] and not any(e.get("src") == "audit" and e.get("type") == "job"
+                                        for e in history):
+        verdict.unknown("the snapshot has jobs but the history has no job audit event")
+        return True
+    return False
+
+
+# -- all-jobs-settle ---------------------------------------------------------------------
+
+def check_all_jobs_settle(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
+    """After heal and drain every job is terminal or parked and no outbox row is pending."""
+    verdict = Verdict("all-jobs-settle")
+    jobs, pipeline = snapshot["jobs"], snapshot["pipeline"]
+    if not jobs and snapshot.get("submitted"):
+        return verdict.unknown(f"the snapshot has no job although {len(snapshot['submitted'])} "
+                               "were submitted")
+    settled = set(pipeline["terminal"]) | set(pipeline["parked"])
+    pending = [r for r in snapshot["outbox"]
+               if r.get("sent_at") is None and r.get("dead_at") is None]
+    phases = snapshot.get("phases", {})
+    drain = None
+    if phases.get("drain_end") is not None and phases.get("drain_start") is not None:
+        drain = round(phases["drain_end"] - phases["drain_start"], 3)
+    verdict.checked = len(jobs) + len(snapshot["outbox"])
+    verdict.metrics = {"settle_time": drain, "drained": phases.get("drained"),
+                       "states": dict(sorted(Counter(r["state"] for r in jobs.values()).items())),
+                       "unsettled": sum(r["state"] not in settled for r in jobs.values()),
+                       "outbox_pending": len(pending)}
+    if not snapshot["plan"].get("expect", {}).get("settle", True):
+        verdict.reason = "the scenario does not expect jobs to settle: metrics only"
+        return verdict
+    last_job, last_row, t0 = _last_audit(history)
+    note = "" if phases.get("drained", True) else "; the drain gave up at its deadline"
+    for job_id in sorted(jobs):
+        row = jobs[job_id]
+        if row["state"] not in settled:
+            last = last_job.get(job_id)
+            by = f"; last written by {last['writer']} at +{last['t'] - t0:.3f} s" if last else ""
+            verdict.fail("job-not-settled",
+                         f"job {job_id} is still {row['state']!r} after the drain (attempts "
+                         f"{row.get('attempts')}, claims {row.get('claims')}, last error "
+                         f"{row.get('last_error')!r}{by}{note})", *([last] if last else []))
+    for row in pending:
+        last = last_row.get((row["job"], row["kind"]))
+        verdict.fail("outbox-pending",
+                     f"outbox row {row.get('row')} (job {row['job']} {row['kind']!r}) is neither "
+                     f"sent nor dead-lettered after the drain (attempts {row.get('attempts')}, "
+                     f"last error {row.get('last_error')!r}{note})", *([last] if last else []))
+    return verdict
+
+
+def _last_audit(history: list[Event]) -> tuple[dict, dict, float]:
+    last_job, last_row = {}, {}
+    for e in history:
+        if e.get("src") == "audit" and e.get("type") == "job":
+            last_job[e["job"]] = e
+        elif e.get("src") == "audit" and e.get("type") == "outbox":
+            last_row[(e["job"], e["kind"])] = e
+    return last_job, last_row, history[0]["t"] if history else 0.0
+
+
+# -- retry-discipline --------------------------------------------------------------------
+
+def check_retry_discipline(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
+    """Poison parks at once, retries stay within the cap, waits honour Retry-After and full
+    jitter, and retries after an outage are spread."""
+    verdict = Verdict("retry-discipline")
+    plan = snapshot["plan"]
+    has_calls = any(e.get("src") == "provider" and e.get("type") == "call" for e in history)
+    if not has_calls and (snapshot["spend"] or plan.get("poison")):
+        return verdict.unknown("the engine recorded provider spend (or the plan poisons jobs) "
+                               "but the history has no provider call (provider ledger missing)")
+    if _unknown_without_audit(verdict, history, snapshot):
+        return verdict
+    tl = read_timeline(history, snapshot["pipeline"])
+    settings = snapshot["settings"]
+    _check_poison(verdict, tl)
+    _check_caps(verdict, tl, settings)
+    waits = _check_waits(verdict, tl, settings)
+    outages = [_check_outage(verdict, tl, settings, snapshot, window) for window in tl.outages]
+    jobs = snapshot["jobs"]
+    poisoned = plan.get("poison", {})
+    calls = sum(len(v) for v in tl.calls.values())
+    verdict.checked = calls + waits["retry_writes"]
+    verdict.metrics = {
+        "calls": calls,
+        "poison_calls": sum(_is_poison(c) for v in tl.calls.values() for _, _, c, _ in v),
+        "poison_planned": len(poisoned),
+        "poison_parked": sum(jobs.get(j, {}).get("state") in snapshot["pipeline"]["parked"]
+                             for j in poisoned),
+        "max_calls_per_step": max((len(v) for v in tl.calls.values()), default=0),
+        **waits, "outages": outages,
+    }
+    return verdict
+
+
+def _is_poison(call: Event) -> bool:
+    status = call.get("status")
+    return call.get("outcome") in POISON_OUTCOMES or (
+        status is not None and 400 <= status <= 499 and status != 429)
+
+
+def _check_poison(verdict: Verdict, tl: Timeline) -> None:
+    """After a worker observed poison and committed the failure, no later claim calls again."""
+    observed = [(pos, c, h) for entries in tl.calls.values() for pos, _, c, h in entries
+                if _is_poison(c)]
+    observed += [(pos, s, tl.by_token.get((s["job"], s["worker"], s["token"])))
+                 for pos, s in tl.spends if s.get("outcome") == "poison"]
+    judged = set()
+    for pos, event, holding in sorted(observed, key=lambda o: o[0]):
+        if holding is None or holding.write is None or \
+                holding.write["t"] + TOL < event.get("t_start", event["t"]):
+            continue  # the worker died or was fenced out: the engine never knew
+        write, step = holding.write, holding.step
+        key = (holding.job, step["name"], holding.segment)
+        if write["to"] == step["done"] or key in judged:
+            continue
+        judged.add(key)
+        later = next((c for _, seg, c, h in tl.calls.get((holding.job, step["name"]), [])
+                      if seg == holding.segment and (h.start_pos > holding.write_pos if h
+                                                     else c["t_start"] > write["t"] + TOL)),
+                     None)
+        if later is None:
+            continue
+        parked = write["to"] == step["parked"]
+        verdict.fail(
+            "call-after-poison-parked" if parked else "poison-retried",
+            f"job {holding.job}: step {step['name']!r} got a poison answer "
+            f"({event.get('status')} {event.get('outcome')}) for {holding.worker}, which "
+            f"{'parked the job' if parked else 'scheduled a retry'} at {tl.at(write['t'])}; "
+            f"{later.get('worker')} called the provider again at {tl.at(later['t_start'])}",
+            event, write, later)
+
+
+def _check_caps(verdict: Verdict, tl: Timeline, settings: dict) -> None:
+    """attempts <= max_attempts; calls per run of a step <= max_attempts + unwritten holdings."""
+    cap = settings["max_attempts"]
+    for job, events in tl.job_events.items():
+        over = next((e for _, e in events if (e.get("attempts") or 0) > cap
+                     and not (e.get("writer") or "").startswith("operator")), None)
+        if over is not None:
+            verdict.fail("attempts-over-cap",
+                         f"job {job}: {over['writer']} recorded attempt {over['attempts']} of "
+                         f"state {over['from']!r} at {tl.at(over['t'])}, past max_attempts={cap}",
+                         over)
+    unwritten = Counter((h.job, h.step["name"], h.segment)
+                        for holds in tl.holdings.values() for h in holds if h.write is None)
+    for (job, step), entries in tl.calls.items():
+        by_segment: dict[int, list[Event]] = defaultdict(list)
+        for _, seg, call, _ in entries:
+            by_segment[seg].append(call)
+        for seg, calls in by_segment.items():
+            allowed = cap + unwritten[(job, step, seg)]
+            if len(calls) > allowed:
+                verdict.fail("calls-over-cap",
+                             f"job {job}: {len(calls)} provider calls for step {step!r}, but "
+                             f"max_attempts={cap} plus {allowed - cap} claim(s) that ended "
+                             f"without a write allow {allowed}; call {allowed + 1} by "
+                             f"{calls[allowed].get('worker')} at "
+                             f"{tl.at(calls[allowed]['t_start'])}", calls[0], calls[allowed])
+
+
+def _check_waits(verdict: Verdict, tl: Timeline, settings: dict) -> dict:
+    """Retry-After honoured, backoff within full-jitter bounds, jitter present."""
+    base, cap = settings["backoff_base"], settings["backoff_cap"]
+    # The shortest call timeout any worker ran with bounds when a hung call was given up.
+    timeout = min([settings["call_timeout"], *tl.call_timeouts])
+    stats = Counter()
+    samples: dict[int, list[tuple[float, Event]]] = defaultdict(list)
+    for holds in tl.holdings.values():
+        for h in holds:
+            w = h.write
+            if w is None or w["to"] != h.step["ready"] or w.get("next_run_at") is None:
+                continue
+            stats["retry_writes"] += 1
+            if tl.is_skewed(h.worker):
+                stats["skipped_skewed"] += 1  # its next_run_at is on another clock
+                continue
+            before = [(p, c) for p, c in h.calls if c["t_start"] <= w["t"] + TOL]
+            call_pos, call = before[-1] if before else (None, None)
+            retry_after = call.get("retry_after") if call else None
+            if retry_after is not None and call.get("status") in (429, 503):
+                stats["retry_after_checked"] += 1
+                if _retry_after_ignored(verdict, tl, h, call_pos, call, retry_after):
+                    continue
+            ceiling = min(cap, base * 2.0 ** max(0, (w.get("attempts") or 1) - 1))
+            _check_backoff(verdict, tl, h, call, max(ceiling, retry_after or 0.0), timeout)
+            if retry_after is None:
+                samples[w.get("attempts") or 0].append((w["next_run_at"] - w["t"], w))
+    for attempts, got in sorted(samples.items()):
+        ceiling = min(cap, base * 2.0 ** max(0, attempts - 1))
+        delays = [d for d, _ in got]
+        if len(got) >= SYNC_MIN_RETRIES and max(delays) - min(delays) <= max(0.001, 0.01 * ceiling):
+            verdict.fail("no-jitter",
+                         f"{len(got)} retries after failed attempt {attempts} all wait "
+                         f"{statistics.mean(delays):.3f} s (spread {max(delays) - min(delays):.4f}"
+                         f" s): full jitter would spread them over [0, {ceiling:.3f}] s",
+                         *[w for _, w in got[:4]])
+    return {"retry_writes": stats["retry_writes"], "skipped_skewed": stats["skipped_skewed"],
+            "retry_after_checked": stats["retry_after_checked"]}
+
+
+def _retry_after_ignored(verdict: Verdict, tl: Timeline, h: Holding, call_pos: int, call: Event,
+                         retry_after: float) -> bool:
+    # The engine read its clock after the answer (t_end), so retry_at >= t_end + R; the
+    # audit's own t may be later still (waiting for the write lock) and is not the bound.
+    w, earliest = h.write, call["t_end"] + retry_after
+    head = (f"job {h.job}: step {h.step['name']!r} answered {call.get('status')} with "
+            f"Retry-After {retry_after:g} s at {tl.at(call['t_end'])}")
+    if w["next_run_at"] < earliest - TOL:
+        verdict.fail("retry-after-ignored",
+                     f"{head}, but {h.worker} scheduled the retry "
+                     f"{w['next_run_at'] - call['t_end']:.3f} s after it", call, w)
+        return True
+    entries = tl.calls.get((h.job, h.step["name"]), [])
+    nxt = next(((p, c) for p, seg, c, h2 in entries if p > call_pos and seg == h.segment
+                and (h2 is None or h2.start_pos > h.write_pos)), None)
+    if nxt is None or tl.is_skewed(nxt[1].get("worker")) or any(
+            h.write_pos < p < nxt[0] for p in tl.interventions.get(h.job, [])):
+        return False  # an operator or the nemesis moved the job on, or a skewed clock claimed
+    if nxt[1]["t_start"] < earliest - TOL:
+        verdict.fail("retry-after-ignored",
+                     f"{head}, but {nxt[1].get('worker')} called again "
+                     f"{nxt[1]['t_start'] - call['t_end']:.3f} s after it", call, w, nxt[1])
+        return True
+    return False
+
+
+def answered(call: Event, timeout: float | None) -> float:
+    """When the worker had its answer: the provider's t_end, or its own call timeout if that
+    came first (a hanging provider stamps t_end long after the client gave up)."""
+    if timeout is None:
+        return call["t_end"]
+    return min(call["t_end"], call["t_start"] + timeout)
+
+
+def _check_backoff(verdict: Verdict, tl: Timeline, h: Holding, call: Event | None,
+                   upper: float, timeout: float | None) -> None:
+    # The engine's clock read lies between the failing answer (or the claim) and the audit
+    # write, so the wait it chose lies in [next_run_at - write t, next_run_at - that start].
+    w = h.write
+    lowest = w["next_run_at"] - w["t"]
+    highest = w["next_run_at"] - (answered(call, timeout) if call else h.start["t"])
+    if lowest > upper + TOL or highest < -TOL:
+        verdict.fail("backoff-out-of-bounds",
+                     f"job {h.job}: after failed attempt {w.get('attempts')} of step "
+                     f"{h.step['name']!r}, {h.worker} waits {lowest:.3f} s before the retry; full "
+                     f"jitter allows [0, {upper:.3f}] s", *([call] if call else []), w)
+
+
+def _check_outage(verdict: Verdict, tl: Timeline, settings: dict, snapshot: dict,
+                  window: list[Event | None]) -> dict:
+    """The first calls after an outage, of the (job, step)s that failed in it, are spread."""
+    start, end = window
+    t_end = end["t"] if end else snapshot.get("phases", {}).get("heal_start") or math.inf
+    retries = []
+    for entries in tl.calls.values():
+        calls = [c for _, _, c, _ in entries]
+        if not any(start["t"] <= c["t_start"] <= t_end and c.get("outcome") != "ok"
+                   for c in calls):
+            continue
+        i = next((i for i, c in enumerate(calls) if c["t_start"] >= t_end), None)
+        if i is not None and i > 0:
+            retries.append((calls[i], calls[i]["t_start"] - calls[i - 1]["t_end"]))
+    report = {"start": tl.at(start["t"]), "retries": len(retries),
+              "judged": settings["backoff_base"] >= SYNC_MIN_BASE}
+    if not retries:
+        return report
+    delays = [d for _, d in retries]
+    starts = sorted(c["t_start"] for c, _ in retries)
+    at_once, j = 0, 0
+    for i, t in enumerate(starts):
+        while t - starts[j] > SYNC_SPAN:
+            j += 1
+        at_once = max(at_once, i - j + 1)
+    report.update(delay_min=round(min(delays), 4), delay_max=round(max(delays), 4),
+                  delay_stdev=round(statistics.pstdev(delays), 4), max_in_20ms=at_once)
+    if len(retries) < SYNC_MIN_RETRIES or not report["judged"]:
+        return report
+    identical = max(delays) - min(delays) <= TOL
+    if at_once * 2 > len(retries) or identical:
+        why = (f"{at_once} of {len(retries)} start within {SYNC_SPAN * 1000:.0f} ms"
+               if at_once * 2 > len(retries) else f"all wait {min(delays):.3f} s (no jitter)")
+        clustered = sorted(retries, key=lambda r: r[0]["t_start"])[:8]
+        verdict.fail("synchronized-retries",
+                     f"after the provider outage {tl.at(start['t'])}..{tl.at(t_end)}, the first "
+                     f"retries of {len(retries)} failed steps are synchronized: {why}",
+                     *[e for e in (start, end) if e], *[c for c, _ in clustered])
+    return report
+
+
+# -- bounded-work ------------------------------------------------------------------------
+
+def check_bounded_work(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
+    """Claims of one step in a row stay within max_claims; crash-looping jobs end parked."""
+    verdict = Verdict("bounded-work")
+    if _unknown_without_audit(verdict, history, snapshot):
+        return verdict
+    tl = read_timeline(history, snapshot["pipeline"])
+    cap = snapshot["settings"]["max_claims"]
+    longest: Counter = Counter()
+    runs: Counter = Counter()
+    for holds in tl.holdings.values():
+        first: dict[str, Holding] = {}
+        for h in holds:
+            name = h.step["name"]
+            if h.run == 1:
+                first[name] = h
+            longest[name] = max(longest[name], h.run)
+            if h.run == cap + 1:
+                verdict.fail("too-many-claims",
+                             f"job {h.job}: step {name!r} was claimed {h.run} times without "
+                             f"finishing (max_claims={cap}): first by {first[name].worker} at "
+                             f"{tl.at(first[name].start['t'])}, claim {h.run} by {h.worker} at "
+                             f"{tl.at(h.start['t'])}", first[name].start, h.start)
+        runs.update(_run_lengths(holds))
+    for job in snapshot["plan"].get("crash_loop", []):
+        _check_crash_loop(verdict, tl, snapshot, job)
+    verdict.checked = sum(len(h) for h in tl.holdings.values())
+    verdict.metrics = {"holdings": verdict.checked,
+                       "max_claims_per_step": dict(sorted(longest.items())),
+                       "claims_histogram": dict(sorted(runs.items())),
+                       "crash_loop_jobs": len(snapshot["plan"].get("crash_loop", []))}
+    return verdict
+
+
+def _run_lengths(holds: list[Holding]) -> list[int]:
+    """The length of every run of claims of a step (each run starts at run == 1)."""
+    lengths, last = [], {}
+    for h in holds:
+        if h.run == 1 and h.step["name"] in last:
+            lengths.append(last[h.step["name"]])
+        last[h.step["name"]] = h.run
+    return lengths + list(last.values())
+
+
+def _check_crash_loop(verdict: Verdict, tl: Timeline, snapshot: dict, job: str) -> None:
+    row = snapshot["jobs"].get(job)
+    holds = tl.holdings.get(job, [])
+    events = [e for _, e in tl.job_events.get(job, [])]
+    parked = holds[-1].step["parked"] if holds else None
+    if row and row["state"] == parked and "crash loop" in (row.get("last_error") or ""):
+        return
+    park = next((i for i, e in enumerate(events) if e["to"] in snapshot["pipeline"]["parked"]
+                 and "crash loop" in (e.get("last_error") or "")), None)
+    if park is not None and any((e.get("writer") or "").startswith("operator")
+                                for e in events[park + 1:]):
+        return  # parked for the crash loop, then an operator acted on it
+    state = row["state"] if row else "missing from the snapshot"
+    claims = sum(h.step["working"] == holds[-1].step["working"] for h in holds) if holds else 0
+    verdict.fail("crash-loop-not-parked",
+                 f"job {job} crashes its workers every time but ended {state!r} (last error "
+                 f"{(row or {}).get('last_error')!r}) after {claims} claims; it should be "
+                 f"parked in {parked!r} with a 'crash loop' error", *events[-1:])
+
+
+CHECKS = {"all-jobs-settle": check_all_jobs_settle,
+          "retry-discipline": check_retry_discipline,
+          "bounded-work": check_bounded_work}

@@ -1,0 +1,317 @@
+"""Outbox invariants: an effect is resent only when its last outcome was ambiguous, it is
+applied once at the receiver, and every delivered job's effects arrive (or are dead-lettered).
+
+An effect is identified by (job, kind): the engine keeps one outbox row per pair and sends
+it with the idempotency key `job:kind`. Receiver requests are read from the receiver's
+ledger, rows from the outbox audit, kills from the supervisor's process records.
+"""
+from __future__ import annotations
+
+import bisect
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..history import Event, pid_of
+from .verdict import Verdict
+
+# The receiver, the audit triggers and the supervisor stamp events with the same machine's
+# wall clock from different processes (the audit's at millisecond resolution): order between
+# them is judged by time with this slack (seconds), never by position in the history.
+TOL = 0.005
+
+CLEAN_OUTCOMES = frozenset({"applied", "replayed"})  # answers a sender saw and can trust
+LATE_FAULTS = frozenset({"timeout", "drop"})  # the receiver held the answer past the timeout
+
+Effect = tuple[str, str]  # (job, kind)
+
+DOCUMENT_EFFECTS = frozenset({"charge", "notify"})  # what the document pipeline's deliver emits
+
+
+@dataclass
+class _Index:
+    """What the outbox checks need from the history, gathered in one pass."""
+
+    t0: float = 0.0
+    requests: dict[Effect, list[Event]] = field(default_factory=lambda: defaultdict(list))
+    rows: dict[Effect, list[Event]] = field(default_factory=lambda: defaultdict(list))
+    sends: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    kills: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
+    unattributed: int = 0
+
+
+def _index(history: list[Event]) -> _Index:
+    idx = _Index(t0=history[0]["t"] if history else 0.0)
+    for e in history:
+        src, type_ = e.get("src"), e.get("type")
+        if src == "receiver" and type_ == "request":
+            effect = effect_of(e)
+            if effect is None:
+                idx.unattributed += 1
+                continue
+            idx.requests[effect].append(e)
+            if e.get("worker"):
+                idx.sends[e["worker"]].append(e["t_start"])
+        elif src == "audit" and type_ == "outbox":
+            idx.rows[(e["job"], e["kind"])].append(e)
+        elif src == "process" and type_ == "exit" and e.get("signal") == "SIGKILL":
+            idx.kills[e["pid"]].append(e["t"])
+    for starts in idx.sends.values():
+        starts.sort()
+    return idx
+
+
+def effect_of(request: Event) -> Effect | None:
+    """(job, kind) of a receiver request, from its headers or else its `job:kind` key."""
+    job, kind = request.get("job"), request.get("kind")
+    key = request.get("key")
+    if (job is None or kind is None) and isinstance(key, str) and ":" in key:
+        key_job, key_kind = key.rsplit(":", 1)
+        job, kind = job or key_job, kind or key_kind
+    return None if job is None or kind is None else (job, kind)
+
+
+def _at(t: float, idx: _Index) -> str:
+    return f"+{t - idx.t0:.3f} s"
+
+
+def _clean(request: Event, idx: _Index, settings: dict[str, Any]) -> bool:
+    """True when the sender saw a 2xx answer it can trust.
+
+    Not when the receiver dropped the connection or answered after the sender gave up: a
+    delayed request that finds its key applied meanwhile is ledgered as a plain "replayed"
+    200, so lateness is read from the fault the receiver injected, from send_timeout, and
+    from the sender having sent its next request before this one's answer was written.
+    """
+    status = request.get("status")
+    if status is None or not 200 <= status <= 299 or request.get("outcome") not in CLEAN_OUTCOMES:
+        return False
+    if request.get("fault") in LATE_FAULTS:
+        return False
+    took = request["t_end"] - request["t_start"]
+    if settings.get("send_timeout") is not None and took >= settings["send_timeout"] - TOL:
+        return False
+    starts = idx.sends.get(request.get("worker"), [])
+    later = bisect.bisect_right(starts, request["t_start"])
+    return later == len(starts) or starts[later] >= request["t_end"]
+
+
+def _is_claim(row_event: Event) -> bool:
+    """A sender's claim of an outbox row bumps its lease token (dead-lettering does too)."""
+    return (row_event["op"] == "update" and row_event["dead_at"] is None
+            and (row_event["token"] or 0) > (row_event["old_token"] or 0))
+
+
+# -- outbox-bounded ----------------------------------------------------------------------
+
+def _ambiguity(request: Event, rows: list[Event], idx: _Index,
+               settings: dict[str, Any]) -> str | None:
+    """Why the sender of `request` could not know the effect went through, or None.
+
+    "answer": not a clean 2xx (error status, dropped connection, answered after the
+    sender's timeout); "sender-killed": a clean answer, but the sender was SIGKILLed before
+    marking the row sent (and before sending anything else); "lease-taken": a clean
+    answer, unmarked, and another sender claimed the row after this sender's lease ran out.
+    """
+    if not _clean(request, idx, settings):
+        return "answer"
+    sender, start = request.get("worker"), request["t_start"]
+    if any(e["writer"] == sender and e["sent_at"] is not None and e["t"] >= start - TOL
+           for e in rows):
+        return None
+    if _killed_before_next_send(sender, start, idx):
+        return "sender-killed"
+    if _lease_taken(sender, start, rows, settings):
+        return "lease-taken"
+    return None
+
+
+def _killed_before_next_send(sender: str | None, start: float, idx: _Index) -> bool:
+    pid = pid_of(sender)
+    if pid is None or pid not in idx.kills:
+        return False
+    starts = idx.sends.get(sender, [])
+    later = bisect.bisect_right(starts, start)
+    until = starts[later] if later < len(starts) else float("inf")
+    return any(start - TOL <= t < until for t in idx.kills[pid])
+
+
+def _lease_taken(sender: str | None, start: float, rows: list[Event],
+                 settings: dict[str, Any]) -> bool:
+    own = [e for e in rows if _is_claim(e) and e["writer"] == sender and e["t"] <= start + TOL]
+    taken = [e for e in rows if _is_claim(e) and e["writer"] != sender and e["t"] >= start - TOL]
+    if not own or not taken:
+        return False
+    # A takeover excuses the resend only once the first lease ran out; when the history does
+    # not say when that was (no lease_until, no outbox_lease setting), it is given the benefit.
+    until = own[-1].get("lease_until")
+    if until is None and settings.get("outbox_lease") is not None:
+        until = own[-1]["t"] + settings["outbox_lease"]
+    return until is None or taken[0]["t"] >= until - TOL
+
+
+def _describe(request: Event, cause: str | None, idx: _Index) -> str:
+    answer = f"{request.get('status')} {request.get('outcome')}"
+    note = {"answer": "ambiguous answer", "sender-killed": "sender killed before marking it",
+            "lease-taken": "sender's lease taken before marking it"}.get(cause, "clean")
+    return f"#{request.get('n')} at {_at(request['t_start'], idx)} by {request.get('worker')}: " \
+           f"{answer} ({note})"
+
+
+def check_outbox_bounded(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
+    """Per (job, kind): receiver requests <= 1 + ambiguous outcomes, and at most one applied."""
+    verdict = Verdict("outbox-bounded")
+    idx = _index(history)
+    rows = snapshot["outbox"]
+    if not idx.requests and (any(r.get("sent_at") is not None for r in rows)
+                             or snapshot["receiver_applied"]):
+        return verdict.unknown("outbox rows were sent but the history has no receiver request "
+                               "(receiver ledger missing)")
+    settings = snapshot["settings"]
+    applied_elsewhere = Counter((a["job"], a["kind"]) for a in snapshot["receiver_applied"])
+    effects = sorted(set(idx.requests) | {(r["job"], r["kind"]) for r in rows},
+                     key=lambda e: (str(e[0]), str(e[1])))
+    histogram: dict[str, Counter] = defaultdict(Counter)
+    ambiguous: Counter = Counter()
+    for effect in effects:
+        requests = idx.requests.get(effect, [])
+        histogram[effect[1]][len(requests)] += 1
+        causes = [_ambiguity(r, idx.rows.get(effect, []), idx, settings) for r in requests]
+        ambiguous.update(c for c in causes if c)
+        _judge_attempts(verdict, effect, requests, causes, idx)
+        _judge_applied(verdict, effect, requests, applied_elsewhere.get(effect, 0), idx)
+    verdict.checked = len(effects)
+    verdict.metrics = {
+        "effects": len(effects),
+        "requests": sum(len(r) for r in idx.requests.values()),
+        "duplicates": {kind: dict(sorted(c.items())) for kind, c in sorted(histogram.items())},
+        "replays": sum(r.get("outcome") == "replayed" for rs in idx.requests.values() for r in rs),
+        "ambiguous": dict(sorted(ambiguous.items())),
+        "unattributed_requests": idx.unattributed,
+    }
+    return verdict
+
+
+def _judge_attempts(verdict: Verdict, effect: Effect, requests: list[Event],
+                    causes: list[str | None], idx: _Index) -> None:
+    allowed = 1 + sum(c is not None for c in causes)
+    if len(requests) <= allowed:
+        return
+    job, kind = effect
+    listing = "; ".join(_describe(r, c, idx) for r, c in zip(requests[:6], causes))
+    verdict.fail("too-many-attempts",
+                 f"job {job} {kind!r}: {len(requests)} receiver requests but only "
+                 f"{allowed - 1} ambiguous outcome(s), so at most {allowed} allowed: {listing}",
+                 *requests[:6])
+
+
+def _judge_applied(verdict: Verdict, effect: Effect, requests: list[Event], receiver_count: int,
+                   idx: _Index) -> None:
+    applied = [r for r in requests if r.get("applied")]
+    count = max(len(applied), receiver_count)
+    if count <= 1:
+        return
+    job, kind = effect
+    listing = ", ".join(f"{r.get('effect_id')} at {_at(r['t_start'], idx)} under key "
+                        f"{r.get('key')!r}" for r in applied[:6])
+    verdict.fail("applied-twice",
+                 f"job {job} {kind!r} was applied {count} times at the receiver"
+                 f"{': ' + listing if listing else ' (by its applied list)'}", *applied[:6])
+
+
+# -- effects-complete --------------------------------------------------------------------
+
+def check_effects_complete(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
+    """Every delivered job's outbox rows were applied at the receiver, or dead-lettered."""
+    verdict = Verdict("effects-complete")
+    idx = _index(history)
+    pipeline = snapshot["pipeline"]
+    final = pipeline["steps"][-1]["done"]
+    delivered = sorted(j for j, row in snapshot["jobs"].items() if row["state"] == final)
+    rows_by_job: dict[str, list[dict]] = defaultdict(list)
+    for row in snapshot["outbox"]:
+        rows_by_job[row["job"]].append(row)
+    if not idx.requests and not snapshot["receiver_applied"] and any(
+            row.get("sent_at") is not None for row in snapshot["outbox"]):
+        return verdict.unknown("outbox rows were marked sent but neither the history nor the "
+                               "snapshot says what the receiver applied (receiver ledger missing)")
+    applied = _applied(snapshot, idx)
+    # A pipeline that declares no effects has no rows to expect; the document pipeline has.
+    expects_rows = pipeline.get("name") == "document" or bool(rows_by_job)
+    drained = snapshot.get("phases", {}).get("drained", True)
+    note = "" if drained else " (the drain did not finish before its deadline)"
+    last_job_event = _last_job_events(history)
+    dead = 0
+    for job in delivered:
+        kinds = {row["kind"] for row in rows_by_job.get(job, [])}
+        missing = sorted(DOCUMENT_EFFECTS - kinds) if pipeline.get("name") == "document" else []
+        if (expects_rows and not kinds) or missing:
+            what = f"no {' or '.join(missing)} row" if kinds else "no outbox row"
+            verdict.fail("no-outbox-rows", f"job {job} was delivered but has {what}: its "
+                         f"effects were never queued{note}", *_some(last_job_event.get(job)))
+        if not kinds:
+            verdict.checked += 1
+            continue
+        for row in sorted(rows_by_job[job], key=lambda r: r["kind"]):
+            verdict.checked += 1
+            effect = (job, row["kind"])
+            if row.get("key") in applied["keys"] or effect in applied["effects"]:
+                continue
+            if row.get("dead_at") is not None:
+                dead += 1
+                continue
+            _judge_missing(verdict, row, idx, note)
+    verdict.metrics = {"delivered_jobs": len(delivered), "dead_lettered": dead,
+                       "applied_effects": len(applied["effects"]), "drained": drained}
+    return verdict
+
+
+def _applied(snapshot: dict[str, Any], idx: _Index) -> dict[str, set]:
+    """Keys and (job, kind) pairs the receiver applied: its applied list and its ledger."""
+    keys, effects = set(), set()
+    for a in snapshot["receiver_applied"]:
+        keys.add(a.get("key"))
+        effects.add((a.get("job"), a.get("kind")))
+    for effect, requests in idx.requests.items():
+        for r in requests:
+            if r.get("applied"):
+                keys.add(r.get("key"))
+                effects.add(effect)
+    keys.discard(None)
+    return {"keys": keys, "effects": effects}
+
+
+def _judge_missing(verdict: Verdict, row: dict, idx: _Index, note: str) -> None:
+    job, kind = row["job"], row["kind"]
+    events = idx.rows.get((job, kind), [])
+    requests = idx.requests.get((job, kind), [])
+    tried = "; ".join(f"{r.get('status')} {r.get('outcome')} at {_at(r['t_start'], idx)}"
+                      for r in requests[:4]) or "none"
+    if row.get("sent_at") is not None:
+        mark = next((e for e in events if e["sent_at"] is not None), None)
+        by = f" by {mark['writer']} at {_at(mark['t'], idx)}" if mark else ""
+        verdict.fail("marked-sent-not-applied",
+                     f"job {job} {kind!r}: outbox row {row.get('row')} was marked sent{by}, "
+                     f"but the receiver never applied key {row.get('key')!r} (requests: "
+                     f"{tried}){note}", *_some(mark), *requests[:4])
+        return
+    verdict.fail("not-applied",
+                 f"job {job} {kind!r}: outbox row {row.get('row')} of a delivered job is "
+                 f"neither applied nor dead-lettered (attempts {row.get('attempts')}, last "
+                 f"error {row.get('last_error')!r}; requests: {tried}){note}",
+                 *events[-2:], *requests[:4])
+
+
+def _last_job_events(history: list[Event]) -> dict[str, Event]:
+    last: dict[str, Event] = {}
+    for e in history:
+        if e.get("src") == "audit" and e.get("type") == "job":
+            last[e["job"]] = e
+    return last
+
+
+def _some(event: Event | None) -> tuple[Event, ...]:
+    return () if event is None else (event,)
+
+
+CHECKS = {"outbox-bounded": check_outbox_bounded, "effects-complete": check_effects_complete}

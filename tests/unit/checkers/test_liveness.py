@@ -1,0 +1,387 @@
+"""The liveness checkers on hand-made histories: all-jobs-settle (nothing left working or
+pending after the drain), retry-discipline (poison parks at once, the attempt cap, Retry-After,
+full-jitter backoff, spread retries after an outage) and bounded-work (claims of a step in a
+row within max_claims; crash-looping jobs end parked)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+from builders import (OP, W1, W2, call, delivered_job, delivered_with_effects, job, nemesis,
+                      process, snapshot_with_effects, spend)
+
+from chaos.checkers.liveness import (check_all_jobs_settle, check_bounded_work,
+                                     check_retry_discipline)
+
+J = "doc-1"
+
+
+# -- small story builders for the fetch step -----------------------------------------------
+
+def claim(t, worker, token, job_id=J, frm="pending"):
+    """A claim of the fetch step (frm "fetching" is a resume after an expired lease)."""
+    return job(t, job_id, frm, "fetching", worker, token, old_token=token - 1, claims=1,
+               lease_until=t + 2)
+
+
+def retry(t, worker, token, attempts, wait, job_id=J):
+    return job(t, job_id, "fetching", "pending", worker, token, attempts=attempts,
+               next_run_at=t + wait, last_error="fetch: RetryableError")
+
+
+def park(t, worker, token, attempts=1, job_id=J, error="fetch: PoisonError (parked)"):
+    return job(t, job_id, "fetching", "failed_fetch", worker, token, attempts=attempts,
+               last_error=error)
+
+
+def fetch_call(t, worker, job_id=J, **kw):
+    return call(t, t + 0.01, job_id, "fetch", worker, **kw)
+
+
+def failed_try(t, worker, token, attempts, wait, job_id=J, frm="pending", **call_kw):
+    """Claim, a failing provider call (503 unless told), and the retry write."""
+    call_kw = {"status": 503, "outcome": "error", **call_kw}
+    return [claim(t, worker, token, job_id, frm), fetch_call(t + 0.01, worker, job_id, **call_kw),
+            retry(t + 0.03, worker, token, attempts, wait, job_id)]
+
+
+def crashed_try(t, worker, token, job_id=J, frm="pending", **call_kw):
+    """Claim, a call and a heartbeat, then the worker is SIGKILLed before its write."""
+    beat = job(t + 0.012, job_id, "fetching", "fetching", worker, token, lease_until=t + 3)
+    return [claim(t, worker, token, job_id, frm), fetch_call(t + 0.01, worker, job_id, **call_kw),
+            beat, process(t + 0.015, "exit", "worker-x", int(worker.split(":")[2]),
+                          signal="SIGKILL")]
+
+
+def settings(**overrides):
+    return {**snapshot_with_effects([])["settings"], **overrides}
+
+
+def retry_check(history, **overrides):
+    return check_retry_discipline(history, snapshot_with_effects(history, **overrides))
+
+
+def bounded(history, **overrides):
+    return check_bounded_work(history, snapshot_with_effects(history, **overrides))
+
+
+def settle(history, **overrides):
+    return check_all_jobs_settle(history, snapshot_with_effects(history, **overrides))
+
+
+def test_clean_delivered_jobs_pass_every_liveness_check():
+    history = delivered_with_effects(J) + delivered_with_effects("doc-2", t0=3.0, worker=W2)
+    for check in (retry_check, bounded, settle):
+        verdict = check(history)
+        assert verdict.status == "pass", verdict.reason
+        assert verdict.checked > 0
+    assert bounded(history).metrics["max_claims_per_step"] == {
+        "deliver": 1, "extract": 1, "fetch": 1, "verify": 1}
+    assert settle(history).metrics["settle_time"] == 9.0
+
+
+# -- all-jobs-settle -----------------------------------------------------------------------
+
+def stuck_in_extracting():
+    events = delivered_job(J)
+    cut = next(i for i, e in enumerate(events) if e.get("to") == "extracting")
+    return events[:cut + 1]
+
+
+def test_a_job_left_working_after_the_drain_is_not_settled():
+    history = stuck_in_extracting() + delivered_with_effects("doc-2", t0=3.0)
+    verdict = settle(history)
+    assert verdict.by_type == {"job-not-settled": 1}
+    assert verdict.failures[0].events == [stuck_in_extracting()[-1]]
+    assert "still 'extracting'" in verdict.failures[0].message
+
+
+def test_a_parked_job_is_settled():
+    history = failed_try(1.0, W1, 1, 1, 0.05) + [claim(2.0, W1, 2), park(2.1, W1, 2, attempts=2)]
+    assert settle(history).status == "pass"
+
+
+def test_an_unsent_outbox_row_is_pending():
+    history = delivered_job(J)
+    verdict = settle(history)
+    assert verdict.by_type == {"outbox-pending": 2}
+    inserts = [e for e in history if e["type"] == "outbox"]
+    assert [f.events for f in verdict.failures] == [[inserts[0]], [inserts[1]]]
+
+
+def test_a_scenario_that_does_not_expect_settling_reports_metrics_only():
+    history = stuck_in_extracting()
+    snap = snapshot_with_effects(history)
+    snap["plan"]["expect"]["settle"] = False
+    verdict = check_all_jobs_settle(history, snap)
+    assert verdict.status == "pass"
+    assert verdict.metrics["unsettled"] == 1 and verdict.metrics["states"] == {"extracting": 1}
+
+
+def test_no_jobs_in_the_snapshot_after_submissions_is_unknown():
+    history = delivered_job(J)
+    snap = snapshot_with_effects(history, jobs={})
+    assert check_all_jobs_settle(history, snap).status == "unknown"
+
+
+# -- retry-discipline: poison --------------------------------------------------------------
+
+def test_poison_called_once_then_parked_passes():
+    history = [claim(1.0, W1, 1), fetch_call(1.01, W1, status=400, outcome="error"),
+               park(1.03, W1, 1)]
+    assert retry_check(history).status == "pass"
+
+
+def test_poison_retried_like_a_timeout_is_caught():
+    first = failed_try(1.0, W1, 1, 1, 0.05, status=400)
+    again = [claim(2.0, W2, 2), fetch_call(2.01, W2, status=400, outcome="error")]
+    verdict = retry_check(first + again)
+    assert verdict.by_type == {"poison-retried": 1}
+    assert verdict.failures[0].events == [first[1], first[2], again[1]]
+
+
+def test_poison_retried_is_caught_when_the_retry_write_sorts_before_the_poison_call():
+    first = failed_try(1.0, W1, 1, 1, 0.05, status=400)
+    first[2]["t"] = first[1]["t_start"] - 0.0004
+    again = [claim(2.0, W2, 2), fetch_call(2.01, W2, status=400, outcome="error")]
+    verdict = retry_check(sorted(first + again, key=lambda e: e["t"]))
+    assert verdict.by_type == {"poison-retried": 1}
+
+
+def test_a_second_poison_call_after_the_first_worker_was_killed_is_allowed():
+    history = crashed_try(1.0, W1, 1, outcome="garbage") + [
+        claim(4.0, W2, 2, frm="fetching"), fetch_call(4.01, W2, outcome="garbage"),
+        park(4.03, W2, 2)]
+    assert retry_check(history).status == "pass"
+
+
+@pytest.mark.parametrize("operator, status", [(False, "fail"), (True, "pass")],
+                         ids=["claimed-while-parked", "after-an-operator-requeue"])
+def test_no_call_after_a_poison_park_unless_an_operator_requeued(operator, status):
+    history = [claim(1.0, W1, 1), fetch_call(1.01, W1, outcome="schema"), park(1.03, W1, 1)]
+    if operator:
+        history.append(job(2.0, J, "failed_fetch", "pending", OP, 2, old_token=1))
+    later = [claim(3.0, W2, 3, frm="pending" if operator else "failed_fetch"),
+             fetch_call(3.01, W2)]
+    verdict = retry_check(history + later)
+    assert verdict.status == status
+    if not operator:
+        assert verdict.by_type == {"call-after-poison-parked": 1}
+        assert verdict.failures[0].events == [history[1], history[2], later[1]]
+
+
+# -- retry-discipline: the attempt cap -----------------------------------------------------
+
+def test_an_attempt_count_past_max_attempts_is_caught():
+    history = []
+    for a in range(1, 6):
+        history += failed_try(float(a), W1, a, a, 0.05)
+    verdict = retry_check(history)
+    assert verdict.by_type["attempts-over-cap"] == 1
+    over = next(f for f in verdict.failures if f.type == "attempts-over-cap")
+    assert over.events == [history[-1]] and over.events[0]["attempts"] == 5
+
+
+def test_more_calls_than_the_cap_allows_are_caught():
+    history = failed_try(1.0, W1, 1, 1, 0.05) + failed_try(2.0, W1, 2, 2, 0.05)
+    third = [claim(3.0, W1, 3)] + [fetch_call(3.01 + i / 100, W1, status=503, outcome="error")
+                                   for i in range(3)]
+    verdict = retry_check(history + third + [retry(3.1, W1, 3, 3, 0.05)])
+    assert verdict.by_type == {"calls-over-cap": 1}
+    assert verdict.failures[0].events == [history[1], third[3]]
+
+
+def test_crashed_claims_allow_extra_calls():
+    history = (failed_try(1.0, W1, 1, 1, 0.05) + crashed_try(2.0, W2, 2)
+               + failed_try(5.0, W1, 3, 2, 0.05, frm="fetching") + failed_try(6.0, W1, 4, 3, 0.05)
+               + crashed_try(7.0, W2, 5)
+               + [claim(10.0, W1, 6, frm="fetching"), fetch_call(10.01, W1, status=503,
+                                                                  outcome="error"),
+                  park(10.03, W1, 6, attempts=4)])
+    verdict = retry_check(history)
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["max_calls_per_step"] == 6
+
+
+# -- retry-discipline: Retry-After and backoff ------------------------------------------------
+
+def retry_after_story(wait, next_claim_at):
+    """A 429 with Retry-After 2 s at +0.02 s, the retry write, and the next try."""
+    failed = failed_try(1.0, W1, 1, 1, wait, status=429, retry_after=2.0)
+    nxt = [claim(next_claim_at, W2, 2), fetch_call(next_claim_at + 0.01, W2)]
+    return failed, nxt
+
+
+def test_a_retry_after_of_two_seconds_honoured_passes():
+    failed, nxt = retry_after_story(wait=2.0, next_claim_at=3.1)
+    verdict = retry_check(failed + nxt)
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["retry_after_checked"] == 1
+
+
+def test_an_audit_write_stamped_just_before_its_call_still_gets_the_retry_after():
+    # SQLite's clock has millisecond resolution: the retry write can sort before the 429.
+    failed, nxt = retry_after_story(wait=2.0, next_claim_at=3.1)
+    the_429, write = failed[1], failed[2]
+    the_429["t_end"] = the_429["t_start"] + 0.0001
+    write.update(t=the_429["t_start"] - 0.0004, next_run_at=the_429["t_end"] + 2.0)
+    history = sorted(failed + nxt, key=lambda e: e["t"])
+    assert history.index(write) < history.index(the_429)
+    verdict = retry_check(history)
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["retry_after_checked"] == 1
+
+
+def test_a_retry_scheduled_before_the_retry_after_is_caught():
+    failed, nxt = retry_after_story(wait=0.05, next_claim_at=1.2)
+    verdict = retry_check(failed + nxt)
+    assert verdict.by_type == {"retry-after-ignored": 1}
+    assert verdict.failures[0].events == [failed[1], failed[2]]
+
+
+def test_a_call_made_before_the_retry_after_elapsed_is_caught():
+    failed, nxt = retry_after_story(wait=2.0, next_claim_at=1.5)
+    verdict = retry_check(failed + nxt)
+    assert verdict.by_type == {"retry-after-ignored": 1}
+    assert verdict.failures[0].events == [failed[1], failed[2], nxt[1]]
+    assert "called again 0.490 s after it" in verdict.failures[0].message
+
+
+@pytest.mark.parametrize("wait", [1.0, -0.5], ids=["past-the-ceiling", "negative"])
+def test_a_backoff_outside_full_jitter_bounds_is_caught(wait):
+    history = failed_try(1.0, W1, 1, 1, wait)  # attempt 1: [0, backoff_base=0.1] s
+    verdict = retry_check(history)
+    assert verdict.by_type == {"backoff-out-of-bounds": 1}
+    assert verdict.failures[0].events == [history[1], history[2]]
+
+
+def test_a_skewed_workers_backoff_is_not_judged_on_the_real_clock():
+    skew = [nemesis(0.5, "skew", slot=0, seconds=5.0),
+            process(0.6, "spawn", "worker-0.1", 101)]   # W1 runs in slot 0
+    verdict = retry_check(skew + failed_try(1.0, W1, 1, 1, 5.05))
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["skipped_skewed"] == 1
+
+
+def test_a_hung_call_given_up_at_the_call_timeout_is_not_a_negative_wait():
+    # The provider stamps t_end when its 1.5 s hang ends; the worker gave up after 1 s.
+    history = [claim(1.0, W1, 1), call(1.01, 2.51, J, "fetch", W1, outcome="hang"),
+               retry(2.02, W1, 1, 1, 0.03)]
+    assert retry_check(history).status == "pass"
+
+
+def eight_retries(waits):
+    history = []
+    for i, wait in enumerate(waits):
+        history += failed_try(1.0 + i, W1, 1, 1, wait, job_id=f"doc-{i}")
+    return history
+
+
+def test_backoff_without_jitter_is_caught():
+    history = eight_retries([0.1] * 8)  # always the ceiling: within bounds, but no jitter
+    verdict = retry_check(history)
+    assert verdict.by_type == {"no-jitter": 1}
+    assert verdict.failures[0].events == [e for e in history if e.get("to") == "pending"][:4]
+
+
+def test_jittered_backoff_passes():
+    rng = random.Random(3)
+    assert retry_check(eight_retries([rng.uniform(0, 0.1) for _ in range(8)])).status == "pass"
+
+
+# -- retry-discipline: retries after an outage -----------------------------------------------
+
+def outage_story(retry_starts):
+    """Eight fetches fail in a provider outage from +10 s to +11 s; their first retries start
+    at `retry_starts`."""
+    history = [nemesis(10.0, "outage", target="provider"), nemesis(11.0, "outage_end",
+                                                                   target="provider")]
+    for i, start in enumerate(retry_starts):
+        history += [fetch_call(10.1 + i / 10, W1, job_id=f"doc-{i}", status=503, outcome="error"),
+                    fetch_call(start, W1, job_id=f"doc-{i}", n=2)]
+    return sorted(history, key=lambda e: e["t"])
+
+
+def test_retries_released_together_after_an_outage_are_synchronized():
+    history = outage_story([11.2 + i / 1000 for i in range(8)])
+    verdict = retry_check(history, settings=settings(backoff_base=0.5))
+    assert verdict.by_type == {"synchronized-retries": 1}
+    retries = [e for e in history if e.get("n") == 2]
+    outage = [e for e in history if e["src"] == "nemesis"]
+    assert verdict.failures[0].events == outage + retries
+
+
+def test_retries_spread_after_an_outage_pass_and_report_their_spread():
+    verdict = retry_check(outage_story([11.0 + i * 0.15 for i in range(8)]),
+                          settings=settings(backoff_base=0.5))
+    assert verdict.status == "pass", verdict.reason
+    (outage,) = verdict.metrics["outages"]
+    assert outage["retries"] == 8 and outage["max_in_20ms"] == 1
+    assert outage["delay_stdev"] > 0 and outage["delay_min"] < outage["delay_max"]
+
+
+def test_a_jitter_range_too_small_to_judge_is_reported_not_judged():
+    verdict = retry_check(outage_story([11.2 + i / 1000 for i in range(8)]),
+                          settings=settings(backoff_base=0.1))
+    assert verdict.status == "pass"
+    assert verdict.metrics["outages"][0]["judged"] is False
+
+
+def test_recorded_spend_without_a_provider_ledger_is_unknown():
+    history = [claim(1.0, W1, 1), spend(1.1, J, "fetch", W1, 1), retry(1.2, W1, 1, 1, 0.05)]
+    assert retry_check(history).status == "unknown"
+
+
+# -- bounded-work --------------------------------------------------------------------------
+
+def crash_loop(claims, parked=False):
+    history = [claim(1.0, W1, 1)] + [claim(1.0 + i, W1, i + 1, frm="fetching")
+                                     for i in range(1, claims)]
+    if parked:
+        history.append(job(1.0 + claims, J, "fetching", "failed_fetch", W2, claims + 1,
+                           old_token=claims, claims=claims, last_error="crash loop: step "
+                           f"'fetch' was claimed {claims} times without finishing; parked"))
+    return history
+
+
+def test_a_crash_loop_job_without_a_claim_cap_is_caught():
+    history = crash_loop(12)
+    verdict = bounded(history, plan={**snapshot_with_effects([])["plan"], "crash_loop": [J]})
+    assert verdict.by_type == {"too-many-claims": 1, "crash-loop-not-parked": 1}
+    too_many, not_parked = verdict.failures
+    assert too_many.events == [history[0], history[8]]
+    assert not_parked.events == [history[-1]]
+    assert verdict.metrics["max_claims_per_step"] == {"fetch": 12}
+
+
+def test_a_crash_loop_job_parked_at_the_cap_passes():
+    history = crash_loop(8, parked=True)
+    verdict = bounded(history, plan={**snapshot_with_effects([])["plan"], "crash_loop": [J]})
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["claims_histogram"] == {8: 1}
+
+
+def test_a_crash_loop_job_an_operator_cancelled_after_parking_passes():
+    history = crash_loop(8, parked=True) + [job(20.0, J, "failed_fetch", "cancelled", OP, 10,
+                                                old_token=9)]
+    verdict = bounded(history, plan={**snapshot_with_effects([])["plan"], "crash_loop": [J]})
+    assert verdict.status == "pass", verdict.reason
+
+
+@pytest.mark.parametrize("through", ["retry", "operator"])
+def test_a_retry_or_an_operator_requeue_starts_a_new_run_of_claims(through):
+    history, token = [], 0
+    for n in range(3):     # three runs of 4 claims: 12 claims of fetch, none over the cap of 8
+        t = 10.0 * n
+        history.append(claim(t + 1, W1, token + 1))
+        history += [claim(t + 1 + i, W1, token + 1 + i, frm="fetching") for i in range(1, 4)]
+        token += 4
+        if through == "retry":
+            history.append(retry(t + 5, W1, token, n + 1, 0.05))
+        else:
+            history += [park(t + 5, W1, token, error="fetch: boom"),
+                        job(t + 6, J, "failed_fetch", "pending", OP, token + 1, old_token=token)]
+            token += 1
+    verdict = bounded(history)
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["claims_histogram"] == {4: 3}

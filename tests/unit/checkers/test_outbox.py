@@ -1,0 +1,197 @@
+"""The outbox checkers on hand-made histories: outbox-bounded (a resend only after an ambiguous
+outcome, one applied effect per job and kind) and effects-complete (every delivered job's
+effects applied at the receiver, or dead-lettered)."""
+from __future__ import annotations
+
+import pytest
+from builders import (S1, delivered_job, delivered_with_effects, outbox, process, request,
+                      sent_effect, snapshot_with_effects)
+
+from chaos.checkers.outbox import check_effects_complete, check_outbox_bounded
+
+S2 = "sender:host:202:dddd"
+
+
+def charge_only(job_id="doc-1", t0=1.0):
+    """A delivered job whose notify effect went out cleanly; the charge is left to the test."""
+    events = delivered_job(job_id, t0)
+    return events + sent_effect(t0 + 0.7, job_id, "notify", 2)
+
+
+def bounded(history, **overrides):
+    return check_outbox_bounded(history, snapshot_with_effects(history, **overrides))
+
+
+def complete(history, **overrides):
+    return check_effects_complete(history, snapshot_with_effects(history, **overrides))
+
+
+def test_clean_runs_pass_both_checks_with_a_duplicate_histogram():
+    history = delivered_with_effects("doc-1") + delivered_with_effects("doc-2", t0=3.0)
+    for verdict in (bounded(history), complete(history)):
+        assert verdict.status == "pass", verdict.reason
+        assert verdict.checked == 4
+    metrics = bounded(history).metrics
+    assert metrics["duplicates"] == {"charge": {1: 2}, "notify": {1: 2}}
+    assert metrics["replays"] == 0 and metrics["ambiguous"] == {}
+
+
+# -- outbox-bounded ----------------------------------------------------------------------
+
+def test_a_resend_after_a_clean_marked_answer_is_too_many_attempts():
+    history = charge_only() + sent_effect(2.0, "doc-1", "charge", 1)
+    history += sent_effect(2.5, "doc-1", "charge", 1, sender=S2, token=2, status=200,
+                           outcome="replayed", applied=False)
+    verdict = bounded(history)
+    assert verdict.status == "fail"
+    assert verdict.by_type == {"too-many-attempts": 1}
+    requests = [e for e in history if e["src"] == "receiver" and e["kind"] == "charge"]
+    assert verdict.failures[0].events == requests
+    assert "2 receiver requests but only 0 ambiguous" in verdict.failures[0].message
+
+
+def test_a_replay_under_the_same_key_after_a_dropped_answer_is_allowed():
+    history = charge_only() + sent_effect(2.0, "doc-1", "charge", 1, status=None,
+                                          outcome="dropped", mark=False)
+    history += sent_effect(2.5, "doc-1", "charge", 1, sender=S2, token=2, status=200,
+                           outcome="replayed", applied=False)
+    verdict = bounded(history)
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["replays"] == 1
+    assert verdict.metrics["ambiguous"] == {"answer": 1}
+    assert verdict.metrics["duplicates"]["charge"] == {2: 1}
+
+
+@pytest.mark.parametrize("fault", ["timeout", None])
+def test_an_answer_the_sender_had_given_up_on_is_ambiguous_even_when_ledgered_as_a_replay(fault):
+    # The first request is held past the sender's timeout; the resend applies meanwhile, so
+    # the first one, answered last, is ledgered as a plain 200 replay.
+    history = charge_only() + sent_effect(2.0, "doc-1", "charge", 1, mark=False)
+    first = history[-1]
+    first.update(status=200, outcome="replayed", applied=False, t_end=3.5, fault=fault)
+    history += sent_effect(3.0, "doc-1", "charge", 1, token=2)
+    verdict = bounded(sorted(history, key=lambda e: e["t"]))
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["ambiguous"] == {"answer": 1}
+
+
+def test_an_effect_applied_twice_without_a_key_is_a_violation_even_when_the_resend_was_allowed():
+    history = charge_only() + sent_effect(2.0, "doc-1", "charge", 1, key=None, status=None,
+                                          outcome="dropped", mark=False)
+    history += sent_effect(2.5, "doc-1", "charge", 1, key=None, sender=S2, token=2)
+    verdict = bounded(history)
+    assert verdict.by_type == {"applied-twice": 1}
+    applied = [e for e in history if e["src"] == "receiver" and e["kind"] == "charge"]
+    assert verdict.failures[0].events == applied
+    assert "applied 2 times" in verdict.failures[0].message
+
+
+def test_the_receivers_applied_list_counts_too():
+    history = delivered_with_effects("doc-1")
+    snap = snapshot_with_effects(history)
+    snap["receiver_applied"].append({**snap["receiver_applied"][0], "id": "eff_9"})
+    assert check_outbox_bounded(history, snap).by_type == {"applied-twice": 1}
+
+
+def killed_sender_history(kill_at, moved_on=False):
+    """S1 sends the charge (201) but never marks it; S2 resends it (replayed) at +3.0 s,
+    before S1's outbox lease ran out, so only a kill of S1 can excuse the resend."""
+    history = charge_only() + sent_effect(2.0, "doc-1", "charge", 1, mark=False,
+                                          lease_until=3.5)
+    if kill_at is not None:
+        history.append(process(kill_at, "exit", "sender-1", 201, role="sender", signal="SIGKILL"))
+    if moved_on:  # S1 sent another row before it died: it had lived past this one's mark
+        history.append(request(2.5, 2.51, "doc-9", "charge", worker=S1))
+    history += sent_effect(3.0, "doc-1", "charge", 1, sender=S2, token=2, status=200,
+                           outcome="replayed", applied=False)
+    return sorted(history, key=lambda e: e["t"])
+
+
+def test_a_sender_killed_between_send_and_mark_allows_the_second_attempt():
+    verdict = bounded(killed_sender_history(kill_at=2.025))
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["ambiguous"] == {"sender-killed": 1}
+
+
+@pytest.mark.parametrize("kill_at, moved_on", [(None, False), (2.8, True)],
+                         ids=["not-killed", "killed-after-its-next-send"])
+def test_an_unmarked_clean_send_without_a_kill_before_the_next_send_allows_no_resend(
+        kill_at, moved_on):
+    verdict = bounded(killed_sender_history(kill_at, moved_on))
+    assert verdict.by_type == {"too-many-attempts": 1}
+    assert "0 ambiguous" in verdict.failures[0].message
+
+
+@pytest.mark.parametrize("takeover_at, status", [(3.0, "pass"), (2.2, "fail")])
+def test_a_takeover_excuses_a_resend_only_after_the_first_lease_ran_out(takeover_at, status):
+    history = charge_only() + sent_effect(2.0, "doc-1", "charge", 1, mark=False,
+                                          lease_until=2.5)
+    history += sent_effect(takeover_at, "doc-1", "charge", 1, sender=S2, token=2, status=200,
+                           outcome="replayed", applied=False)
+    verdict = bounded(sorted(history, key=lambda e: e["t"]))
+    assert verdict.status == status
+    if status == "pass":
+        assert verdict.metrics["ambiguous"] == {"lease-taken": 1}
+
+
+def test_a_retry_after_an_error_status_is_allowed():
+    history = charge_only() + sent_effect(2.0, "doc-1", "charge", 1, status=503,
+                                          outcome="error", applied=False, mark=False)
+    history += sent_effect(2.5, "doc-1", "charge", 1, token=2)
+    assert bounded(history).status == "pass"
+
+
+def test_sent_rows_without_any_receiver_ledger_are_unknown():
+    history = [e for e in delivered_with_effects("doc-1") if e["src"] != "receiver"]
+    snap = snapshot_with_effects(history, receiver_applied=[])
+    assert check_outbox_bounded(history, snap).status == "unknown"
+    assert check_effects_complete(history, snap).status == "unknown"
+
+
+# -- effects-complete --------------------------------------------------------------------
+
+def test_a_delivered_job_whose_effects_never_went_out_fails():
+    history = delivered_job("doc-1")
+    verdict = complete(history)
+    assert verdict.by_type == {"not-applied": 2}
+    inserts = [e for e in history if e["src"] == "audit" and e["type"] == "outbox"]
+    assert [f.events for f in verdict.failures] == [[inserts[0]], [inserts[1]]]
+
+
+def test_a_row_marked_sent_that_the_receiver_never_applied_fails():
+    history = charge_only() + sent_effect(2.0, "doc-1", "charge", 1, status=503,
+                                          outcome="error", applied=False)
+    verdict = complete(history)
+    assert verdict.by_type == {"marked-sent-not-applied": 1}
+    mark, req = history[-1], history[-2]
+    assert verdict.failures[0].events == [mark, req]
+    assert "marked sent by sender:host:201:cccc" in verdict.failures[0].message
+
+
+def test_a_dead_lettered_effect_is_allowed_and_counted():
+    history = charge_only() + sent_effect(2.0, "doc-1", "charge", 1, status=503,
+                                          outcome="error", applied=False, mark=False)
+    history.append(outbox(2.1, 1, "doc-1", "charge", S1, 2, old_token=1, attempts=6,
+                          dead_at=2.1, last_error="dead-lettered after 6 attempts"))
+    verdict = complete(history)
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["dead_lettered"] == 1
+
+
+@pytest.mark.parametrize("dropped, what", [({"charge", "notify"}, "no outbox row"),
+                                            ({"notify"}, "no notify row")])
+def test_a_delivered_job_without_its_outbox_rows_fails(dropped, what):
+    history = [e for e in delivered_with_effects("doc-1") if e.get("kind") not in dropped]
+    verdict = complete(history)
+    assert verdict.by_type == {"no-outbox-rows": 1}
+    assert verdict.failures[0].events == [next(e for e in history if e.get("to") == "delivered")]
+    assert what in verdict.failures[0].message
+
+
+def test_an_unfinished_drain_is_still_judged_and_says_so():
+    history = delivered_job("doc-1")
+    snap = snapshot_with_effects(history)
+    snap["phases"]["drained"] = False
+    verdict = check_effects_complete(history, snap)
+    assert verdict.status == "fail"
+    assert "drain did not finish" in verdict.reason
