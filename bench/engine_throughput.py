@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from engine import DOCUMENT, Worker, load_config, open_store  # noqa: E402
 
-TX_PER_JOB = 5  # claim, then one commit per step (the job is kept across steps)
+TX_PER_JOB = 4  # one commit per step; the last one also claims the next job
 
 
 def raw_commit_ceiling(sync: str, seconds: float = 2.0) -> float:

@@ -146,6 +146,7 @@ class Worker:
         """Work until `stop` is set, `max_jobs` jobs were claimed, or (exit_when_idle) no job
         of the pipeline waits for a worker any more."""
         stop = stop or threading.Event()
+        self._stop, self._max_jobs = stop, max_jobs
         while not stop.is_set() and (max_jobs is None or self.stats.claims < max_jobs):
             try:
                 worked = self.run_once()
@@ -168,11 +169,23 @@ class Worker:
                                  self.config.max_claims)
         if claim is None:
             return False
+        self._claimed()
+        while claim is not None:
+            nxt = self.work(claim)
+            if nxt is not None and nxt.job_id != claim.job_id:
+                self._claimed()  # taken by the previous job's completion
+            claim = nxt
+        return True
+
+    def _claimed(self) -> None:
         self.stats.claims += 1
         crashpoint("worker.after_claim")
-        while claim is not None:
-            claim = self.work(claim)
-        return True
+
+    def _wants_more(self) -> bool:
+        """Whether to take the next job in the transaction that finishes this one."""
+        stop, limit = getattr(self, "_stop", None), getattr(self, "_max_jobs", None)
+        return not (stop is not None and stop.is_set()) and (
+            limit is None or self.stats.claims < limit)
 
     def work(self, claim: Claim) -> Claim | None:
         """Run the claimed step; return the next step's claim when the job is kept."""
@@ -229,10 +242,12 @@ class Worker:
     def _complete(self, claim: Claim, output: str | None, cost: float, conclusion,
                   spend: Spend | None) -> Claim | None:
         keep = self.config.lease if self.config.keep_job else None
+        claim_next = (self.config.lease, self.config.max_claims) if (
+            self.config.keep_job and self._wants_more()) else None
         nxt = self._write(lambda: self.store.complete(
             claim, self.pipeline, self.id, self.clock.now(), output=output, cost=cost,
             effects=conclusion.effects, spend=spend, park_reason=conclusion.park_reason,
-            continue_lease=keep), claim, spend)
+            continue_lease=keep, claim_next=claim_next), claim, spend)
         crashpoint("worker.after_commit")
         return nxt
 

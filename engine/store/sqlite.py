@@ -163,29 +163,34 @@ class SQLiteStore(OperatorSQL):
         kills its workers: counting failures alone would loop forever). Returns None when
         nothing is due.
         """
-        while True:
-            if not self._due(pipeline.name, now):
-                return None  # an idle poll reads; it does not take the write lock
-            with self.write() as conn:
-                row = conn.execute(
-                    "SELECT id, state, claims, attempts FROM job WHERE pipeline=? AND"
-                    " next_run_at IS NOT NULL AND next_run_at<=? ORDER BY next_run_at LIMIT 1",
-                    (pipeline.name, now)).fetchone()
-                if row is None:
-                    return None
-                job_id, state, claims, attempts = row
-                step = pipeline.step_for(state)
-                if state == step.ready:
-                    pipeline.check(state, step.working)
-                    claims = 0
-                if claims >= max_claims:
-                    self._park_crash_loop(conn, pipeline, job_id, state, step, claims, worker,
-                                          now)
-                    continue
-                claim = self._take_lease(conn, job_id, state, step, claims + 1, attempts,
-                                         worker, now, lease)
+        if not self._due(pipeline.name, now):
+            return None  # an idle poll reads; it does not take the write lock
+        with self.write() as conn:
+            claim = self._claim_in(conn, pipeline, worker, now, lease, max_claims)
+            if claim is not None:
                 crashpoint("claim.before_commit")
-            return claim
+        return claim
+
+    def _claim_in(self, conn: sqlite3.Connection, pipeline: Pipeline, worker: str, now: float,
+                  lease: float, max_claims: int) -> Claim | None:
+        """The claim itself, inside the caller's write transaction (a claim, or the
+        completion of the worker's previous job)."""
+        while True:
+            row = conn.execute(
+                "SELECT id, state, claims, attempts FROM job WHERE pipeline=? AND"
+                " next_run_at IS NOT NULL AND next_run_at<=? ORDER BY next_run_at LIMIT 1",
+                (pipeline.name, now)).fetchone()
+            if row is None:
+                return None
+            job_id, state, claims, attempts = row
+            step = pipeline.step_for(state)
+            if state == step.ready:
+                pipeline.check(state, step.working)
+                claims = 0
+            if claims < max_claims:
+                return self._take_lease(conn, job_id, state, step, claims + 1, attempts,
+                                        worker, now, lease)
+            self._park_crash_loop(conn, pipeline, job_id, state, step, claims, worker, now)
 
     def _due(self, pipeline: str, now: float) -> bool:
         return self.conn.execute(
@@ -239,13 +244,16 @@ class SQLiteStore(OperatorSQL):
     def complete(self, claim: Claim, pipeline: Pipeline, worker: str, now: float, *,
                  output: str | None, cost: float = 0.0, effects: tuple[Effect, ...] = (),
                  spend: Spend | None = None, park_reason: str | None = None,
-                 continue_lease: float | None = None) -> Claim | None:
+                 continue_lease: float | None = None,
+                 claim_next: tuple[float, int] | None = None) -> Claim | None:
         """Commit a step in ONE transaction: memo, spend, state, outbox rows.
 
         output: the step's JSON output, or None on a memo hit (the memo exists already);
         park_reason: the step's own verdict sends the job to its parked state;
         continue_lease: keep the job and move it into the next working state under the same
         lease (a claim saved per step); returns the next Claim then, else None.
+        claim_next: (lease, max_claims): when this job is released (terminal or parked), claim
+        the next due job in the same transaction (a claim transaction saved per job).
         Raises LeaseLost when the lease was taken: the memo and spend are kept (first writer
         wins, the work is valid), the transition and outbox rows are not.
         """
@@ -280,6 +288,8 @@ class SQLiteStore(OperatorSQL):
                         and target not in pipeline.terminal:
                     nxt = self._continue(conn, claim, memos, pipeline, worker, now,
                                          continue_lease)
+                elif claim_next is not None:
+                    nxt = self._claim_in(conn, pipeline, worker, now, *claim_next)
             # When fenced out, the memo and spend still commit: the work is valid.
             crashpoint("worker.before_commit")
         if moved != 1:
