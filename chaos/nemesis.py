@@ -18,7 +18,7 @@ from .adapter import SystemUnderTest, canonical_json
 from .audit import payload_hash
 from .history import Event
 from .plan import (FaultPlan, documents_for, forced_provider_fault, forced_receiver_fault,
-                   provider_fault, receiver_fault)
+                   latency_fault, provider_fault, receiver_fault)
 from .scenario import Scenario
 from .supervisor import Supervisor
 
@@ -45,7 +45,8 @@ class FaultPolicy:
         if poisoned is not None and poisoned["step"] == step:
             return fault  # poison is the document's nature: it never heals
         if self.healed.is_set():
-            return forced_provider_fault(self.scenario, self.plan, job, step, n)
+            return (forced_provider_fault(self.scenario, self.plan, job, step, n)
+                    or latency_fault(self.scenario, self.plan, job, step, n))
         if self.outage.is_set():
             return {"kind": "status", "status": 503, "retry_after": None}
         return fault

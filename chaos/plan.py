@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .documents import make_documents
+from .latency import parse_latency
 from .scenario import Scenario
 
 PLAN_VERSION = 1
@@ -161,8 +162,21 @@ def provider_fault(scenario: Scenario, plan: FaultPlan, job: str, step: str,
         kind = poisoned["kind"]
         return {"kind": "status", "status": 400} if kind == "status400" else {"kind": kind}
     table = _provider_faults(scenario.faults, n)
-    return forced(table, plan.forced_provider, job, step, n) or _draw(
+    fault = forced(table, plan.forced_provider, job, step, n) or _draw(
         table, unit(plan.seed, "provider", job, step, n))
+    return fault or latency_fault(scenario, plan, job, step, n)
+
+
+def latency_fault(scenario: Scenario, plan: FaultPlan, job: str, step: str,
+                  n: int) -> dict | None:
+    """The call's latency from the scenario's distribution, as a slow answer (or None).
+
+    Latency is the provider's nature, not a fault: it stays after the heal."""
+    if not scenario.faults.latency:
+        return None
+    seconds = parse_latency(scenario.faults.latency).quantile(
+        unit(plan.seed, "latency", job, step, n))
+    return {"kind": "slow", "seconds": round(seconds, 4)}
 
 
 def forced(table: list[tuple[str, float, dict]], forced_calls: list[list[str]], job: str,

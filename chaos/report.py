@@ -78,7 +78,7 @@ EVIDENCE = {
     "kill": "kill", "pause": "pause", "lease_expiry": "lease_expiry",
     "skewed_workers": "skewed_worker", "heartbeat_off_workers": "heartbeat_off_worker", "slow": "slow", "provider_429": "provider_429",
     "provider_5xx": "provider_5xx", "hang": "hang", "reset": "reset", "outages": "outage",
-    "poison": "poison", "crash_loop": "crash_loop", "duplicate_same": "duplicate_same",
+    "poison": "poison", "crash_loop": "crash_loop", "latency": "slow", "duplicate_same": "duplicate_same",
     "duplicate_different": "duplicate_different", "receiver_5xx": "receiver_5xx",
     "receiver_timeout": "receiver_timeout", "receiver_drop": "receiver_drop",
     "contention": "contention", "operator": "operator", "crash_points": "crash_point",

@@ -24,6 +24,8 @@ from engine.config import FIELDS as ENGINE_FIELDS
 from engine.config import ConfigError, load_config
 from engine.hooks import CRASHPOINTS
 
+from .latency import LatencyError, parse_latency
+
 SCENARIO_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             "scenarios")
 
@@ -66,6 +68,7 @@ class Faults:
     hang_seconds: float = 2.0
     reset: float = 0.0
     outages: tuple[tuple[float, float], ...] = ()  # [start, end] seconds into the chaos phase
+    latency: str = ""                     # every call's latency: fixed:S, uniform:A:B, ...
     # jobs, as shares of the submitted documents
     poison: float = 0.0                   # 400, malformed content, schema-invalid output
     crash_loop: float = 0.0               # documents that kill their worker every time
@@ -239,6 +242,11 @@ def _check(where: str, s: Scenario) -> None:
     if f.poison + f.crash_loop + r.needs_review > 0.5:
         raise ScenarioError(f"{where}: faults.poison + faults.crash_loop + run.needs_review "
                             "exceed half the jobs: too few would be delivered to check much")
+    if f.latency:
+        try:
+            parse_latency(f.latency)
+        except LatencyError as exc:
+            raise ScenarioError(f"{where}: field 'faults.latency': {exc}") from None
     for point in f.crash_points:
         if point != "*" and point not in CRASHPOINTS:
             raise ScenarioError(f"{where}: field 'faults.crash_points' names unknown point "

@@ -68,6 +68,9 @@ def cmd_worker(args: argparse.Namespace, config: EngineConfig) -> int:
     worker = Worker(store, config, clock=clock)
     stop = stop_on_signals()
     print(f"worker {worker.id} on {config.db}", file=sys.stderr, flush=True)
+    if config.calls_may_outlive_lease:
+        print(f"warning: unsafe_long_calls is on: calls may outlive the {config.lease} s lease "
+              "with heartbeat off; another worker may pay for the same step", file=sys.stderr)
     stats = worker.run(stop, max_jobs=args.max_jobs, exit_when_idle=args.exit_when_idle)
     print(f"worker {worker.id} done: {stats}", file=sys.stderr)
     return 0

@@ -45,6 +45,11 @@ class EngineConfig:
     outbox_lease: float = 30.0
     outbox_max_attempts: int = 8
     seed: int = -1                     # -1 = seed the random source from the OS
+    unsafe_long_calls: bool = False    # measurement only: allow calls to outlive the lease
+
+    @property
+    def calls_may_outlive_lease(self) -> bool:
+        return not self.heartbeat and self.call_timeout >= self.lease
 
     @property
     def beat_every(self) -> float:
@@ -61,12 +66,13 @@ class EngineConfig:
                 raise ConfigError(f"setting {name!r} must be >= 1, got {getattr(self, name)}")
         if self.synchronous.upper() not in ("FULL", "NORMAL"):
             raise ConfigError(f"setting 'synchronous' must be FULL or NORMAL, got {self.synchronous!r}")
-        if not self.heartbeat and self.call_timeout >= self.lease:
+        if not self.heartbeat and self.call_timeout >= self.lease and not self.unsafe_long_calls:
             raise ConfigError(
                 f"unsafe settings: call_timeout ({self.call_timeout} s) is not shorter than "
                 f"lease ({self.lease} s) and heartbeat is off, so a call can outlive its lease "
                 "and another worker would pay for the same step. Lower 'call_timeout', raise "
-                "'lease', or turn 'heartbeat' on.")
+                "'lease', or turn 'heartbeat' on (or, to measure the damage, set "
+                "'unsafe_long_calls').")
         if self.heartbeat and self.beat_every >= self.lease:
             raise ConfigError(f"setting 'heartbeat_interval' ({self.beat_every} s) must be "
                               f"shorter than 'lease' ({self.lease} s)")

@@ -4,7 +4,7 @@ discarded by an operator, a memo hit) are judged as the rules say."""
 from __future__ import annotations
 
 import pytest
-from builders import (OP, W1, W2, call, delivered_job, job, memo, nemesis, process, snapshot_of,
+from builders import (OP, W1, W2, call, submit, delivered_job, job, memo, nemesis, process, snapshot_of,
                       spend, zombie_finish)
 
 from chaos.checkers.billing import (check_cost_accounted, check_memo_consistent,
@@ -282,3 +282,29 @@ def test_the_real_engine_after_a_takeover_accounts_for_every_call(store, clock, 
     assert verdict.metrics["waste_by_cause"] == {"duplicate": 0.01}
     assert check_no_rebill_after_commit(history, snapshot_of(history)).status == "pass"
     assert check_memo_consistent(history, snapshot_of(history)).status == "pass"
+
+
+def zombie_memo_race(call_start: float) -> tuple[list, dict, dict, dict]:
+    """W1 holds fetch with token 1 and is fenced out by W2's claim (token 2) at 1.00; W1's
+    memo commits at 1.10 (first writer wins); W2's call starts at `call_start`."""
+    events = [submit(0.5, DOC), job(0.5, DOC, None, "pending", "submit", 0, op="insert"),
+              job(0.6, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1),
+              call(0.61, 1.09, DOC, "fetch", W1),
+              job(1.00, DOC, "fetching", "fetching", W2, 2, old_token=1, claims=2)]
+    zombie = memo(1.10, DOC, "fetch", W1, 1)
+    racing = call(call_start, call_start + 0.05, DOC, "fetch", W2)
+    return events + [zombie, racing], zombie, racing, events[-1]
+
+
+def test_a_call_racing_a_fenced_workers_memo_is_duplicate_spend_not_a_rebill():
+    history, _, _, _ = zombie_memo_race(1.13)
+    verdict = run(check_no_rebill_after_commit, history)
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["zombie_memo_races"] == 1
+
+
+def test_a_call_long_after_a_fenced_workers_memo_is_a_rebill():
+    history, zombie, late, claim = zombie_memo_race(1.50)
+    verdict = run(check_no_rebill_after_commit, history)
+    assert_fails(verdict, "rebilled-after-commit", zombie, late, claim)
+    assert verdict.metrics["zombie_memo_races"] == 0

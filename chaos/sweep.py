@@ -1,0 +1,234 @@
+"""`ninelives sweep`: the lease trade-off measured for a given provider latency.
+
+A lease shorter than a call (with no heartbeat) lets a second worker pay for the same step;
+a lease longer than needed makes a crashed worker's job wait. The sweep runs the same
+scenario, seeds and plan in every cell of a grid (lease length x heartbeat on/off), so cells
+differ only by the swept setting, and recommends the shortest lease with no duplicate spend.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import multiprocessing as mp
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from datetime import datetime, timezone
+from typing import Any
+
+from .adapter import load_engine
+from .history import Event, of, pid_of, read_history
+from .latency import parse_latency
+from .runner import run_campaign
+from .scenario import Scenario
+from .sweep_plot import line_chart
+
+LOST_LEASE = "lost-lease"  # the waste cause (cost-accounted) that is duplicate spend
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    lease: float
+    heartbeat: bool
+
+    @property
+    def label(self) -> str:
+        return f"lease {self.lease:g} s, heartbeat {'on' if self.heartbeat else 'off'}"
+
+
+def cell_scenario(base: Scenario, cell: Cell, latency: str | None) -> Scenario:
+    """The scenario of one cell: the swept settings, a call timeout the latency fits in, and
+    duplicate spend measured rather than judged."""
+    faults = dataclasses.replace(base.faults, latency=latency or base.faults.latency
+                                 or "fixed:1.0")
+    p99 = parse_latency(faults.latency).p99
+    engine = {**base.engine, "lease": cell.lease, "heartbeat": cell.heartbeat,
+              "call_timeout": max(float(base.engine.get("call_timeout", 1.0)), p99 * 1.5 + 0.2),
+              "heartbeat_interval": 0.0}
+    engine["unsafe_long_calls"] = not cell.heartbeat and engine["call_timeout"] >= cell.lease
+    return dataclasses.replace(base, engine=engine, faults=faults, expect=dataclasses.replace(
+        base.expect, duplicate_spend_allowance=math.inf))
+
+
+def recovery_times(events: list[Event]) -> list[float]:
+    """Seconds from each kill of a worker to the next progress of a job it held."""
+    owner: dict[str, str | None] = {}
+    waiting: dict[str, tuple[float, str]] = {}
+    pid_of_name = {e["name"]: e["pid"] for e in of(events, "process", "spawn")}
+    times = []
+    for e in events:
+        if e["src"] == "nemesis" and e["type"] == "kill":
+            pid = e.get("pid") or pid_of_name.get(e.get("target"))
+            for job, worker in owner.items():
+                if worker and pid_of(worker) == pid:
+                    waiting[job] = (e["t"], worker)
+        elif e["src"] == "audit" and e["type"] == "job":
+            job = e["job"]
+            if job in waiting and e["writer"] != waiting[job][1]:
+                times.append(e["t"] - waiting.pop(job)[0])
+            owner[job] = e.get("lease_owner")
+    return times
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def measure(result_dir: str, report: dict) -> dict[str, Any]:
+    """One campaign's figures for the sweep table."""
+    events = read_history(os.path.join(result_dir, "history.jsonl"))
+    verdicts = {v["name"]: v for v in report["verdicts"]}
+    cost = verdicts["cost-accounted"]["metrics"]
+    m = report["metrics"]
+    settled = set(report_states_done(report))
+    return {
+        "run_dir": result_dir,
+        "duplicate_calls": cost.get("calls_by_cause", {}).get(LOST_LEASE, 0),
+        "duplicate_spend": cost.get("waste_by_cause", {}).get(LOST_LEASE, 0.0),
+        "crash_waste": cost.get("waste_by_cause", {}).get("crash-before-commit", 0.0),
+        "recovery": recovery_times(events),
+        "delivered": m["states"].get("delivered", 0),
+        "seconds": m["run_seconds"],
+        "stuck": sum(n for s, n in m["states"].items() if s not in settled),
+        "verdicts": {name: v["verdict"] for name, v in verdicts.items()},
+    }
+
+
+def report_states_done(report: dict) -> list[str]:
+    from .adapter import REFERENCE
+    return sorted(REFERENCE.pipeline.terminal | REFERENCE.pipeline.parked_states)
+
+
+def _run_cell(args: tuple) -> tuple[Cell, int, dict]:
+    scenario, cell, seed, engine_spec, out = args
+    result = run_campaign(scenario, seed, load_engine(engine_spec), out,
+                          engine_spec=engine_spec, progress=False)
+    return cell, seed, measure(result.run_dir, result.report)
+
+
+def summarize(cell: Cell, runs: list[dict]) -> dict[str, Any]:
+    recovery = [t for r in runs for t in r["recovery"]]
+    seconds = sum(r["seconds"] for r in runs)
+    failing = sorted({n for r in runs for n, v in r["verdicts"].items() if v != "pass"})
+    return {
+        "lease": cell.lease, "heartbeat": cell.heartbeat,
+        "duplicate_calls": sum(r["duplicate_calls"] for r in runs),
+        "duplicate_spend": round(sum(r["duplicate_spend"] for r in runs), 9),
+        "crash_waste": round(sum(r["crash_waste"] for r in runs), 9),
+        "recovery_p50": percentile(recovery, 0.5), "recovery_p99": percentile(recovery, 0.99),
+        "recoveries": len(recovery),
+        "throughput": round(sum(r["delivered"] for r in runs) / seconds, 2) if seconds else 0,
+        "stuck": sum(r["stuck"] for r in runs), "failing_invariants": failing,
+        "runs": [r["run_dir"] for r in runs],
+    }
+
+
+def recommend(rows: list[dict[str, Any]], latency: str) -> dict[str, Any]:
+    """Per heartbeat setting, the shortest lease with no duplicate spend and every invariant
+    holding, and the recovery time it costs."""
+    out = {}
+    for heartbeat in (True, False):
+        safe = sorted((r for r in rows if r["heartbeat"] == heartbeat
+                       and r["duplicate_spend"] == 0 and not r["failing_invariants"]),
+                      key=lambda r: r["lease"])
+        key = "heartbeat_on" if heartbeat else "heartbeat_off"
+        if not any(r["heartbeat"] == heartbeat for r in rows):
+            continue
+        if safe:
+            best = safe[0]
+            out[key] = {"lease": best["lease"], "recovery_p50": best["recovery_p50"],
+                        "recovery_p99": best["recovery_p99"],
+                        "text": f"heartbeat {'on' if heartbeat else 'off'}: lease "
+                                f"{best['lease']:g} s is the shortest with no duplicate spend "
+                                f"at latency {latency}; a crashed worker's job then waits "
+                                f"{_secs(best['recovery_p50'])} (p50), "
+                                f"{_secs(best['recovery_p99'])} (p99)"}
+        else:
+            out[key] = {"lease": None, "text": f"heartbeat {'on' if heartbeat else 'off'}: no "
+                        f"lease tried avoids duplicate spend at latency {latency}; try longer"}
+    return out
+
+
+def _secs(value: float | None) -> str:
+    return "n/a (no kill hit a held job)" if value is None else f"{value:.2f} s"
+
+
+def run_sweep(base: Scenario, leases: list[float], heartbeats: list[bool], latency: str | None,
+              seeds: int, engine_spec: str, out: str, jobs: int | None = None) -> dict:
+    """Run the grid (in parallel up to the cores) and write sweep.json, the plot, the page."""
+    sweep_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    folder = os.path.join(out, "sweeps", sweep_id)
+    os.makedirs(folder)
+    cells = [Cell(lease, hb) for hb in heartbeats for lease in leases]
+    tasks = [(cell_scenario(base, cell, latency), cell, seed, engine_spec,
+              os.path.join(folder, "runs", f"lease{cell.lease:g}-hb{int(cell.heartbeat)}"))
+             for cell in cells for seed in range(1, seeds + 1)]
+    workers = jobs or max(1, min(os.cpu_count() or 1, len(tasks)))
+    results: dict[Cell, list[dict]] = {cell: [] for cell in cells}
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
+        for done, (cell, seed, figures) in enumerate(pool.map(_run_cell, tasks), 1):
+            results[cell].append(figures)
+            print(f"  [{done}/{len(tasks)}] {cell.label}, seed {seed}: duplicate spend "
+                  f"{figures['duplicate_spend']:.6f}", file=sys.stderr, flush=True)
+    rows = [summarize(cell, results[cell]) for cell in cells]
+    used = tasks[0][0].faults.latency
+    sweep = {"schema": "ninelives.sweep/1", "id": sweep_id, "scenario": base.name,
+             "profile": base.profile, "latency": used, "seeds": seeds, "engine": engine_spec,
+             "cells": rows, "recommendation": recommend(rows, used)}
+    with open(os.path.join(folder, "sweep.json"), "w", encoding="utf-8") as fh:
+        json.dump(sweep, fh, indent=2, sort_keys=True)
+    svg = plot(sweep)
+    with open(os.path.join(folder, "sweep.svg"), "w", encoding="utf-8") as fh:
+        fh.write(svg)
+    with open(os.path.join(folder, "sweep.html"), "w", encoding="utf-8") as fh:
+        fh.write(page(sweep, svg))
+    sweep["folder"] = folder
+    return sweep
+
+
+def plot(sweep: dict) -> str:
+    """Duplicate spend and recovery time against lease length, a line per heartbeat setting."""
+    series_spend, series_recovery = {}, {}
+    for row in sweep["cells"]:
+        name = f"heartbeat {'on' if row['heartbeat'] else 'off'}"
+        series_spend.setdefault(name, []).append((row["lease"], row["duplicate_spend"]))
+        if row["recovery_p50"] is not None:
+            series_recovery.setdefault(name, []).append((row["lease"], row["recovery_p50"]))
+    left = line_chart(series_spend, "duplicate spend (billed twice)", "lease (s)", x0=0)
+    right = line_chart(series_recovery, "recovery after a kill, p50 (s)", "lease (s)", x0=420)
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="840" height="300" '
+            f'font-family="sans-serif" font-size="12">{left}{right}</svg>')
+
+
+def table(sweep: dict) -> str:
+    """The grid as a terminal table."""
+    head = (f"{'lease':>6} {'heartbeat':>9} {'dup calls':>9} {'dup spend':>10} "
+            f"{'recovery p50':>12} {'p99':>6} {'jobs/s':>7} {'stuck':>5}  invariants")
+    lines = [head]
+    for r in sweep["cells"]:
+        p50 = "-" if r["recovery_p50"] is None else f"{r['recovery_p50']:.2f}"
+        p99 = "-" if r["recovery_p99"] is None else f"{r['recovery_p99']:.2f}"
+        verdict = "all pass" if not r["failing_invariants"] else "FAIL " + ",".join(
+            r["failing_invariants"])
+        lines.append(f"{r['lease']:>6g} {'on' if r['heartbeat'] else 'off':>9} "
+                     f"{r['duplicate_calls']:>9} {r['duplicate_spend']:>10.6f} {p50:>12} "
+                     f"{p99:>6} {r['throughput']:>7} {r['stuck']:>5}  {verdict}")
+    return "\n".join(lines)
+
+
+def page(sweep: dict, svg: str) -> str:
+    """A self-contained HTML page: the plot, the table and the recommendation."""
+    from html import escape
+    recs = "".join(f"<li>{escape(r['text'])}</li>" for r in sweep["recommendation"].values())
+    return (f"<!doctype html><meta charset='utf-8'><title>lease sweep {escape(sweep['id'])}"
+            f"</title><style>body{{font-family:sans-serif;margin:2em;max-width:60em}}"
+            f"pre{{background:#f4f4f4;padding:1em}}</style>"
+            f"<h1>Lease sweep: {escape(sweep['scenario'])}</h1>"
+            f"<p>latency {escape(sweep['latency'])}, {sweep['seeds']} seed(s) per cell, "
+            f"profile {escape(sweep['profile'])}, engine {escape(sweep['engine'])}</p>"
+            f"<h2>Recommendation</h2><ul>{recs}</ul>{svg}"
+            f"<h2>Grid</h2><pre>{escape(table(sweep))}</pre>")

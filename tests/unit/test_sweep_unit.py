@@ -1,0 +1,68 @@
+"""The sweep's arithmetic: latency specs, recovery times from a history, the recommendation."""
+from __future__ import annotations
+
+import pytest
+
+from chaos.latency import LatencyError, parse_latency
+from chaos.sweep import Cell, cell_scenario, recommend, recovery_times
+from chaos.scenario import load_scenario
+
+
+@pytest.mark.parametrize("spec, q, expected", [
+    ("fixed:1.5", 0.3, 1.5), ("uniform:1:3", 0.5, 2.0), ("lognormal:0.8:3.0", 0.5, 0.8),
+    ("lognormal:0.8:3.0", 0.99, 3.0)])
+def test_latency_quantiles(spec, q, expected):
+    assert parse_latency(spec).quantile(q) == pytest.approx(expected, rel=1e-6)
+
+
+def test_latency_from_a_file_is_the_empirical_distribution(tmp_path):
+    path = tmp_path / "lat.txt"
+    path.write_text("0.2\n0.4\n\n0.6\n0.8\n")
+    latency = parse_latency(f"file:{path}")
+    assert [latency.quantile(q) for q in (0.0, 0.3, 0.6, 0.99)] == [0.2, 0.4, 0.6, 0.8]
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("fixed", "takes 1"), ("gauss:1", "kind must be"), ("uniform:3:1", "low must not"),
+    ("lognormal:3:1", "p50 < p99"), ("fixed:-1", "negative"), ("fixed:abc", "seconds"),
+    ("file:/no/such/file", "cannot read")])
+def test_bad_latency_specs_are_named(spec, words):
+    with pytest.raises(LatencyError, match=words) as err:
+        parse_latency(spec)
+    assert spec in str(err.value)
+
+
+def test_a_cell_fits_the_call_timeout_to_the_latency_and_measures_duplicates():
+    base = load_scenario("lease-sweep", "smoke")
+    cell = cell_scenario(base, Cell(0.5, False), "fixed:2.0")
+    assert cell.engine["lease"] == 0.5 and cell.engine["heartbeat"] is False
+    assert cell.engine["call_timeout"] > 2.0 and cell.engine["unsafe_long_calls"] is True
+    assert cell.expect.duplicate_spend_allowance == float("inf")
+    safe = cell_scenario(base, Cell(10.0, False), "fixed:2.0")
+    assert safe.engine["unsafe_long_calls"] is False
+
+
+def test_recovery_is_from_the_kill_to_the_next_write_by_another_worker():
+    w1, w2 = "worker:h:11:a", "worker:h:12:b"
+    events = [
+        {"t": 1.0, "src": "audit", "type": "job", "job": "j", "writer": w1, "lease_owner": w1},
+        {"t": 1.2, "src": "audit", "type": "job", "job": "k", "writer": w1, "lease_owner": None},
+        {"t": 2.0, "src": "nemesis", "type": "kill", "pid": 11, "target": "worker-0.1"},
+        {"t": 2.5, "src": "audit", "type": "job", "job": "j", "writer": "nemesis",
+         "lease_owner": w1},
+        {"t": 3.5, "src": "audit", "type": "job", "job": "j", "writer": w2, "lease_owner": w2},
+    ]
+    assert recovery_times(events) == [0.5]  # the nemesis's write is progress by another hand
+
+
+def test_the_recommendation_is_the_shortest_lease_without_duplicate_spend():
+    rows = [{"lease": lease, "heartbeat": hb, "duplicate_spend": spend, "failing_invariants": [],
+             "recovery_p50": lease, "recovery_p99": lease}
+            for lease, hb, spend in ((0.5, True, 0.0), (1.0, True, 0.0), (0.5, False, 0.2),
+                                     (1.0, False, 0.1), (2.0, False, 0.0), (4.0, False, 0.0))]
+    rec = recommend(rows, "fixed:1.5")
+    assert rec["heartbeat_on"]["lease"] == 0.5 and rec["heartbeat_off"]["lease"] == 2.0
+    rows[4]["failing_invariants"] = ["fenced-writes"]
+    assert recommend(rows, "fixed:1.5")["heartbeat_off"]["lease"] == 4.0
+    none = recommend([r for r in rows if r["heartbeat"] is False and r["lease"] < 2], "x")
+    assert none["heartbeat_off"]["lease"] is None and "longer" in none["heartbeat_off"]["text"]
