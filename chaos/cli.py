@@ -36,6 +36,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="where replay runs go (default: beside it)")
     p = sub.add_parser("check", help="rerun the checkers on a saved run's history")
     p.add_argument("run", help="a run folder (with history.jsonl and snapshot.json)")
+    p = sub.add_parser("sweep", help="measure duplicate spend and recovery across lease settings")
+    p.add_argument("scenario", nargs="?", default="lease-sweep")
+    p.add_argument("--lease", default="0.5,1,2,4", help="lease lengths in seconds")
+    p.add_argument("--heartbeat", default="on,off", help="on, off or on,off")
+    p.add_argument("--latency", default=None,
+                   help="fixed:S | uniform:A:B | lognormal:P50:P99 | file:PATH (seconds)")
+    p.add_argument("--seeds", type=int, default=1, help="seeds per cell")
+    p.add_argument("--profile", default=None)
+    p.add_argument("--engine", default="reference")
+    p.add_argument("--out", default="reports")
     p = sub.add_parser("demo", help="the engine end to end against the fakes, no faults")
     p.add_argument("--jobs", type=int, default=300)
     p.add_argument("--workers", type=int, default=2)
@@ -117,6 +127,33 @@ def cmd_check(args: argparse.Namespace) -> int:
     return report["exit_code"]
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .latency import parse_latency
+    from .scenario import load_scenario
+    from .sweep import run_sweep, table
+    try:
+        leases = sorted({float(x) for x in args.lease.split(",") if x.strip()})
+    except ValueError:
+        raise ValueError(f"--lease must be seconds separated by commas, got {args.lease!r}") from None
+    words = {"on": True, "off": False}
+    if not leases or min(leases) <= 0:
+        raise ValueError("--lease needs at least one positive number of seconds")
+    if not set(args.heartbeat.split(",")) <= set(words):
+        raise ValueError(f"--heartbeat must be on, off or on,off, got {args.heartbeat!r}")
+    if args.latency:
+        parse_latency(args.latency)
+    base = load_scenario(args.scenario, args.profile)
+    sweep = run_sweep(base, leases, [words[w] for w in args.heartbeat.split(",")], args.latency,
+                      args.seeds, args.engine, args.out)
+    print(table(sweep))
+    print()
+    for rec in sweep["recommendation"].values():
+        print(rec["text"])
+    print(f"\nsweep: {os.path.join(sweep['folder'], 'sweep.json')}\n"
+          f"plot: {os.path.join(sweep['folder'], 'sweep.html')}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to the engine CLI or a harness command; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -130,7 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             from .demo import run_demo
             return run_demo(args.jobs, args.workers, args.seed, args.out)
-        return {"run": cmd_run, "replay": cmd_replay, "check": cmd_check}[args.command](args)
+        return {"run": cmd_run, "replay": cmd_replay, "check": cmd_check,
+                "sweep": cmd_sweep}[args.command](args)
     except (ScenarioError, HarnessError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
