@@ -129,7 +129,8 @@ def summarize(cell: Cell, runs: list[dict]) -> dict[str, Any]:
 
 def recommend(rows: list[dict[str, Any]], latency: str) -> dict[str, Any]:
     """Per heartbeat setting, the shortest lease with no duplicate spend and every invariant
-    holding, and the recovery time it costs."""
+    holding, and the recovery time it costs. Without heartbeat, a lease below the latency's
+    p99 is flagged: no duplicate was seen, but the tail makes one possible."""
     out = {}
     for heartbeat in (True, False):
         safe = sorted((r for r in rows if r["heartbeat"] == heartbeat
@@ -140,17 +141,27 @@ def recommend(rows: list[dict[str, Any]], latency: str) -> dict[str, Any]:
             continue
         if safe:
             best = safe[0]
+            text = (f"heartbeat {'on' if heartbeat else 'off'}: lease {best['lease']:g} s is the "
+                    f"shortest with no duplicate spend at latency {latency}; a crashed worker's "
+                    f"job then waits {_secs(best['recovery_p50'])} (p50), "
+                    f"{_secs(best['recovery_p99'])} (p99)")
+            p99 = _p99(latency)
+            if not heartbeat and p99 is not None and best["lease"] <= p99:
+                text += (f". Caution: it is below the latency's p99 ({p99:.2f} s); a call in the "
+                         "tail can outlive it, so more seeds may show duplicates")
             out[key] = {"lease": best["lease"], "recovery_p50": best["recovery_p50"],
-                        "recovery_p99": best["recovery_p99"],
-                        "text": f"heartbeat {'on' if heartbeat else 'off'}: lease "
-                                f"{best['lease']:g} s is the shortest with no duplicate spend "
-                                f"at latency {latency}; a crashed worker's job then waits "
-                                f"{_secs(best['recovery_p50'])} (p50), "
-                                f"{_secs(best['recovery_p99'])} (p99)"}
+                        "recovery_p99": best["recovery_p99"], "text": text}
         else:
             out[key] = {"lease": None, "text": f"heartbeat {'on' if heartbeat else 'off'}: no "
                         f"lease tried avoids duplicate spend at latency {latency}; try longer"}
     return out
+
+
+def _p99(latency: str) -> float | None:
+    try:
+        return parse_latency(latency).p99
+    except ValueError:
+        return None
 
 
 def _secs(value: float | None) -> str:
