@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from contextlib import contextmanager
 
 import pytest
 
@@ -51,22 +50,6 @@ def spend(c, worker="w1", outcome="ok", cost=0.01):
 
 def rows(store, table, order="1"):
     return store.query(f"SELECT * FROM {table} ORDER BY {order}")
-
-
-@pytest.fixture
-def commits(store, monkeypatch):
-    """The number of write transactions the store commits from now on."""
-    count = []
-    original = store.write
-
-    @contextmanager
-    def counted():
-        with original() as conn:
-            yield conn
-        count.append(1)
-
-    monkeypatch.setattr(store, "write", counted)
-    return count
 
 
 @pytest.fixture

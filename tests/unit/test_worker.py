@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-from contextlib import contextmanager
 
 import pytest
 
@@ -47,22 +46,6 @@ class ScriptedSteps(InstantSteps):
                 raise outcome
             return outcome
         return super().call(step, data, ctx)
-
-
-@pytest.fixture
-def commits(store, monkeypatch):
-    """The number of write transactions the store commits from now on."""
-    count = []
-    original = store.write
-
-    @contextmanager
-    def counted():
-        with original() as conn:
-            yield conn
-        count.append(1)
-
-    monkeypatch.setattr(store, "write", counted)
-    return count
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """Small builders for hand-made histories and snapshots, so checker tests read like stories."""
 from __future__ import annotations
 
+from chaos.adapter import pipeline_json as adapter_pipeline_json
 from engine import DOCUMENT
 
 W1 = "worker:host:101:aaaa"
@@ -10,15 +11,7 @@ OP = "operator:alice"
 
 
 def pipeline_json(pipeline=DOCUMENT) -> dict:
-    return {
-        "name": pipeline.name,
-        "steps": [{"name": s.name, "ready": s.ready, "working": s.working, "done": s.done,
-                   "parked": s.parked, "alternate": s.alternate} for s in pipeline.steps],
-        "edges": {k: list(v) for k, v in pipeline.edges.items()},
-        "operator_edges": {k: list(v) for k, v in pipeline.operator_edges.items()},
-        "terminal": sorted(pipeline.terminal), "parked": sorted(pipeline.parked_states),
-        "ready": sorted(pipeline.ready_states), "working": sorted(pipeline.working_states),
-    }
+    return adapter_pipeline_json(pipeline)
 
 
 def snapshot(**overrides) -> dict:
