@@ -3,6 +3,7 @@
     ninelives run SCENARIO [--seed N] [--profile P] [--engine E] [--out DIR]
     ninelives replay RUN [--tries K]
     ninelives check RUN
+    ninelives report RUN [--format html,junit,md]
     ninelives engine ...        (see `ninelives engine --help`)
 
 Exit codes: 0 every invariant holds, 1 an invariant failed, 2 the harness could not run.
@@ -36,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="where replay runs go (default: beside it)")
     p = sub.add_parser("check", help="rerun the checkers on a saved run's history")
     p.add_argument("run", help="a run folder (with history.jsonl and snapshot.json)")
+    p = sub.add_parser("report", help="render a saved run's report.html, junit.xml, summary.md")
+    p.add_argument("run", help="a run folder (with report.json)")
+    p.add_argument("--format", default="html,junit,md", help="any of html,junit,md")
     p = sub.add_parser("sweep", help="measure duplicate spend and recovery across lease settings")
     p.add_argument("scenario", nargs="?", default="lease-sweep")
     p.add_argument("--lease", default="0.5,1,2,4", help="lease lengths in seconds")
@@ -67,6 +71,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = run_campaign(scenario, args.seed, engine, args.out, engine_spec=args.engine,
                           progress=not args.quiet)
     print(summary(result.report))
+    html = os.path.join(result.run_dir, "report.html")
+    if os.path.exists(html):
+        print(f"open the report: {html}")
     return result.exit_code
 
 
@@ -112,6 +119,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .checkers import run_checkers
     from .history import read_history
     from .report import verdict_table, write_report
+    from .runner import render_reports
     report = load_report(args.run)
     history = read_history(os.path.join(args.run, "history.jsonl"))
     with open(os.path.join(args.run, "snapshot.json"), encoding="utf-8") as fh:
@@ -123,6 +131,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         report["exit_code"] = 1 if failed else 0
         report["result"] = "fail" if failed else "pass"
     write_report(args.run, report)
+    render_reports(args.run)
     print(verdict_table(report))
     return report["exit_code"]
 
@@ -154,6 +163,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from .render import parse_formats, render_run
+    for path in render_run(args.run, parse_formats(args.format)):
+        print(path)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to the engine CLI or a harness command; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -168,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .demo import run_demo
             return run_demo(args.jobs, args.workers, args.seed, args.out)
         return {"run": cmd_run, "replay": cmd_replay, "check": cmd_check,
-                "sweep": cmd_sweep}[args.command](args)
+                "sweep": cmd_sweep, "report": cmd_report}[args.command](args)
     except (ScenarioError, HarnessError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR

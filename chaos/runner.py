@@ -24,6 +24,7 @@ from .checkers import run_checkers
 from .fakes import FakeProvider, FakeReceiver, read_ledger
 from .nemesis import FaultPolicy, Nemesis
 from .plan import FaultPlan, documents_for, make_plan
+from .render import render_run
 from .report import build_report, faults_applied, write_report
 from .scenario import Scenario
 from .supervisor import Supervisor
@@ -304,4 +305,17 @@ def run_campaign(scenario: Scenario, seed: int, engine: SystemUnderTest, out: st
     report = build_report(scenario, plan, engine, engine_spec, run_dir, verdicts, applied,
                           events, snapshot, started)
     write_report(run_dir, report)
+    render_reports(run_dir)
     return RunResult(run_dir, report)
+
+
+def render_reports(run_dir: str) -> list[str]:
+    """report.html, junit.xml and summary.md beside report.json; returns their paths. A
+    rendering failure is a warning on stderr, never a lost run: report.json is written."""
+    try:
+        return render_run(run_dir)
+    except Exception as exc:  # any rendering bug: the run's record must survive it
+        print(f"warning: could not render the reports of {run_dir}: {type(exc).__name__}: "
+              f"{exc}; report.json is complete (retry: ninelives report {run_dir})",
+              file=sys.stderr)
+        return []

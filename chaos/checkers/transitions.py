@@ -107,9 +107,16 @@ class JobIndex:
         the job after t: the operation the worker had open at t never finished."""
         exit_ = self.exit_after(worker, t)
         if exit_ is None:
-            return None
+            # A request already on its way when its worker died reaches the provider later;
+            # the ledger stamps it then, after the exit. A dead worker makes no new calls.
+            return self.exit_before(worker, t)
         written = self.next_write(worker, job, t)
         return exit_ if written is None or written > exit_["t"] else None
+
+    def exit_before(self, worker: str, t: float) -> Event | None:
+        """The last exit of the worker's process before t, if any."""
+        return next((x for x in reversed(self.exits.get(pid_of(worker), ())) if x["t"] < t),
+                    None)
 
 
 def _ends_an_operation(e: Event) -> bool:

@@ -308,3 +308,14 @@ def test_a_call_long_after_a_fenced_workers_memo_is_a_rebill():
     verdict = run(check_no_rebill_after_commit, history)
     assert_fails(verdict, "rebilled-after-commit", zombie, late, claim)
     assert verdict.metrics["zombie_memo_races"] == 0
+
+
+def test_a_call_the_ledger_stamps_after_its_worker_died_is_a_crash_not_unrecorded_spend():
+    """The request left before the kill; the loaded provider logged it after the exit."""
+    events = [submit(0.5, DOC), job(0.5, DOC, None, "pending", "submit", 0, op="insert"),
+              job(0.6, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1),
+              process(0.70, "exit", "worker-0.1", 101, signal="SIGKILL"),
+              call(0.75, 0.80, DOC, "fetch", W1)]
+    verdict = run(check_cost_accounted, events)
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["calls_by_cause"] == {"crash-before-commit": 1}

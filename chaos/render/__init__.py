@@ -1,0 +1,91 @@
+"""Reports that people and CI read, rendered from a saved run folder: report.html (a
+self-contained page), junit.xml (one test case per invariant) and summary.md (for a CI job
+summary or a pull-request comment). report.json stays the canonical record."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Iterable
+
+FILES = {"html": "report.html", "junit": "junit.xml", "md": "summary.md"}
+FORMATS = tuple(FILES)
+
+
+def parse_formats(text: str) -> tuple[str, ...]:
+    """`html,junit,md` (any subset, any order) as a tuple; raises ValueError naming an
+    unknown format."""
+    formats = tuple(f.strip() for f in text.split(",") if f.strip())
+    unknown = [f for f in formats if f not in FILES]
+    if unknown or not formats:
+        raise ValueError(f"--format: unknown format {', '.join(unknown) or '(none)'}; "
+                         f"choose from {','.join(FORMATS)}")
+    return formats
+
+
+def render_run(run_dir: str, formats: Iterable[str] = FORMATS) -> list[str]:
+    """Render the run folder's reports in `formats`; returns the paths written.
+
+    Needs report.json; the HTML also reads history.jsonl and snapshot.json when present.
+    Raises ValueError for a folder without a readable report.json or an unknown format.
+    """
+    formats = tuple(formats)
+    parse_formats(",".join(formats))
+    report = load_json(run_dir, "report.json", required=True)
+    renderers: dict[str, Callable[[], str]] = {
+        "html": lambda: _html(run_dir, report),
+        "junit": lambda: _junit(report, history_origin(run_dir, report)),
+        "md": lambda: _markdown(report),
+    }
+    paths = []
+    for fmt in formats:
+        path = os.path.join(run_dir, FILES[fmt])
+        text = renderers[fmt]()
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        paths.append(path)
+    return paths
+
+
+def load_json(run_dir: str, name: str, required: bool = False) -> Any:
+    """A JSON file of the run folder, or None when absent and not required."""
+    path = os.path.join(run_dir, name)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        if required:
+            raise ValueError(f"{path} does not exist: is {run_dir!r} a run folder?") from None
+        return None
+    except ValueError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from None
+
+
+def history_origin(run_dir: str, report: dict) -> float:
+    """The time of the history's first event: the origin of every "+12.345 s" the checkers
+    print (report.json's start time when the history is missing)."""
+    try:
+        with open(os.path.join(run_dir, "history.jsonl"), encoding="utf-8") as fh:
+            return float(json.loads(fh.readline())["t"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return float(report.get("started") or 0.0)
+
+
+def _html(run_dir: str, report: dict) -> str:
+    from ..history import read_history
+    from .html import render_html
+    path = os.path.join(run_dir, "history.jsonl")
+    history = read_history(path) if os.path.exists(path) else None
+    return render_html(report, history, load_json(run_dir, "snapshot.json"))
+
+
+def _junit(report: dict, t0: float) -> str:
+    from .junit import render_junit
+    return render_junit(report, t0)
+
+
+def _markdown(report: dict) -> str:
+    from .markdown import render_markdown
+    return render_markdown(report)
+
+
+__all__ = ["FILES", "FORMATS", "parse_formats", "render_run"]

@@ -1,0 +1,81 @@
+"""junit.xml: one test suite per run, one test case per invariant, so any CI lists the
+verdicts natively. fail -> <failure>, unknown -> <error>; unfired faults add an <error> case."""
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from .evidence import describe, first_events
+
+MAX_EVENTS = 10
+MAX_MESSAGES = 5
+
+
+def render_junit(report: dict[str, Any], t0: float | None = None) -> str:
+    """The run's verdicts as JUnit XML (a <testsuites> holding one <testsuite>); event times
+    are printed relative to `t0` (the history's first event), else to the run's start."""
+    name = f"ninelives.{report['scenario']['name']}"
+    seconds = float(report.get("metrics", {}).get("run_seconds", 0.0))
+    suite = ET.Element("testsuite", name=name, timestamp=_iso(report.get("started")),
+                       time=f"{seconds:.3f}")
+    _properties(suite, report)
+    t0 = report.get("started", 0.0) if t0 is None else t0
+    for verdict in report["verdicts"]:
+        _testcase(suite, name, verdict, t0)
+    if report.get("faults_unfired"):
+        case = ET.SubElement(suite, "testcase", classname=name, name="configured-faults-fired",
+                             time="0")
+        ET.SubElement(case, "error", message="configured faults never fired: "
+                      + ", ".join(report["faults_unfired"]), type="unfired-faults")
+    cases = suite.findall("testcase")
+    counts = {"tests": len(cases), "failures": sum(c.find("failure") is not None for c in cases),
+              "errors": sum(c.find("error") is not None for c in cases), "skipped": 0}
+    for key, value in counts.items():
+        suite.set(key, str(value))
+    root = ET.Element("testsuites", name=name, time=f"{seconds:.3f}",
+                      **{k: str(v) for k, v in counts.items() if k != "skipped"})
+    root.append(suite)
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _properties(suite: ET.Element, report: dict[str, Any]) -> None:
+    props = ET.SubElement(suite, "properties")
+    for key in ("seed", "profile", "engine", "run_command", "replay_command", "run_dir"):
+        ET.SubElement(props, "property", name=key, value=str(report.get(key, "")))
+    out = ET.SubElement(suite, "system-out")
+    out.text = f"rerun: {report.get('run_command')}\nreplay: {report.get('replay_command')}\n"
+
+
+def _testcase(suite: ET.Element, classname: str, verdict: dict[str, Any], t0: float) -> None:
+    case = ET.SubElement(suite, "testcase", classname=classname, name=verdict["name"],
+                         time="0")
+    if verdict["verdict"] == "pass":
+        return
+    tag = "failure" if verdict["verdict"] == "fail" else "error"
+    first = (verdict.get("first_error") or {}).get("type") or verdict["verdict"]
+    node = ET.SubElement(case, tag, message=verdict.get("reason") or verdict["verdict"],
+                         type=first)
+    node.text = _detail(verdict, t0)
+
+
+def _detail(verdict: dict[str, Any], t0: float) -> str:
+    lines = [f"{verdict['name']}: {verdict['verdict']}, {verdict.get('error_count', 0)} "
+             f"error(s) of {verdict.get('checked', 0)} checked"]
+    lines += [f"- [{e['type']}] {e['message']}" for e in
+              (verdict.get("errors") or [])[:MAX_MESSAGES]]
+    events = first_events(verdict, MAX_EVENTS)
+    if events:
+        lines.append("first witnessing events:")
+        lines += [f"  {describe(e, t0)}\n    {json.dumps(e, sort_keys=True)}" for e in events]
+    if verdict.get("metrics", {}).get("traceback"):
+        lines.append(verdict["metrics"]["traceback"])
+    return "\n".join(lines)
+
+
+def _iso(started: float | None) -> str:
+    from datetime import datetime, timezone
+    if not started:
+        return ""
+    return datetime.fromtimestamp(started, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")

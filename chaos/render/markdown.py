@@ -1,0 +1,40 @@
+"""summary.md: a short Markdown verdict for a CI job summary or a pull-request comment."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .evidence import ordered
+
+ICON = {"pass": "✅", "fail": "❌", "unknown": "❓", "error": "⚠️"}
+MAX_REASON = 160
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The result line, the verdict table (failures first), faults applied and the
+    commands that rerun and replay the run."""
+    m, result = report.get("metrics", {}), report["result"]
+    lines = [f"## {ICON.get(result, '')} ninelives `{report['scenario']['name']}`: "
+             f"**{result.upper()}**", "",
+             f"profile `{report['profile']}` · seed `{report['seed']}` · engine "
+             f"`{report['engine']}` · {m.get('jobs', '?')} jobs · {m.get('kills', '?')} kills"
+             f" · {m.get('run_seconds', '?')} s", "",
+             "| invariant | verdict | checked | errors | reason |",
+             "|---|---|--:|--:|---|"]
+    for v in ordered(report["verdicts"]):
+        lines.append(f"| `{v['name']}` | {ICON[v['verdict']]} {v['verdict']} | {v['checked']} "
+                     f"| {v['error_count']} | {_cell(v.get('reason') or '')} |")
+    applied = ", ".join(f"{k} {n}" for k, n in report.get("faults_applied", {}).items())
+    lines += ["", f"**Faults applied:** {applied or 'none'}"]
+    if report.get("faults_unfired"):
+        lines.append(f"**Configured but never fired:** {', '.join(report['faults_unfired'])}")
+    lines += ["", f"Rerun: `{report['run_command']}`  ",
+              f"Replay: `{report['replay_command']}`  ",
+              f"Report: `{os.path.join(report['run_dir'], 'report.html')}`", ""]
+    return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a Markdown table cell: one line, pipes escaped, cut short."""
+    text = " ".join(text.split()).replace("|", "\\|")
+    return text if len(text) <= MAX_REASON else text[:MAX_REASON - 1] + "…"

@@ -1,0 +1,351 @@
+"""The timeline's content: one lane per worker or sender slot (its successive processes),
+the steps each worker held, its provider calls and outbox sends, and the faults that hit it.
+
+Pure data from the history; `chaos.render.svg` draws it. Long histories are thinned: beyond
+`MAX_BARS` per lane and kind, bars are merged into time buckets, and `notes` says so.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..history import Event, pid_of
+from .evidence import at, describe, event_key
+
+HARNESS = "harness"
+MAX_BARS = 700      # per lane and kind; beyond that bars are merged into time buckets
+
+
+@dataclass
+class Segment:
+    """One process's life in its lane."""
+    name: str
+    pid: int
+    start: float
+    end: float
+    ended: str          # "SIGKILL", "exit 0", "running at the end", ...
+
+
+@dataclass
+class Lane:
+    key: str
+    role: str           # worker, send, harness
+    segments: list[Segment] = field(default_factory=list)
+
+
+@dataclass
+class Bar:
+    """A held step (kind "step"), a provider call ("call") or a receiver request ("send")."""
+    lane: str
+    kind: str
+    start: float
+    end: float
+    label: str          # the step, or the effect kind
+    outcome: str
+    title: str
+    witness: str | None = None
+    verdicts: tuple[str, ...] = ()
+    merged: int = 1
+
+
+@dataclass
+class Mark:
+    """A moment: a kill, a crash-point kill, a lease expiry, an operator action, a witness."""
+    lane: str | None    # None: every lane (a forced lease expiry)
+    kind: str
+    t: float
+    title: str
+    witness: str | None = None
+    verdicts: tuple[str, ...] = ()
+
+
+@dataclass
+class Band:
+    """A span of time on a lane (a pause) or on the harness lane (an outage, contention)."""
+    lane: str
+    kind: str
+    start: float
+    end: float
+    title: str
+
+
+@dataclass
+class Timeline:
+    t0: float
+    t1: float
+    lanes: list[Lane]
+    bars: list[Bar]
+    marks: list[Mark]
+    bands: list[Band]
+    phases: list[tuple[str, float, float]]
+    notes: list[str]
+
+
+def build_timeline(history: list[Event], pipeline: dict[str, Any],
+                   witnessed: dict[str, tuple[Event, list[str]]]) -> Timeline:
+    """The timeline of a run: lanes, bars, marks and bands, witnesses flagged."""
+    t0 = min((e["t"] for e in history), default=0.0)
+    t1 = max((max(e["t"], e.get("t_end") or 0.0) for e in history), default=t0 + 1.0)
+    lanes = Lanes(history, t0, t1)
+    bars = held_steps(history, pipeline, lanes, t0, t1)
+    bars += calls_and_sends(history, lanes, t0)
+    marks, bands = faults(history, lanes, t0, t1)
+    marks += witness_marks(witnessed, lanes, t0)
+    flag_witnesses(bars, witnessed)
+    bars, notes = thin(bars, t0, t1)
+    return Timeline(t0, max(t1, t0 + 1e-3), lanes.ordered(), bars, marks, bands,
+                    phases(history, t1), notes)
+
+
+class Lanes:
+    """Slots as lanes (`worker-0` holds worker-0.1, worker-0.7, ...), and which lane a pid,
+    a worker id or an event belongs to."""
+
+    def __init__(self, history: list[Event], t0: float, t1: float) -> None:
+        self.by_key: dict[str, Lane] = {HARNESS: Lane(HARNESS, HARNESS)}
+        self.by_pid: dict[int, str] = {}
+        exits = {e["pid"]: e for e in history if e["src"] == "process" and e["type"] == "exit"}
+        for e in history:
+            if e["src"] == "process" and e["type"] == "spawn":
+                key = str(e["name"]).rsplit(".", 1)[0]
+                lane = self.by_key.setdefault(key, Lane(key, e.get("role", "worker")))
+                end = exits.get(e["pid"])
+                lane.segments.append(Segment(e["name"], e["pid"], e["t"],
+                                             end["t"] if end else t1, _ended(end)))
+                self.by_pid[e["pid"]] = key
+
+    def of_pid(self, pid: int | None, role: str = "worker") -> str:
+        if pid is None:
+            return HARNESS
+        if pid not in self.by_pid:  # no spawn event (a trimmed history): a lane of its own
+            key = f"{role} pid {pid}"
+            self.by_key.setdefault(key, Lane(key, role))
+            self.by_pid[pid] = key
+        return self.by_pid[pid]
+
+    def of_worker(self, worker: str | None) -> str:
+        role = (worker or "worker").split(":", 1)[0]
+        return self.of_pid(pid_of(worker), "send" if role == "sender" else role)
+
+    def of_event(self, e: Event) -> str:
+        if e["src"] in ("process", "nemesis") and e.get("pid") is not None:
+            return self.of_pid(e["pid"], e.get("role", "worker"))
+        return self.of_worker(e.get("worker") or e.get("writer"))
+
+    def ordered(self) -> list[Lane]:
+        rank = {HARNESS: 0, "worker": 1, "send": 2}
+        return sorted(self.by_key.values(), key=lambda l: (rank.get(l.role, 3), _natural(l.key)))
+
+
+def _natural(key: str) -> tuple:
+    head, _, tail = key.rpartition("-")
+    return (head, int(tail)) if tail.isdigit() else (key, 0)
+
+
+def _ended(exit_event: Event | None) -> str:
+    if exit_event is None:
+        return "running at the end"
+    if exit_event.get("signal"):
+        return str(exit_event["signal"])
+    return f"exit {exit_event.get('code')}"
+
+
+# -- held steps -------------------------------------------------------------------------------
+
+class _Held:
+    """Each worker's open step (a worker works one job at a time)."""
+
+    def __init__(self, pipeline: dict[str, Any], lanes: Lanes, t0: float) -> None:
+        steps = pipeline.get("steps", [])
+        self.step_of = {s["working"]: s["name"] for s in steps}
+        self.done = {s["done"] for s in steps}
+        self.ready = {s["ready"] for s in steps}
+        self.parked = set(pipeline.get("parked", ()))
+        self.lanes, self.t0 = lanes, t0
+        self.open: dict[str, dict] = {}
+        self.token: dict[str, Any] = {}
+        self.last: dict[tuple[str, str], float] = {}
+        self.bars: list[Bar] = []
+
+    def job_write(self, e: Event) -> None:
+        worker, job = e.get("writer"), e["job"]
+        bar = self.open.get(worker)
+        heartbeat = e.get("from") == e.get("to") and e.get("token") == e.get("old_token")
+        if bar is not None and not (heartbeat and bar["job"] == job):
+            if bar["job"] == job:
+                self.close(worker, e["t"], self.outcome(e))
+            else:
+                self.abandon(worker, e["t"])
+        if e.get("to") in self.step_of and pid_of(worker) is not None and not heartbeat:
+            self.open[worker] = {"job": job, "step": self.step_of[e["to"]], "start": e["t"],
+                                 "token": e.get("token")}
+        self.token[job] = e.get("token")
+
+    def outcome(self, e: Event) -> str:
+        to = e.get("to")
+        if to in self.done or to in self.step_of:
+            return "ok"
+        return "retry" if to in self.ready else ("parked" if to in self.parked else str(to))
+
+    def abandon(self, worker: str, t: float) -> None:
+        """The worker moved on without writing this job again: its lease was taken."""
+        bar = self.open[worker]
+        last = self.last.get((worker, bar["job"]), bar["start"])
+        taken = self.token.get(bar["job"]) != bar["token"]
+        self.close(worker, min(t, max(last, bar["start"])), "lost lease" if taken else "left")
+
+    def close(self, worker: str, t: float, outcome: str) -> None:
+        bar = self.open.pop(worker)
+        title = (f"{bar['step']} of job {bar['job']} by {worker}: {at(bar['start'], self.t0)} "
+                 f"to {at(t, self.t0)}, {outcome}")
+        self.bars.append(Bar(self.lanes.of_worker(worker), "step", bar["start"], t,
+                             bar["step"], outcome, title))
+
+    def process_exit(self, e: Event) -> None:
+        for worker in [w for w in self.open if pid_of(w) == e.get("pid")]:
+            self.close(worker, e["t"], "killed" if e.get("signal") else "exited")
+
+
+def held_steps(history: list[Event], pipeline: dict[str, Any], lanes: Lanes, t0: float,
+               t1: float) -> list[Bar]:
+    """Bars for the steps workers held: from entering a working state (a claim, or moving
+    on in a kept job) to the worker's next write of that job, its death, or losing it."""
+    held = _Held(pipeline, lanes, t0)
+    for e in history:
+        src, type_ = e["src"], e["type"]
+        if src == "audit" and type_ == "job":
+            held.job_write(e)
+        elif src == "process" and type_ == "exit":
+            held.process_exit(e)
+        elif src in ("audit", "provider") and e.get("job") is not None:
+            worker = e.get("worker") or e.get("writer")
+            end = e.get("t_end") or e["t"]
+            key = (worker, e["job"])
+            held.last[key] = max(held.last.get(key, end), end)
+    for worker in list(held.open):
+        held.close(worker, t1, "unfinished")
+    return held.bars
+
+
+def calls_and_sends(history: list[Event], lanes: Lanes, t0: float) -> list[Bar]:
+    """Provider calls on their worker's lane, receiver requests on their sender's lane."""
+    bars = []
+    for e in history:
+        if e["src"] == "provider" and e["type"] == "call":
+            kind, label = "call", e.get("step", "?")
+            outcome = "ok" if e.get("outcome") == "ok" else "error"
+        elif e["src"] == "receiver" and e["type"] == "request":
+            kind, label = "send", e.get("kind", "?")
+            outcome = "ok" if e.get("outcome") in ("applied", "replayed") else "error"
+        else:
+            continue
+        bars.append(Bar(lanes.of_worker(e.get("worker")), kind, e["t_start"],
+                        e.get("t_end") or e["t_start"], str(label), outcome, describe(e, t0),
+                        witness=event_key(e)))
+    return bars
+
+
+# -- faults -----------------------------------------------------------------------------------
+
+MARKED = {("nemesis", "kill"): "kill", ("process", "crashpoint"): "crashpoint",
+          ("nemesis", "operator"): "operator", ("nemesis", "duplicate_submit"): "submit"}
+WINDOW_END = {"resume": "pause", "outage_end": "outage", "contention_end": "contention"}
+
+
+def faults(history: list[Event], lanes: Lanes, t0: float,
+           t1: float) -> tuple[list[Mark], list[Band]]:
+    """Kills, crash-point kills, operator actions and duplicate submits as marks; forced
+    lease expiries across every lane; pauses, outages and contention as bands."""
+    marks, bands, opened = [], [], {}
+    for e in history:
+        kind = MARKED.get((e["src"], e["type"]))
+        if kind:
+            lane = HARNESS if kind in ("operator", "submit") else lanes.of_event(e)
+            marks.append(Mark(lane, kind, e["t"], describe(e, t0)))
+        elif e["src"] != "nemesis":
+            continue
+        elif e["type"] == "expire":
+            marks.append(Mark(None, "expire", e["t"], describe(e, t0)))
+        elif e["type"] in WINDOW_END.values():
+            opened[(e["type"], e.get("pid"))] = e
+        elif e["type"] in WINDOW_END:
+            start = opened.pop((WINDOW_END[e["type"]], e.get("pid")), None)
+            if start is not None:
+                bands.append(_band(start, e["t"], lanes, t0))
+    for start in opened.values():  # never healed: to its planned end, or the run's
+        end = start["t"] + start["seconds"] if start.get("seconds") else t1
+        bands.append(_band(start, min(end, t1), lanes, t0))
+    return marks, bands
+
+
+def _band(start: Event, end: float, lanes: Lanes, t0: float) -> Band:
+    kind = start["type"]
+    lane = lanes.of_event(start) if kind == "pause" else HARNESS
+    what = {"pause": f"{start.get('target', 'process')} paused (SIGSTOP)",
+            "outage": "provider outage", "contention": "database write lock held"}[kind]
+    return Band(lane, kind, start["t"], end, f"{what}: {at(start['t'], t0)} to {at(end, t0)}")
+
+
+def phases(history: list[Event], t1: float) -> list[tuple[str, float, float]]:
+    """(phase, start, end) from the runner's phase events."""
+    starts = [(e["phase"], e["t"]) for e in history
+              if e["src"] == "runner" and e["type"] == "phase"]
+    return [(name, t, starts[i + 1][1] if i + 1 < len(starts) else t1)
+            for i, (name, t) in enumerate(starts)]
+
+
+# -- witnesses --------------------------------------------------------------------------------
+
+def witness_marks(witnessed: dict[str, tuple[Event, list[str]]], lanes: Lanes,
+                  t0: float) -> list[Mark]:
+    """A mark for every event that proves a violation, on the lane of whoever did it, in
+    time order."""
+    return sorted((Mark(lanes.of_event(e), "witness", e["t"],
+                 f"witness of {', '.join(names)}: {describe(e, t0)}", key, tuple(names))
+            for key, (e, names) in witnessed.items() if "t" in e), key=lambda m: m.t)
+
+
+def flag_witnesses(bars: list[Bar], witnessed: dict[str, tuple[Event, list[str]]]) -> None:
+    """Keep the witness key only on bars that are witnesses (and name their verdicts)."""
+    for bar in bars:
+        if bar.witness in witnessed:
+            bar.verdicts = tuple(witnessed[bar.witness][1])
+        else:
+            bar.witness = None
+
+
+def thin(bars: list[Bar], t0: float, t1: float,
+         limit: int = MAX_BARS) -> tuple[list[Bar], list[str]]:
+    """Merge each lane's bars of one kind into `limit` time buckets when there are more;
+    witness bars stay whole. Returns the bars and a note per lane and kind thinned."""
+    groups: dict[tuple[str, str], list[Bar]] = defaultdict(list)
+    for bar in bars:
+        groups[(bar.lane, bar.kind)].append(bar)
+    kept, notes = [], []
+    for (lane, kind), group in groups.items():
+        if len(group) <= limit:
+            kept += group
+            continue
+        kept += [b for b in group if b.witness] + _merge(
+            [b for b in group if not b.witness], t0, t1, limit)
+        notes.append(f"{lane}: {len(group)} {kind} bars merged into at most {limit} time "
+                     "buckets (the step drawn is the most frequent in each bucket)")
+    return kept, notes
+
+
+def _merge(bars: list[Bar], t0: float, t1: float, limit: int) -> list[Bar]:
+    width = max(t1 - t0, 1e-9) / limit
+    buckets: dict[int, list[Bar]] = defaultdict(list)
+    for bar in bars:
+        buckets[int((bar.start - t0) / width)].append(bar)
+    merged = []
+    for group in buckets.values():
+        label = Counter(b.label for b in group).most_common(1)[0][0]
+        outcomes = Counter(b.outcome for b in group)
+        outcome = "ok" if outcomes.get("ok", 0) == len(group) else "mixed"
+        title = (f"{len(group)} {group[0].kind}s merged: " +
+                 ", ".join(f"{o} {n}" for o, n in outcomes.most_common()))
+        merged.append(Bar(group[0].lane, group[0].kind, min(b.start for b in group),
+                          max(b.end for b in group), label, outcome, title, merged=len(group)))
+    return merged
