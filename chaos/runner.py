@@ -18,7 +18,7 @@ from typing import Any
 from engine import load_config
 
 from . import history as hist
-from .adapter import SystemUnderTest, integrity, pipeline_json
+from .adapter import SystemUnderTest, canonical_json, integrity, pipeline_json
 from .audit import payload_hash
 from .checkers import run_checkers
 from .fakes import FakeProvider, FakeReceiver, read_ledger
@@ -197,7 +197,6 @@ class Campaign:
     # -- set-up ------------------------------------------------------------------------------
 
     def _submit_all(self) -> None:
-        from .adapter import canonical_json
         for job_id, payload in documents_for(self.plan):
             result = self.engine.submit(self.db, job_id, payload)
             self.record({"t": time.time(), "src": "runner", "type": "submit", "job": job_id,
