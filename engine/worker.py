@@ -224,6 +224,10 @@ class Worker:
         data = self.store.input_for(claim, self.pipeline)
         crashpoint("worker.before_call")
         started = self.clock.now()
+        if started >= claim.lease_until:
+            # Paused (or slow) past the lease before paying: another worker may own the step
+            # by now. Do not call; the next owner will.
+            raise LeaseLost(claim.job_id, f"about to call for step {claim.step.name!r}")
         try:
             with self._heartbeat(claim):
                 result = self.runner.call(claim.step.name, data, ctx)

@@ -129,7 +129,10 @@ def check_no_rebill_after_commit(history: list[Event], snapshot: dict[str, Any])
     its memo (first writer wins) just after the current owner, which claimed before that
     memo existed, last looked for it. A call starting within RACE_WINDOW of such a memo, by
     a worker whose claim came before the memo and fenced the memo's writer out, is counted
-    as zombie_memo_races (duplicate spend), not failed.
+    as zombie_memo_races (duplicate spend), not failed. And a call by a worker whose lease
+    had already been taken over when the call started (a zombie, paused past its lease) is
+    the lease's failure, not the memo's: counted as zombie_calls and left to lease-exclusive
+    and cost-accounted (lost-lease waste).
     """
     verdict = Verdict("no-rebill-after-commit")
     calls = provider_calls(history)
@@ -137,7 +140,7 @@ def check_no_rebill_after_commit(history: list[Event], snapshot: dict[str, Any])
     if why:
         return verdict.unknown(why)
     memos, index, at = Memos(history), JobIndex(history), clock_of(history)
-    after, billed_after, overlapping, stale_reads, races = 0, 0.0, 0, 0, 0
+    after, billed_after, overlapping, stale_reads, races, zombies = 0, 0.0, 0, 0, 0, 0
     for key, group in calls.items():
         periods = memos.periods.get(key, ())
         for call in group:
@@ -149,6 +152,10 @@ def check_no_rebill_after_commit(history: list[Event], snapshot: dict[str, Any])
                     stale = claim is not None and claim["t"] < committed
                     if stale and _zombie_race(insert, claim, call):
                         races += 1
+                        break
+                    if claim is not None and index.taken_from(call["worker"], claim,
+                                                              call["t_start"]):
+                        zombies += 1  # a fenced-out worker's call: lost-lease waste
                         break
                     after += 1
                     billed_after += call["billed"] or 0.0
@@ -162,7 +169,7 @@ def check_no_rebill_after_commit(history: list[Event], snapshot: dict[str, Any])
                        "billed_after_commit": round(billed_after, 9),
                        "calls_after_commit_claimed_before": stale_reads,
                        "overlapping_duplicate_calls": overlapping,
-                       "zombie_memo_races": races}
+                       "zombie_memo_races": races, "zombie_calls": zombies}
     return verdict
 
 

@@ -319,3 +319,15 @@ def test_a_call_the_ledger_stamps_after_its_worker_died_is_a_crash_not_unrecorde
     verdict = run(check_cost_accounted, events)
     assert verdict.status == "pass", verdict.reason
     assert verdict.metrics["calls_by_cause"] == {"crash-before-commit": 1}
+
+
+def test_a_call_by_a_worker_whose_lease_was_taken_is_lost_lease_waste_not_a_rebill():
+    """W1 is paused past its lease; W2 takes the job, commits fetch; W1 wakes and calls."""
+    events = [submit(0.5, DOC), job(0.5, DOC, None, "pending", "submit", 0, op="insert"),
+              job(0.6, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1),
+              job(2.0, DOC, "fetching", "fetching", W2, 2, old_token=1, claims=2),
+              call(2.01, 2.05, DOC, "fetch", W2), memo(2.06, DOC, "fetch", W2, 2),
+              call(3.0, 3.05, DOC, "fetch", W1)]
+    verdict = run(check_no_rebill_after_commit, events)
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["zombie_calls"] == 1
