@@ -4,6 +4,8 @@
     ninelives replay RUN [--tries K]
     ninelives check RUN
     ninelives report RUN [--format html,junit,md]
+    ninelives sim SCENARIO [--seeds A..B] [--engine E] [--shrink] | ninelives sim --replay FILE
+    ninelives mutants [--seeds N] [--profile P] [--only NAME,...] [--out DIR]
     ninelives engine ...        (see `ninelives engine --help`)
 
 Exit codes: 0 every invariant holds, 1 an invariant failed, 2 the harness could not run.
@@ -55,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default="reports/demo")
+    from .sim.cli import add_parser as add_sim_parser
+    add_sim_parser(sub)
+    from .mutants.matrix import add_parser as add_mutants_parser
+    add_mutants_parser(sub)
     return parser
 
 
@@ -183,6 +189,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             from .demo import run_demo
             return run_demo(args.jobs, args.workers, args.seed, args.out)
+        if args.command == "sim":
+            from .sim.cli import cmd_sim
+            return cmd_sim(args)
+        if args.command == "mutants":
+            from .mutants.matrix import cmd_mutants
+            return cmd_mutants(args)
         return {"run": cmd_run, "replay": cmd_replay, "check": cmd_check,
                 "sweep": cmd_sweep, "report": cmd_report}[args.command](args)
     except (ScenarioError, HarnessError, ValueError, OSError) as exc:

@@ -35,6 +35,12 @@ class SQLiteStore(OperatorSQL):
 
     backend = "sqlite"
 
+    #: Where the wait for the write lock reads time and sleeps (a hooks.Clock; None: the
+    #: machine's monotonic clock) and draws its jitter. A simulation sets both on its stores,
+    #: which makes waiting for the lock a scheduling point on its virtual clock.
+    wait_clock: Any = None
+    wait_rng: Any = random
+
     def __init__(self, path: str | os.PathLike, *, synchronous: str = "FULL",
                  busy_timeout: float = 5.0, read_only: bool = False) -> None:
         self.path = os.fspath(path)
@@ -90,7 +96,9 @@ class SQLiteStore(OperatorSQL):
             raise
 
     def _begin_immediate(self) -> None:
-        deadline = time.monotonic() + self.busy_timeout
+        clock = self.wait_clock
+        now = time.monotonic if clock is None else clock.now
+        deadline = now() + self.busy_timeout
         delay = 0.0001
         while True:
             try:
@@ -99,9 +107,10 @@ class SQLiteStore(OperatorSQL):
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) and "busy" not in str(exc):
                     raise _explain(exc, self.path, "begin a write") from exc
-                if time.monotonic() >= deadline:
+                if now() >= deadline:
                     raise _explain(exc, self.path, "begin a write") from exc
-            time.sleep(delay * (0.5 + random.random()))
+            (time.sleep if clock is None else clock.sleep)(
+                delay * (0.5 + self.wait_rng.random()))
             delay = min(delay * 2, 0.004)
 
     def close(self) -> None:

@@ -1,0 +1,121 @@
+"""Seconds to detect each mutant: every broken engine of the catalog on its provoking scenario
+over seeds 1..N, and the reference engine on the same scenarios and seeds (false alarms).
+
+    python bench/detection.py [--seeds 10] [--only NAME,...] [--profile P] [--parallel 2]
+                              [--out reports/bench-detection]
+
+A mutant is detected in a run when one of its expected invariants fails there; the time to
+detect is the wall time of that campaign, start to failing verdict (its duration: the
+verdicts come at the end). Targets: every mutant detected in every seed, median under
+10 s, max under 60 s, no reference run failing. The raw runs go to OUT/<id>/detection.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from datetime import datetime, timezone
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from chaos.mutants.catalog import Mutant  # noqa: E402
+from chaos.mutants.matrix import REFERENCE, Task, caught_by, run_task, select  # noqa: E402
+
+
+def tasks_for(mutants: list[Mutant], seeds: int, profile: str | None, out: str) -> list[Task]:
+    runs = os.path.join(out, "runs")
+    tasks = [Task(m.name, m.scenario, profile or m.profile, s, runs)
+             for m in mutants for s in range(1, seeds + 1)]
+    scenarios = sorted({(t.scenario, t.profile) for t in tasks})
+    return tasks + [Task(REFERENCE, sc, p, s, runs) for sc, p in scenarios
+                    for s in range(1, seeds + 1)]
+
+
+def run_all(tasks: list[Task], parallel: int) -> list[dict]:
+    """Every task's run, printing one line per finished run."""
+    results = []
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=parallel, mp_context=context) as pool:
+        futures = [pool.submit(run_task, t) for t in tasks]
+        for n, future in enumerate(as_completed(futures), 1):
+            run = future.result()
+            results.append(run)
+            print(f"  [{n}/{len(tasks)}] {run['engine']} {run['scenario']} seed {run['seed']}: "
+                  f"{run['result']} {','.join(run['failed'])} {run['seconds']:.1f} s",
+                  file=sys.stderr, flush=True)
+    return results
+
+
+def mutant_row(mutant: Mutant, runs: list[dict]) -> dict:
+    hits = [r for r in runs if caught_by(mutant, r)]
+    seconds = [r["seconds"] for r in hits]
+    others = sorted({n for r in runs for n in r["failed"] if n not in mutant.expect})
+    return {"name": mutant.name, "scenario": mutant.scenario, "expect": list(mutant.expect),
+            "runs": len(runs), "detected": len(hits),
+            "median": statistics.median(seconds) if seconds else None,
+            "max": max(seconds) if seconds else None, "also": others,
+            "missed_seeds": sorted(r["seed"] for r in runs if r not in hits)}
+
+
+def table(rows: list[dict], reference: list[dict]) -> str:
+    width = max(len(r["name"]) for r in rows)
+    swidth = max(len(r["scenario"]) for r in rows)
+    fmt = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
+    lines = [f"{'mutant':<{width}}  {'scenario':<{swidth}}  detected  median s  max s  "
+             f"expected invariant(s) / also failing"]
+    for r in rows:
+        also = f"  (also {', '.join(r['also'])})" if r["also"] else ""
+        missed = f"  missed seeds {r['missed_seeds']}" if r["missed_seeds"] else ""
+        lines.append(f"{r['name']:<{width}}  {r['scenario']:<{swidth}}  "
+                     f"{r['detected']:>3}/{r['runs']:<4}  {fmt(r['median']):>8}  "
+                     f"{fmt(r['max']):>5}  {', '.join(r['expect'])}{also}{missed}")
+    hits = [s for r in rows for s in ([r["median"]] if r["median"] is not None else [])]
+    alarms = [r for r in reference if r["result"] != "pass"]
+    lines += ["", f"detected: {sum(r['detected'] for r in rows)}/{sum(r['runs'] for r in rows)}"
+              f" runs; mutants detected in every seed: "
+              f"{sum(r['detected'] == r['runs'] for r in rows)}/{len(rows)}; worst median "
+              f"{fmt(max(hits, default=None))} s, worst max "
+              f"{fmt(max((r['max'] for r in rows if r['max'] is not None), default=None))} s",
+              f"reference engine: {len(reference)} runs on the same scenarios and seeds, "
+              f"{len(alarms)} false alarm(s)"]
+    for r in sorted(alarms, key=lambda r: (r["scenario"], r["seed"])):
+        lines.append(f"  {r['scenario']} seed {r['seed']}: {r['result']} "
+                     f"({', '.join(r['failed'] + r['unknown']) or r.get('error', '')}) "
+                     f"{r['run_dir']}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--only", default=None)
+    parser.add_argument("--profile", default=None, help="default: each mutant's own (smoke)")
+    parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument("--out", default=os.path.join("reports", "bench-detection"))
+    args = parser.parse_args()
+    mutants = select(args.only)
+    out = os.path.join(args.out, datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+    tasks = tasks_for(mutants, args.seeds, args.profile, out)
+    print(f"detection: {len(mutants)} mutants x {args.seeds} seeds, and the reference on the "
+          f"same scenarios: {len(tasks)} campaigns, {args.parallel} at a time -> {out}",
+          file=sys.stderr, flush=True)
+    started = time.time()
+    results = run_all(tasks, args.parallel)
+    reference = [r for r in results if r["engine"] == REFERENCE]
+    rows = [mutant_row(m, [r for r in results if r["engine"] == m.name]) for m in mutants]
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "detection.json"), "w", encoding="utf-8") as fh:
+        json.dump({"seeds": args.seeds, "profile": args.profile, "mutants": rows,
+                   "runs": results, "seconds": round(time.time() - started, 1)}, fh, indent=2)
+    print(table(rows, reference))
+    print(f"({len(tasks)} campaigns in {time.time() - started:.0f} s; raw runs in "
+          f"{os.path.join(out, 'detection.json')})")
+
+
+if __name__ == "__main__":
+    main()

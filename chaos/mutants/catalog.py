@@ -1,0 +1,143 @@
+"""The catalog of broken engines: what each removes, which invariants must catch it, and the
+scenario (with profile and seed) that provokes it; and their adapters for `--engine`.
+
+Each mutant is the reference engine's adapter whose worker and sender processes start as
+`python -m chaos.mutants NAME ROLE` (the patch of chaos.mutants.patches applied, then the
+engine's CLI). A mutant of submission changes the adapter's own `submit` instead, in the
+harness process, for that call only.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from engine.store import SubmissionConflict
+
+from ..adapter import ReferenceEngine
+from .patches import EditingConnection, SQLEdit
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One catalog entry.
+
+    name: the mutant (and its attribute in chaos.mutants); removes: the mechanism removed,
+    in one line; expect: the invariants that must catch it (any one suffices); scenario: the
+    scenario that provokes it (a name under scenarios/); profile and seed: how it is run.
+    """
+
+    name: str
+    removes: str
+    expect: tuple[str, ...]
+    scenario: str
+    profile: str = "smoke"
+    seed: int = 1
+
+    @property
+    def spec(self) -> str:
+        """The --engine value that runs this mutant."""
+        return f"chaos.mutants:{self.name}"
+
+
+CATALOG: tuple[Mutant, ...] = (
+    Mutant("no_state_guard",
+           "the claim takes a job it read earlier with an update guarded by lease time only, "
+           "not by the state (no compare-and-swap on the state)",
+           ("legal-transitions",), "mutants/claim-race"),
+    Mutant("fail_fenced_by_id",
+           "failure and retry writes are guarded by the job id alone, not by the lease token",
+           ("fenced-writes", "legal-transitions"), "mutants/zombies"),
+    Mutant("no_token_on_complete",
+           "completion is guarded by the state alone: no lease token, so a zombie commits",
+           ("fenced-writes",), "mutants/zombies"),
+    Mutant("heartbeat_ignores_rowcount",
+           "the heartbeat extends the lease by job id (no lease token) and ignores its row count",
+           ("fenced-writes",), "mutants/zombies"),
+    Mutant("claim_steals_live_leases",
+           "the claim ignores lease expiry and takes jobs other workers hold",
+           ("lease-exclusive",), "mutants/exclusive"),
+    Mutant("no_crash_loop_cap",
+           "claims per step are not capped: a job that kills its worker loops forever",
+           ("bounded-work", "all-jobs-settle"), "mutants/crash-loop-fast"),
+    Mutant("memo_check_skipped",
+           "the worker never checks for a memo before paying for a step",
+           ("no-rebill-after-commit", "memo-consistent"), "mutants/memo-hits"),
+    Mutant("memo_last_writer_wins",
+           "the memo insert replaces an existing memo (INSERT OR REPLACE, not first writer wins)",
+           ("memo-consistent",), "mutants/zombies"),
+    Mutant("separate_transactions",
+           "state, memo and outbox rows are committed in three separate transactions",
+           ("memo-consistent", "effects-complete"), "mutants/torn-steps"),
+    Mutant("outbox_after_commit",
+           "the outbox rows are inserted in a transaction after the completing one",
+           ("effects-complete",), "mutants/torn-completion"),
+    Mutant("spend_unrecorded",
+           "a failed call leaves no spend record",
+           ("cost-accounted",), "poison"),
+    Mutant("poison_retried",
+           "poison (4xx, unparseable, schema-invalid) is retried like a timeout",
+           ("retry-discipline",), "poison"),
+    Mutant("retry_after_ignored",
+           "backoff ignores the server's Retry-After",
+           ("retry-discipline",), "mutants/retry-after"),
+    Mutant("backoff_without_jitter",
+           "backoff waits exactly its exponential ceiling, without jitter",
+           ("retry-discipline",), "mutants/no-jitter"),
+    Mutant("sender_without_key",
+           "the sender posts effects without their Idempotency-Key",
+           ("outbox-bounded",), "outbox-ambiguous"),
+    Mutant("senders_without_claim",
+           "senders ignore outbox leases, so two senders send one row at once",
+           ("outbox-bounded",), "mutants/senders"),
+    Mutant("mark_sent_before_send",
+           "the sender marks a row sent before posting it",
+           ("effects-complete",), "outbox-ambiguous"),
+    Mutant("submit_replaces",
+           "submit replaces an existing job (INSERT OR REPLACE) instead of keeping it",
+           ("submissions-idempotent",), "duplicate-submit"),
+)
+
+BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOG}
+
+
+class MutantEngine(ReferenceEngine):
+    """The reference engine's adapter, whose processes run patched as mutant `mutant.name`."""
+
+    def __init__(self, mutant: Mutant) -> None:
+        self.mutant = mutant
+        self.name = f"mutant:{mutant.name}"
+
+    def command(self, role: str) -> list[str]:
+        return [sys.executable, "-m", "chaos.mutants", self.mutant.name, role]
+
+
+#: submit_replaces: the reference's submit with its insert turned into INSERT OR REPLACE.
+REPLACING_SUBMIT = (
+    SQLEdit("INSERT INTO job (", "INSERT INTO job", "INSERT OR REPLACE INTO job"),
+    SQLEdit("INSERT OR REPLACE INTO job (", " ON CONFLICT(id) DO NOTHING"),
+)
+
+
+class ReplacingSubmit(MutantEngine):
+    """Submission replaces an existing job; the workers are the reference's."""
+
+    def command(self, role: str) -> list[str]:
+        return ReferenceEngine.command(self, role)
+
+    def submit(self, db: str, job_id: str, payload: Any) -> str:
+        store = self._store(db)
+        store.conn = EditingConnection(store.conn, REPLACING_SUBMIT)  # this call only
+        try:
+            return "created" if store.submit(job_id, self.pipeline, payload,
+                                             time.time()) else "exists"
+        except SubmissionConflict:
+            return "rejected"
+        finally:
+            store.close()
+
+
+ENGINES: dict[str, MutantEngine] = {
+    m.name: (ReplacingSubmit if m.name == "submit_replaces" else MutantEngine)(m)
+    for m in CATALOG}

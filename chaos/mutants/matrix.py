@@ -1,0 +1,334 @@
+"""`ninelives mutants`: run every broken engine on the scenario that provokes it, and the
+reference engine on the same scenarios and seeds; print and save the detection matrix.
+
+    ninelives mutants [--seeds N] [--profile P] [--only NAME,...] [--out DIR] [--parallel K]
+
+Each mutant runs on seeds 1..N in turn and stops at its first failing run; the reference
+runs every (scenario, seed) a mutant ran. Runs go `--parallel` at a time (default 2), each
+a full campaign with real processes. Exit 0 when every mutant was caught by one of its
+expected invariants and the reference failed nothing; 1 otherwise.
+
+Written to DIR/<id>/: matrix.json, matrix.md, matrix.html (linking each run's report.html
+when chaos.render is there), and the run folders under runs/.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable
+
+from ..checkers import INVARIANTS
+from .catalog import BY_NAME, CATALOG, Mutant
+
+SCHEMA = "ninelives.mutants/1"
+REFERENCE = "reference"
+
+#: Two-letter column heads for the terminal matrix, in INVARIANTS order.
+SHORT = {"legal-transitions": "LT", "no-rebill-after-commit": "NR", "outbox-bounded": "OB",
+         "effects-complete": "EC", "all-jobs-settle": "AS", "submissions-idempotent": "SI",
+         "memo-consistent": "MC", "retry-discipline": "RD", "bounded-work": "BW",
+         "lease-exclusive": "LE", "fenced-writes": "FW", "cost-accounted": "CA",
+         "db-intact": "DB"}
+
+
+@dataclass(frozen=True)
+class Task:
+    """One campaign: an engine (a mutant's name, or "reference") on a scenario and seed."""
+
+    engine: str
+    scenario: str
+    profile: str
+    seed: int
+    out: str
+
+    @property
+    def spec(self) -> str:
+        return REFERENCE if self.engine == REFERENCE else BY_NAME[self.engine].spec
+
+
+def run_task(task: Task) -> dict[str, Any]:
+    """Run one campaign (in a pool process); returns what the matrix needs of its report.
+
+    result is "pass", "fail", "error" (the run did not exercise its scenario: exit code 2)
+    or "harness-error" (it could not run at all; `error` says why).
+    """
+    from ..adapter import load_engine
+    from ..runner import HarnessError, run_campaign
+    from ..scenario import load_scenario
+    started = time.time()
+    row: dict[str, Any] = {**asdict(task), "spec": task.spec}
+    try:
+        scenario = load_scenario(task.scenario, task.profile)
+        result = run_campaign(scenario, task.seed, load_engine(task.spec), task.out,
+                              engine_spec=task.spec, progress=False)
+    except (HarnessError, ValueError, OSError) as exc:
+        return {**row, "result": "harness-error", "error": f"{type(exc).__name__}: {exc}",
+                "failed": [], "unknown": [], "seconds": round(time.time() - started, 2),
+                "run_dir": None}
+    report = result.report
+    return {**row, "result": report["result"], "run_dir": result.run_dir,
+            "seconds": round(report["finished"] - report["started"], 2),
+            "failed": [v["name"] for v in report["verdicts"] if v["verdict"] == "fail"],
+            "unknown": [v["name"] for v in report["verdicts"] if v["verdict"] == "unknown"],
+            "reasons": {v["name"]: v["reason"] for v in report["verdicts"]
+                        if v["verdict"] != "pass"},
+            "faults_unfired": report.get("faults_unfired", [])}
+
+
+@dataclass
+class MutantRow:
+    """What the matrix says of one mutant."""
+
+    mutant: Mutant
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def detecting(self) -> dict[str, Any] | None:
+        """The first run in which an expected invariant failed."""
+        return next((r for r in self.runs if caught_by(self.mutant, r)), None)
+
+    @property
+    def caught(self) -> bool:
+        return self.detecting is not None
+
+    def to_json(self) -> dict[str, Any]:
+        hit = self.detecting
+        return {"name": self.mutant.name, "removes": self.mutant.removes,
+                "expect": list(self.mutant.expect), "scenario": self.mutant.scenario,
+                "profile": self.runs[0]["profile"] if self.runs else self.mutant.profile,
+                "caught": self.caught, "caught_by": caught_by(self.mutant, hit) if hit else [],
+                "also_failed": [n for n in hit["failed"] if n not in self.mutant.expect]
+                if hit else [],
+                "seed": hit["seed"] if hit else None, "seconds": hit["seconds"] if hit else None,
+                "total_seconds": round(sum(r["seconds"] for r in self.runs[
+                    :self.runs.index(hit) + 1 if hit else len(self.runs)]), 2),
+                "run_dir": hit["run_dir"] if hit else None, "runs": self.runs}
+
+
+def caught_by(mutant: Mutant, run: dict[str, Any]) -> list[str]:
+    """The mutant's expected invariants that failed in `run`."""
+    return [name for name in mutant.expect if name in run["failed"]]
+
+
+def run_matrix(mutants: list[Mutant], seeds: int, profile: str | None, out: str, *,
+               parallel: int = 2, note: Callable[[str], None] = lambda line: None
+               ) -> dict[str, Any]:
+    """Run the matrix (see the module docstring) and return matrix.json's content.
+
+    Round k runs seed k of every mutant not caught yet, and seed k of the reference on each
+    of their scenarios; a mutant caught in round k runs no more seeds.
+    """
+    rows = {m.name: MutantRow(m) for m in mutants}
+    reference: list[dict[str, Any]] = []
+    runs_dir = os.path.join(out, "runs")
+    started = time.time()
+    context = multiprocessing.get_context("spawn")  # the runner uses threads: never fork it
+    with ProcessPoolExecutor(max_workers=max(1, parallel), mp_context=context) as pool:
+        for seed in range(1, seeds + 1):
+            open_rows = [r for r in rows.values() if not r.caught]
+            if not open_rows:
+                break
+            tasks = [Task(r.mutant.name, r.mutant.scenario, profile or r.mutant.profile, seed,
+                          runs_dir) for r in open_rows]
+            scenarios = sorted({(t.scenario, t.profile) for t in tasks})
+            tasks += [Task(REFERENCE, s, p, seed, runs_dir) for s, p in scenarios]
+            for run in pool.map(run_task, tasks):
+                if run["engine"] == REFERENCE:
+                    reference.append(run)
+                else:
+                    rows[run["engine"]].runs.append(run)
+                note(describe_run(run, rows.get(run["engine"])))
+    mutant_rows = [rows[m.name].to_json() for m in mutants]
+    clean = all(r["result"] == "pass" for r in reference)
+    return {"schema": SCHEMA, "created": started, "seconds": round(time.time() - started, 1),
+            "profile": profile, "seeds": seeds, "invariants": list(INVARIANTS),
+            "mutants": mutant_rows, "reference": reference,
+            "caught": sum(r["caught"] for r in mutant_rows), "total": len(mutant_rows),
+            "reference_clean": clean,
+            "ok": clean and all(r["caught"] for r in mutant_rows)}
+
+
+def describe_run(run: dict[str, Any], row: MutantRow | None) -> str:
+    """One progress line for a finished run."""
+    what = f"{run['engine']} on {run['scenario']} seed {run['seed']}"
+    if run["result"] == "harness-error":
+        return f"  {what}: could not run: {run['error']}"
+    failed = ", ".join(run["failed"]) or "nothing failed"
+    if row is None:
+        verdict = "clean" if run["result"] == "pass" else f"FALSE ALARM ({run['result']}: {failed})"
+    else:
+        hit = caught_by(row.mutant, run)
+        verdict = f"caught by {', '.join(hit)}" if hit else f"not caught ({failed})"
+    return f"  {what}: {verdict} in {run['seconds']:.1f} s"
+
+
+# -- the matrix as text ------------------------------------------------------------------------
+
+def cell(invariant: str, expect: Iterable[str], failed: Iterable[str]) -> str:
+    """X: an expected invariant failed; x: another failed; o: expected but held; .: neither."""
+    expected, did = invariant in expect, invariant in failed
+    return {(True, True): "X", (False, True): "x", (True, False): "o"}.get((expected, did), ".")
+
+
+def render_text(matrix: dict[str, Any]) -> str:
+    """The detection matrix for the terminal."""
+    width = max([len("mutant")] + [len(m["name"]) for m in matrix["mutants"]])
+    swidth = max([len("scenario")] + [len(m["scenario"]) for m in matrix["mutants"]])
+    heads = " ".join(SHORT[i] for i in matrix["invariants"])
+    lines = [f"{'mutant':<{width}}  {'scenario':<{swidth}}  {heads}  caught  seed  seconds"]
+    for m in matrix["mutants"]:
+        run = next((r for r in m["runs"] if r["seed"] == m["seed"]), m["runs"][-1] if m["runs"]
+                   else {"failed": []})
+        cells = "  ".join(cell(i, m["expect"], run["failed"]) for i in matrix["invariants"])
+        seconds = f"{m['seconds']:.1f}" if m["seconds"] is not None else "-"
+        lines.append(f"{m['name']:<{width}}  {m['scenario']:<{swidth}}  {cells}   "
+                     f"{'yes' if m['caught'] else 'NO':<6}  {m['seed'] or '-':>4}  {seconds:>7}")
+    names = [f"{SHORT[i]} {i}" for i in matrix["invariants"]]
+    lines += ["", "X expected invariant failed   x another invariant failed   "
+              "o expected but held   . neither"]
+    lines += ["  ".join(names[i:i + 5]) for i in range(0, len(names), 5)] + [""]
+    lines += reference_lines(matrix)
+    lines.append(f"{matrix['caught']}/{matrix['total']} mutants caught; reference "
+                 f"{'clean' if matrix['reference_clean'] else 'NOT clean'}: "
+                 f"{'OK' if matrix['ok'] else 'FAILED'}")
+    return "\n".join(lines)
+
+
+def reference_lines(matrix: dict[str, Any]) -> list[str]:
+    runs = matrix["reference"]
+    lines = [f"reference engine: {len(runs)} runs, "
+             f"{sum(r['result'] == 'pass' for r in runs)} passed"]
+    for r in runs:
+        if r["result"] != "pass":
+            lines.append(f"  {r['scenario']} seed {r['seed']}: {r['result']} "
+                         f"({', '.join(r['failed'] + r['unknown']) or r.get('error', '')}) "
+                         f"{r['run_dir'] or ''}")
+    return lines
+
+
+def render_markdown(matrix: dict[str, Any]) -> str:
+    """matrix.md: the matrix as a Markdown table, for a CI job summary."""
+    heads = " | ".join(SHORT[i] for i in matrix["invariants"])
+    lines = [f"## ninelives mutants: {matrix['caught']}/{matrix['total']} caught, reference "
+             f"{'clean' if matrix['reference_clean'] else '**not clean**'}", "",
+             f"| mutant | removes | scenario | {heads} | caught | seed | seconds |",
+             "|---|---|---|" + "---|" * len(matrix["invariants"]) + "---|--:|--:|"]
+    for m in matrix["mutants"]:
+        run = next((r for r in m["runs"] if r["seed"] == m["seed"]), m["runs"][-1] if m["runs"]
+                   else {"failed": []})
+        cells = " | ".join(cell(i, m["expect"], run["failed"]) for i in matrix["invariants"])
+        lines.append(f"| `{m['name']}` | {m['removes']} | `{m['scenario']}` | {cells} | "
+                     f"{'yes' if m['caught'] else '**NO**'} | {m['seed'] or '-'} | "
+                     f"{m['seconds'] if m['seconds'] is not None else '-'} |")
+    lines += ["", "X expected invariant failed · x another failed · o expected but held",
+              "", "\n".join(f"- {line}" for line in reference_lines(matrix)), ""]
+    return "\n".join(lines)
+
+
+def render_html(matrix: dict[str, Any], out: str) -> str:
+    """matrix.html: the matrix with links to each detecting run's report.html."""
+    def link(run_dir: str | None, text: str) -> str:
+        if not run_dir or not os.path.exists(os.path.join(run_dir, "report.html")):
+            return html.escape(text)
+        return f'<a href="{html.escape(os.path.relpath(run_dir, out))}/report.html">' \
+               f"{html.escape(text)}</a>"
+
+    colours = {"X": "#c7e9c0", "x": "#fdd0a2", "o": "#fcbba1", ".": "#fff"}
+    heads = "".join(f'<th title="{i}">{SHORT[i]}</th>' for i in matrix["invariants"])
+    body = []
+    for m in matrix["mutants"]:
+        run = next((r for r in m["runs"] if r["seed"] == m["seed"]), m["runs"][-1] if m["runs"]
+                   else {"failed": []})
+        cells = "".join(f'<td style="background:{colours[c]}">{c}</td>' for c in (
+            cell(i, m["expect"], run["failed"]) for i in matrix["invariants"]))
+        body.append(f"<tr><td><code>{m['name']}</code></td><td>{html.escape(m['removes'])}</td>"
+                    f"<td>{html.escape(m['scenario'])}</td>{cells}"
+                    f"<td>{link(m['run_dir'], 'yes' if m['caught'] else 'NO')}</td>"
+                    f"<td>{m['seed'] or '-'}</td><td>{m['seconds'] or '-'}</td></tr>")
+    refs = "".join(f"<li>{link(r['run_dir'], r['scenario'])} seed {r['seed']}: "
+                   f"{html.escape(r['result'])}</li>" for r in matrix["reference"])
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>ninelives mutants</title>
+<style>body{{font:14px sans-serif;margin:2em}}td,th{{border:1px solid #ccc;padding:3px 6px}}
+table{{border-collapse:collapse}}td{{text-align:center}}td:nth-child(2){{text-align:left}}</style>
+</head><body><h1>ninelives mutants: {matrix['caught']}/{matrix['total']} caught, reference
+{'clean' if matrix['reference_clean'] else 'NOT clean'}</h1>
+<table><tr><th>mutant</th><th>removes</th><th>scenario</th>{heads}<th>caught</th><th>seed</th>
+<th>seconds</th></tr>{''.join(body)}</table>
+<p>X expected invariant failed · x another failed · o expected but held</p>
+<h2>Reference engine, same scenarios and seeds</h2><ul>{refs}</ul></body></html>
+"""
+
+
+def write_outputs(matrix: dict[str, Any], out: str) -> list[str]:
+    """matrix.json, matrix.md and, when chaos.render is there, matrix.html (with each
+    detecting or failing run's report.html rendered beside its run)."""
+    os.makedirs(out, exist_ok=True)
+    paths = [os.path.join(out, "matrix.json"), os.path.join(out, "matrix.md")]
+    with open(paths[0], "w", encoding="utf-8") as fh:
+        json.dump(matrix, fh, indent=2, sort_keys=True)
+    with open(paths[1], "w", encoding="utf-8") as fh:
+        fh.write(render_markdown(matrix))
+    try:
+        from ..render import render_run
+    except ImportError:
+        return paths
+    shown = [m["run_dir"] for m in matrix["mutants"]] + [
+        r["run_dir"] for r in matrix["reference"] if r["result"] != "pass"]
+    for run_dir in filter(None, shown):
+        try:
+            render_run(run_dir, ("html",))
+        except Exception as exc:  # a report that cannot render must not lose the matrix
+            print(f"warning: could not render {run_dir}: {exc}", file=sys.stderr)
+    paths.append(os.path.join(out, "matrix.html"))
+    with open(paths[2], "w", encoding="utf-8") as fh:
+        fh.write(render_html(matrix, out))
+    return paths
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("mutants", help="run the broken engines and print the detection matrix")
+    p.add_argument("--seeds", type=int, default=1, help="try seeds 1..N per mutant (default 1)")
+    p.add_argument("--profile", default=None, help="profile for every run (default: each "
+                   "mutant's own, smoke)")
+    p.add_argument("--only", default=None, help="comma-separated mutant names")
+    p.add_argument("--out", default=os.path.join("reports", "mutants"))
+    p.add_argument("--parallel", type=int, default=2, help="campaigns at a time (default 2)")
+
+
+def select(only: str | None) -> list[Mutant]:
+    """The catalog, or the named mutants; ValueError naming an unknown one."""
+    if not only:
+        return list(CATALOG)
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown or not names:
+        raise ValueError(f"--only: unknown mutant {', '.join(unknown) or '(none)'}; known: "
+                         f"{', '.join(m.name for m in CATALOG)}")
+    return [BY_NAME[n] for n in names]
+
+
+def cmd_mutants(args: argparse.Namespace) -> int:
+    mutants = select(args.only)
+    if args.seeds < 1:
+        raise ValueError("--seeds must be >= 1")
+    out = os.path.join(args.out, datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+    print(f"ninelives mutants: {len(mutants)} mutants, seeds 1..{args.seeds}, profile "
+          f"{args.profile or 'per mutant'}, {args.parallel} at a time -> {out}",
+          file=sys.stderr, flush=True)
+    matrix = run_matrix(mutants, args.seeds, args.profile, out, parallel=args.parallel,
+                        note=lambda line: print(line, file=sys.stderr, flush=True))
+    matrix["id"] = os.path.basename(out)
+    paths = write_outputs(matrix, out)
+    print(render_text(matrix))
+    print(f"matrix: {', '.join(paths)}")
+    return 0 if matrix["ok"] else 1

@@ -1,0 +1,357 @@
+"""The broken engines: each patch removes ONE safety mechanism from the reference engine.
+
+A patch runs inside an engine process started by `python -m chaos.mutants NAME ROLE ...`,
+before the engine's CLI starts, and changes that process only. Where the mechanism is a
+guard in a SQL statement, the patch rewrites that statement as it is executed (`SQLEdit`):
+the mutant is then literally the reference engine's SQL minus the guard, and a statement
+that no longer reads as the patch expects stops the process with `MutantOutOfDate` instead
+of running an engine that is silently not broken. Where the mechanism is Python, the patch
+wraps or replaces the one method that carries it.
+
+Submission mutants change the harness's own call (see chaos.mutants.catalog); they have no
+patch here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from typing import Any, Callable
+
+from engine import hooks, retry, worker
+from engine.outbox import Sender
+from engine.store import Claim, LeaseLost, SQLiteStore
+from engine.worker import Worker
+
+Params = tuple
+
+
+class MutantOutOfDate(RuntimeError):
+    """The engine's code no longer has the guard a patch removes: update the patch."""
+
+
+# -- rewriting SQL as it runs ---------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class SQLEdit:
+    """Replace `old` by `new` in every statement that starts with `statement`.
+
+    A removed guard takes its `?` parameters with it (`new` has no `?`); otherwise `new` must
+    keep the same number of `?` so the parameters line up unchanged.
+    """
+
+    statement: str
+    old: str
+    new: str = ""
+
+    def __post_init__(self) -> None:
+        if self.new.count("?") not in (0, self.old.count("?")):
+            raise ValueError(f"SQLEdit {self.old!r} -> {self.new!r}: drop every '?' or keep all")
+
+    def __call__(self, sql: str, params: Params) -> tuple[str, Params]:
+        if not sql.startswith(self.statement):
+            return sql, params
+        at = sql.find(self.old)
+        if at < 0:
+            raise MutantOutOfDate(f"statement {self.statement!r}... no longer contains "
+                                  f"{self.old!r}: {sql}")
+        sql = sql[:at] + self.new + sql[at + len(self.old):]
+        if self.new.count("?") == 0 and self.old.count("?"):
+            first = sql[:at].count("?")
+            params = tuple(params[:first]) + tuple(params[first + self.old.count("?"):])
+        return sql, params
+
+
+class EditingConnection:
+    """A sqlite3 connection whose `execute` applies SQL edits; everything else passes through."""
+
+    def __init__(self, conn: sqlite3.Connection, edits: tuple[SQLEdit, ...]) -> None:
+        self._conn, self._edits = conn, edits
+
+    def execute(self, sql: str, params: Params = ()) -> sqlite3.Cursor:
+        for edit in self._edits:
+            sql, params = edit(sql, params)
+        return self._conn.execute(sql, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+def edit_sql(*edits: SQLEdit) -> None:
+    """Every store this process opens from now on runs its SQL through `edits`."""
+    original = SQLiteStore.__init__
+
+    def __init__(self: SQLiteStore, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self.conn = EditingConnection(self.conn, edits)
+
+    SQLiteStore.__init__ = __init__
+
+
+def wrap(cls: type, name: str, make: Callable[[Callable], Callable]) -> None:
+    """Replace `cls.name` by `make(original)`."""
+    setattr(cls, name, make(getattr(cls, name)))
+
+
+# The reference's statements, by how they start.
+COMPLETE = "UPDATE job SET state=?, result=COALESCE(?, result)"
+CONTINUE = "UPDATE job SET state=?, claims=1,"
+FAIL = "UPDATE job SET state=?, attempts=attempts+1"
+HEARTBEAT = "UPDATE job SET lease_until=?, next_run_at=?,"
+CLAIM_PICK = "SELECT id, state, claims, attempts FROM job WHERE pipeline=?"
+CLAIM_DUE = "SELECT 1 FROM job WHERE pipeline=?"
+MEMO_INSERT = "INSERT OR IGNORE INTO step_result"
+OUTBOX_DUE = "SELECT 1 FROM outbox WHERE sent_at IS NULL"
+OUTBOX_PICK = "SELECT id, attempts FROM outbox WHERE sent_at IS NULL"
+
+
+# -- job leases and fencing ------------------------------------------------------------------
+
+def no_state_guard() -> None:
+    """The article's claim: read a due job, then take it in a later transaction with an
+    update guarded by lease time only (`lease_until <= now`), not by the state it read."""
+
+    def claim(self: SQLiteStore, pipeline, worker_id: str, now: float, lease: float,
+              max_claims: int) -> Claim | None:
+        row = self.conn.execute(
+            "SELECT id, state, claims, attempts FROM job WHERE pipeline=? AND next_run_at IS"
+            " NOT NULL AND next_run_at<=? ORDER BY next_run_at LIMIT 1",
+            (pipeline.name, now)).fetchone()
+        if row is None:
+            return None
+        job_id, state, claims, attempts = row
+        step = pipeline.step_for(state)
+        claims = 0 if state == step.ready else claims
+        until = now + lease
+        with self.write() as conn:
+            if claims >= max_claims:  # the crash-loop cap is kept as the reference has it
+                self._park_crash_loop(conn, pipeline, job_id, state, step, claims, worker_id, now)
+                return None
+            got = conn.execute(
+                "UPDATE job SET state=?, claims=?, lease_until=?, next_run_at=?, lease_owner=?,"
+                " lease_token=lease_token+1, updated_by=?, updated=? WHERE id=? AND"
+                " lease_until<=? RETURNING lease_token, payload",
+                (step.working, claims + 1, until, until, worker_id, worker_id, now, job_id,
+                 now)).fetchone()
+            if got is None:
+                return None  # someone took it first; poll again
+            memos = dict(conn.execute("SELECT step, output FROM step_result WHERE job_id=?",
+                                      (job_id,)).fetchall())
+            hooks.crashpoint("claim.before_commit")
+        return Claim(job_id=job_id, step=step, lease_token=got[0], claims=claims + 1,
+                     attempts=attempts, lease_until=until, payload=got[1], memos=memos)
+
+    SQLiteStore.claim = claim
+
+
+def fail_fenced_by_id() -> None:
+    """A failure or retry write guarded by the job id alone (the article's fail_step): a
+    worker whose lease was taken moves the job back anyway and clears the new lease."""
+    edit_sql(SQLEdit(FAIL, " AND lease_token=? AND state=?"))
+
+
+def no_token_on_complete() -> None:
+    """Completion guarded by the state alone: a zombie whose lease was taken commits the
+    step (and moves the job on) while the new owner is still working it."""
+    edit_sql(SQLEdit(COMPLETE, " AND lease_token=?"), SQLEdit(CONTINUE, " AND lease_token=?"))
+
+
+def heartbeat_ignores_rowcount() -> None:
+    """The heartbeat extends the lease by job id and ignores its row count: the worker never
+    learns it lost the lease, and its beats extend the new owner's lease."""
+    edit_sql(SQLEdit(HEARTBEAT, " AND lease_token=?"))
+
+    def make(original: Callable) -> Callable:
+        def heartbeat(self: SQLiteStore, *args: Any, **kwargs: Any) -> bool:
+            original(self, *args, **kwargs)
+            return True
+        return heartbeat
+    wrap(SQLiteStore, "heartbeat", make)
+
+
+def claim_steals_live_leases() -> None:
+    """The claim ignores lease expiry: a job another worker holds is as claimable as a
+    due one."""
+    live = "(next_run_at<=? OR lease_until>0)"
+    edit_sql(SQLEdit(CLAIM_DUE, "next_run_at<=?", live),
+             SQLEdit(CLAIM_PICK, "next_run_at<=?", live))
+
+
+def no_crash_loop_cap() -> None:
+    """Claims per step are not capped: a job that kills its worker every time is claimed
+    forever (the worker is told the cap is practically infinite)."""
+    def make(original: Callable) -> Callable:
+        def __init__(self: Worker, store, config, **kwargs: Any) -> None:
+            original(self, store, dataclasses.replace(config, max_claims=2 ** 62), **kwargs)
+        return __init__
+    wrap(Worker, "__init__", make)
+
+
+# -- memos and the completing transaction ------------------------------------------------------
+
+def memo_check_skipped() -> None:
+    """The worker never looks for a memo (neither the one its claim read nor the fresh one
+    it reads right before paying for the call): a committed step is paid for again."""
+    def make_work(original: Callable) -> Callable:
+        def work(self: Worker, claim: Claim) -> Claim | None:
+            memos = {k: v for k, v in claim.memos.items() if k != claim.step.name}
+            return original(self, dataclasses.replace(claim, memos=memos))
+        return work
+
+    def make_run_step(original: Callable) -> Callable:
+        def _run_step(self: Worker, claim: Claim, ctx) -> Claim | None:
+            # The step's first memo read is the fresh look before the call: it finds nothing.
+            store, real = self.store, self.store.memo
+            looked = []
+
+            def memo(job_id: str, step: str) -> str | None:
+                if not looked:
+                    looked.append(True)
+                    return None
+                return real(job_id, step)
+
+            store.memo = memo  # an instance attribute shadows the method for this step only
+            try:
+                return original(self, claim, ctx)
+            finally:
+                del store.memo
+        return _run_step
+
+    wrap(Worker, "work", make_work)
+    wrap(Worker, "_run_step", make_run_step)
+
+
+def memo_last_writer_wins() -> None:
+    """The memo insert replaces an existing memo: a zombie's late result overwrites the one
+    the job already moved on with."""
+    edit_sql(SQLEdit(MEMO_INSERT, "INSERT OR IGNORE", "INSERT OR REPLACE"))
+
+
+def separate_transactions() -> None:
+    """Completion as three transactions: the state change, then the memo and spend, then
+    the outbox rows. A crash between them leaves a job ahead of its memo or its effects.
+    Each boundary is the crash point `worker.after_commit` (a commit has just happened)."""
+    def make(original: Callable) -> Callable:
+        def complete(self: SQLiteStore, claim: Claim, pipeline, worker_id: str, now: float, *,
+                     output: str | None, cost: float = 0.0, effects=(), spend=None,
+                     **rest: Any) -> Claim | None:
+            if output is not None:  # the state write alone: as if the memo were there already
+                claim = dataclasses.replace(claim, memos={**claim.memos, claim.step.name: output})
+            try:
+                nxt = original(self, claim, pipeline, worker_id, now, output=None, cost=cost,
+                               effects=(), spend=None, **rest)
+            except LeaseLost:
+                _memo_and_spend(self, claim, worker_id, now, output, cost, spend)
+                raise
+            hooks.crashpoint("worker.after_commit")
+            _memo_and_spend(self, claim, worker_id, now, output, cost, spend)
+            if effects and not rest.get("park_reason"):
+                hooks.crashpoint("worker.after_commit")
+                with self.write() as conn:
+                    self._insert_effects(conn, claim.job_id, tuple(effects), worker_id, now)
+            return nxt
+        return complete
+    wrap(SQLiteStore, "complete", make)
+
+
+def _memo_and_spend(store: SQLiteStore, claim: Claim, worker_id: str, now: float,
+                    output: str | None, cost: float, spend) -> None:
+    with store.write() as conn:
+        if output is not None:
+            conn.execute("INSERT OR IGNORE INTO step_result (job_id, step, output, cost, at,"
+                         " worker, lease_token) VALUES (?,?,?,?,?,?,?)",
+                         (claim.job_id, claim.step.name, output, cost, now, worker_id,
+                          claim.lease_token))
+        if spend is not None:
+            store._record_spend(conn, spend)
+
+
+def outbox_after_commit() -> None:
+    """The completing transaction commits memo and state; the outbox rows follow in a
+    transaction of their own. A crash in between delivers a job whose effects never leave.
+    The boundary is the crash point `worker.after_commit` (the step has just committed)."""
+    def make(original: Callable) -> Callable:
+        def complete(self: SQLiteStore, claim: Claim, pipeline, worker_id: str, now: float, *,
+                     effects=(), **rest: Any) -> Claim | None:
+            nxt = original(self, claim, pipeline, worker_id, now, effects=(), **rest)
+            if effects and not rest.get("park_reason"):
+                hooks.crashpoint("worker.after_commit")
+                with self.write() as conn:
+                    self._insert_effects(conn, claim.job_id, tuple(effects), worker_id, now)
+            return nxt
+        return complete
+    wrap(SQLiteStore, "complete", make)
+
+
+def spend_unrecorded() -> None:
+    """A failed call leaves no spend record: billed work that failed (a hang, a bad answer)
+    is invisible in the cost report."""
+    def make(original: Callable) -> Callable:
+        def _fail(self: Worker, claim: Claim, exc: Exception, started: float,
+                  billed: bool = True) -> None:
+            original(self, claim, exc, started, billed=False)
+        return _fail
+    wrap(Worker, "_fail", make)
+
+
+# -- retries ----------------------------------------------------------------------------------
+
+def poison_retried() -> None:
+    """Poison (4xx, unparseable or schema-invalid answers) is classified retryable, like a
+    timeout: it is called again until the attempt cap."""
+    original = worker.classify
+    worker.classify = lambda exc: isinstance(exc, retry.PoisonError) or original(exc)
+
+
+def retry_after_ignored() -> None:
+    """Backoff ignores the server's Retry-After: a 429 is retried as soon as jitter says."""
+    wrap(retry.Backoff, "delay", lambda original: lambda self, attempt, rng, retry_after=None:
+         original(self, attempt, rng, None))
+
+
+def backoff_without_jitter() -> None:
+    """Backoff waits exactly its exponential ceiling: retries of failures that happened
+    together happen together again."""
+    def delay(self: retry.Backoff, attempt: int, rng, retry_after: float | None = None) -> float:
+        wait = self.ceiling(attempt)
+        return wait if retry_after is None else max(wait, retry_after)
+    retry.Backoff.delay = delay
+
+
+# -- the outbox sender ------------------------------------------------------------------------
+
+def sender_without_key() -> None:
+    """The sender posts effects without their Idempotency-Key: every resend after an
+    ambiguous outcome is applied again."""
+    wrap(Sender, "__init__", lambda original: lambda self, *a, **k: original(
+        self, *a, **{**k, "use_keys": False}))
+
+
+def senders_without_claim() -> None:
+    """Senders ignore outbox leases: a row another sender holds is as due as a free one, so
+    two senders send it at once."""
+    live = "(next_attempt_at<=? OR lease_until>0)"
+    edit_sql(SQLEdit(OUTBOX_DUE, "next_attempt_at<=?", live),
+             SQLEdit(OUTBOX_PICK, "next_attempt_at<=?", live))
+
+
+def mark_sent_before_send() -> None:
+    """The sender marks a row sent before posting it: a post that fails loses the effect."""
+    def make(original: Callable) -> Callable:
+        def send(self: Sender, row) -> None:
+            self.store.mark_sent(row, self.id, self.clock.now())
+            original(self, row)
+        return send
+    wrap(Sender, "send", make)
+
+
+PATCHES: dict[str, Callable[[], None]] = {f.__name__: f for f in (
+    no_state_guard, fail_fenced_by_id, no_token_on_complete, heartbeat_ignores_rowcount,
+    claim_steals_live_leases, no_crash_loop_cap, memo_check_skipped, memo_last_writer_wins,
+    separate_transactions, outbox_after_commit, spend_unrecorded, poison_retried,
+    retry_after_ignored, backoff_without_jitter, sender_without_key, senders_without_claim,
+    mark_sent_before_send)}
+
+
+def apply(name: str) -> None:
+    """Break this process's engine as mutant `name` says. KeyError for an unknown name."""
+    PATCHES[name]()

@@ -1,0 +1,184 @@
+"""`ninelives sim`: explore seeds in simulation, shrink a failure, replay a saved schedule.
+
+    ninelives sim SCENARIO [--seeds A..B] [--profile P] [--engine E] [--out DIR] [--shrink]
+    ninelives sim --replay FILE [--out DIR]
+
+Exit codes: 0 every explored schedule passed, 1 one failed, 2 the command could not run.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+
+from ..report import verdict_table
+from .choices import SeededChoices
+from .output import run_dir_for, write_run
+from .run import simulate
+from .spec import SimResult, SimSpec, scratch_dir
+from .shrink import replay, save_schedule, shrink
+from .story import headline, shape, tell
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """The `sim` subcommand's arguments."""
+    p = sub.add_parser("sim", help="simulate a scenario in one process: exact replays, "
+                                   "shrinking to a minimal failing schedule")
+    p.add_argument("scenario", nargs="?", help="a scenario file, or a name from scenarios/")
+    p.add_argument("--seeds", default="1..20", help="N, or A..B (inclusive); default 1..20")
+    p.add_argument("--profile", default=None, help="smoke, ci (default) or soak")
+    p.add_argument("--engine", default="reference", help="reference, or module:object "
+                   "(an adapter the simulation can apply in-process, e.g. chaos.mutants:NAME)")
+    p.add_argument("--out", default="reports", help="where run folders go")
+    p.add_argument("--replay", metavar="FILE", help="run a saved schedule.json or "
+                   "counterexample.json again")
+    p.add_argument("--shrink", action="store_true",
+                   help="shrink the first failing seed to a minimal schedule")
+    p.add_argument("--budget", type=int, default=500, help="simulations a shrink may run")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def parse_seeds(text: str) -> range:
+    """`N` or `A..B` (inclusive). Raises ValueError naming the flag."""
+    try:
+        if ".." in text:
+            first, last = (int(x) for x in text.split("..", 1))
+        else:
+            first = last = int(text)
+    except ValueError:
+        raise ValueError(f"--seeds must be N or A..B, got {text!r}") from None
+    if last < first:
+        raise ValueError(f"--seeds {text}: the range is empty")
+    return range(first, last + 1)
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    if args.replay:
+        return _replay(args)
+    if not args.scenario:
+        raise ValueError("ninelives sim needs a SCENARIO (or --replay FILE)")
+    if args.budget < 1:
+        raise ValueError("--budget must be >= 1")
+    from ..adapter import load_engine
+    from ..scenario import load_scenario
+    scenario = load_scenario(args.scenario, args.profile)
+    engine = load_engine(args.engine)
+    seeds = parse_seeds(args.seeds)
+    say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr,
+                                                                    flush=True))
+    say(f"ninelives sim {scenario.name} (profile {scenario.profile}, engine {args.engine}): "
+        f"seeds {seeds.start}..{seeds.stop - 1}, {scenario.run.jobs} jobs, "
+        f"{scenario.run.workers} workers")
+    if len(seeds) == 1:
+        return _one(SimSpec(scenario, seeds.start, engine, args.engine), args)
+    return _explore(scenario, engine, seeds, args, say)
+
+
+def _one(spec: SimSpec, args: argparse.Namespace) -> int:
+    result, run_dir = _run_and_write(spec, args.out)
+    _print_result(result, run_dir)
+    if result.failed and args.shrink:
+        _shrink(result, run_dir, args)
+    return 1 if result.failed else 0
+
+
+def _explore(scenario, engine, seeds: range, args: argparse.Namespace, say) -> int:
+    started, failing = time.perf_counter(), []
+    for i, seed in enumerate(seeds, 1):
+        spec = SimSpec(scenario, seed, engine, args.engine)
+        result = simulate(spec, SeededChoices(seed))
+        if result.failed:
+            first = result.signature()
+            result, run_dir = _run_and_write(spec, args.out)  # again, keeping its files
+            if result.signature() != first:
+                print(f"seed {seed}: WARNING the second run of this seed failed differently: "
+                      "the simulation is not deterministic here (a bug)", file=sys.stderr)
+            failing.append(seed)
+            print(f"seed {seed}: FAIL {headline(result.verdicts)}\n  {run_dir}", flush=True)
+            if args.shrink:
+                _shrink(result, run_dir, args)
+                break
+        if i % 25 == 0:
+            say(f"  {i}/{len(seeds)} schedules, {len(failing)} failed")
+    took = time.perf_counter() - started
+    done = seeds.index(failing[-1]) + 1 if failing and args.shrink else len(seeds)
+    print(f"{done} schedules in {took:.1f} s ({done / took * 60:.0f}/min): "
+          + (f"{len(failing)} failed (seeds {', '.join(map(str, failing))})" if failing
+             else "every invariant held in every schedule"))
+    return 1 if failing else 0
+
+
+def _run_and_write(spec: SimSpec, out: str, label: str = "") -> tuple[SimResult, str]:
+    db = os.path.join(scratch_dir(), "engine.db")
+    try:
+        result = simulate(spec, SeededChoices(spec.seed), keep_db=db)
+        run_dir = run_dir_for(out, result, label)
+        write_run(result, run_dir, db=db)
+    finally:
+        _remove_scratch(db)
+    return result, run_dir
+
+
+def _remove_scratch(db: str) -> None:
+    shutil.rmtree(os.path.dirname(db), ignore_errors=True)
+
+
+def _print_result(result: SimResult, run_dir: str, target: str | None = None) -> None:
+    from .output import report_for
+    report = report_for(result, run_dir, os.path.join(run_dir, "schedule.json"))
+    print(verdict_table(report))
+    print(f"\n{'FAIL' if result.failed else 'PASS'}: {headline(result.verdicts, target)}")
+    print(f"{result.turns} turns, {result.virtual_seconds:.2f} virtual s, "
+          f"{result.wall_seconds:.2f} s")
+    if result.errors:
+        print(f"{len(result.errors)} engine thread(s) raised (each ended its process, as it "
+              f"would a real one): see sim.thread_errors in report.json")
+    print(f"run folder: {run_dir}\nreplay it: {report['replay_command']}")
+
+
+def _shrink(result: SimResult, run_dir: str, args: argparse.Namespace) -> None:
+    started = time.perf_counter()
+
+    def progress(runs: int, _: SimResult) -> None:
+        if not args.quiet and runs % 50 == 0:
+            print(f"  shrinking: {runs}/{args.budget} simulations", file=sys.stderr,
+                  flush=True)
+
+    shrunk = shrink(result, budget=args.budget, progress=progress)
+    small = shrunk.result
+    extra = {"shrunk_from": shrunk.original_choices, "shrink_runs": shrunk.runs}
+    folder = os.path.join(run_dir, "shrunk")
+    os.makedirs(folder, exist_ok=True)
+    write_run(small, folder, target=shrunk.target, **extra)
+    path = save_schedule(os.path.join(run_dir, "counterexample.json"), small, shrunk.target,
+                         **extra)
+    print(f"\nshrunk from {shrunk.original_choices} to {len(small.choices)} choices in "
+          f"{shrunk.runs} simulations ({time.perf_counter() - started:.1f} s): "
+          f"{shape(result.history)} -> {shape(small.history)}; still {shrunk.target[0]} "
+          f"({shrunk.target[1]})")
+    print(headline(small.verdicts, shrunk.target[0]))
+    print("\n".join(tell(small.history, small.verdicts, shrunk.target[0])))
+    print(f"\ncounterexample: {path}\nreplay it: ninelives sim --replay {path}")
+
+
+def _replay(args: argparse.Namespace) -> int:
+    db = os.path.join(scratch_dir(), "engine.db")
+    try:
+        result, saved = replay(args.replay, keep_db=db)
+        want = saved.get("fails")
+        target = (want["invariant"], want["type"]) if want else None
+        run_dir = run_dir_for(args.out, result, "replay")
+        write_run(result, run_dir, db=db, target=target)
+    finally:
+        _remove_scratch(db)
+    target = target[0] if target else None
+    if result.failed:
+        print("\n".join(tell(result.history, result.verdicts, target)) + "\n")
+    _print_result(result, run_dir, target)
+    if want:
+        same = (want["invariant"], want["type"]) in result.signature()
+        print(f"{'reproduced' if same else 'NOT reproduced'}: the saved schedule failed "
+              f"{want['invariant']} ({want['type']})")
+    return 1 if result.failed else 0

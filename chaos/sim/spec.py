@@ -1,0 +1,89 @@
+"""What a simulation runs and what it returns: the spec (scenario, seed, engine), the result
+(history, snapshot, verdicts, choices), and the plan and documents a seed gives."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import history as hist
+from ..adapter import REFERENCE
+from ..checkers import Verdict
+from ..plan import FaultPlan, documents_for, make_plan
+from ..scenario import Scenario
+
+START = 1_000_000.0   # the virtual epoch (seconds)
+
+
+@dataclass(frozen=True)
+class SimSpec:
+    """What a simulated run simulates: a scenario, a seed, and the engine (an adapter; one
+    other than the reference must offer `patch()`, a context manager that applies its change
+    to the engine in this process)."""
+
+    scenario: Scenario
+    seed: int
+    engine: Any = REFERENCE
+    engine_spec: str = "reference"
+
+
+@dataclass(repr=False)
+class SimResult:
+    """A finished simulated run: history, snapshot, verdicts, and how to replay it."""
+
+    spec: SimSpec
+    plan: FaultPlan
+    choices: list[int]
+    shape_choices: int           # how many of the choices decided the schedule's shape
+    history: list[hist.Event]
+    snapshot: dict[str, Any]
+    verdicts: list[Verdict]
+    applied: Counter
+    turns: int
+    virtual_seconds: float
+    wall_seconds: float
+    errors: list[dict] = field(default_factory=list)
+    ledgers: dict[str, list[dict]] = field(default_factory=dict)
+    events: list[hist.Event] = field(default_factory=list)
+    db: str | None = None
+
+    @property
+    def failed(self) -> list[Verdict]:
+        """The verdicts that did not pass."""
+        return [v for v in self.verdicts if v.valid is not True]
+
+    def __repr__(self) -> str:  # short: Hypothesis prints the values it shrinks
+        return (f"SimResult(seed={self.spec.seed}, choices={len(self.choices)}, "
+                f"turns={self.turns}, failed={[v.name for v in self.failed]})")
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))  # Hypothesis's pretty-printer would spell out every field
+
+    def signature(self) -> list[tuple[str, str]]:
+        """(invariant, error type) of every failure: what a shrunk schedule must keep."""
+        return [(v.name, t) for v in self.failed for t in (v.by_type or {"unknown": 0})]
+
+
+_PLANS: dict[tuple[str, int], tuple[FaultPlan, list]] = {}
+
+
+def plan_for(scenario: Scenario, seed: int) -> tuple[FaultPlan, list[tuple[str, dict]]]:
+    """The run's fault plan and documents, cached (a shrink replays one seed many times).
+    Both are read, never changed, by a simulation."""
+    key = (json.dumps(scenario.to_json(), sort_keys=True), seed)
+    if key not in _PLANS:
+        if len(_PLANS) >= 16:
+            _PLANS.clear()
+        plan = make_plan(scenario, seed)
+        _PLANS[key] = (plan, documents_for(plan))
+    return _PLANS[key]
+
+
+def scratch_dir() -> str:
+    """A fresh directory for a simulated database: in memory-backed /dev/shm when there is one
+    (durability is not what a simulation tests), else the system's temp directory."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    return tempfile.mkdtemp(prefix="ninelives-sim-", dir=base)
