@@ -157,7 +157,11 @@ def no_token_on_complete() -> None:
 
 def heartbeat_ignores_rowcount() -> None:
     """The heartbeat extends the lease by job id and ignores its row count: the worker never
-    learns it lost the lease, and its beats extend the new owner's lease."""
+    learns it lost the lease, and its beats extend the new owner's lease.
+
+    The token goes too because ignoring the row count alone changes nothing here: the worker
+    does not act on the heartbeat's "lost" signal (its fenced completion does the
+    abandoning), and a fenced beat of a lost lease matches no row."""
     edit_sql(SQLEdit(HEARTBEAT, " AND lease_token=?"))
 
     def make(original: Callable) -> Callable:
