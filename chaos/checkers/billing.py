@@ -140,17 +140,22 @@ def check_no_rebill_after_commit(history: list[Event], snapshot: dict[str, Any])
     if why:
         return verdict.unknown(why)
     memos, index, at = Memos(history), JobIndex(history), clock_of(history)
+    spends = match_spends(history, calls)
     after, billed_after, overlapping, stale_reads, races, zombies = 0, 0.0, 0, 0, 0, 0
     for key, group in calls.items():
         periods = memos.periods.get(key, ())
         for call in group:
             verdict.checked += 1
+            # The worker's own start (its spend record) when it has one: a loaded provider
+            # stamps t_start when it gets to the request, which can be well after it was sent.
+            spend = spends.get(id(call))
+            began = min(call["t_start"], spend["started"]) if spend else call["t_start"]
             for insert, delete in periods:
                 committed, ends = insert["t"], delete["t"] if delete else math.inf
-                if committed + EPS < call["t_start"] < ends - EPS:
+                if committed + EPS < began < ends - EPS:
                     claim = index.claim_of(call["worker"], key[0], call["t_start"])
                     stale = claim is not None and claim["t"] < committed
-                    if stale and _zombie_race(insert, claim, call):
+                    if stale and _zombie_race(insert, claim, began):
                         races += 1
                         break
                     if claim is not None and index.taken_from(call["worker"], claim,
@@ -176,11 +181,11 @@ def check_no_rebill_after_commit(history: list[Event], snapshot: dict[str, Any])
 RACE_WINDOW = 0.1  # seconds between an owner's last look for the memo and its call's start
 
 
-def _zombie_race(memo: Event, claim: Event, call: Event) -> bool:
+def _zombie_race(memo: Event, claim: Event, began: float) -> bool:
     """The memo's writer was fenced out by the caller's claim, and the call began so soon
     after the memo that the caller's last look could not have seen it."""
     fenced = memo.get("token") is not None and memo["token"] < claim["token"]
-    return fenced and call["t_start"] - memo["t"] < RACE_WINDOW
+    return fenced and began - memo["t"] < RACE_WINDOW
 
 
 def _rebilled(verdict: Verdict, at, call: Event, memo: Event, stale_claim: Event | None) -> None:

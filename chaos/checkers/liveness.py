@@ -360,7 +360,11 @@ def _check_waits(verdict: Verdict, tl: Timeline, settings: dict) -> dict:
     for attempts, got in sorted(samples.items()):
         ceiling = min(cap, base * 2.0 ** max(0, attempts - 1))
         delays = [d for d, _ in got]
-        if len(got) >= SYNC_MIN_RETRIES and max(delays) - min(delays) <= max(0.001, 0.01 * ceiling):
+        # Equal waits, or all of them at the very top of the range: full jitter puts each
+        # wait above 0.9 x ceiling with probability 0.1, all n of them with 0.1^n.
+        equal = max(delays) - min(delays) <= max(0.001, 0.01 * ceiling)
+        at_top = min(delays) >= 0.9 * ceiling
+        if len(got) >= SYNC_MIN_RETRIES and (equal or at_top):
             verdict.fail("no-jitter",
                          f"{len(got)} retries after failed attempt {attempts} all wait "
                          f"{statistics.mean(delays):.3f} s (spread {max(delays) - min(delays):.4f}"
@@ -396,12 +400,15 @@ def _retry_after_ignored(verdict: Verdict, tl: Timeline, h: Holding, call_pos: i
     return False
 
 
-def answered(call: Event, timeout: float | None) -> float:
-    """When the worker had its answer: the provider's t_end, or its own call timeout if that
-    came first (a hanging provider stamps t_end long after the client gave up)."""
+def answered(call: Event, timeout: float | None, since: float | None = None) -> float:
+    """The earliest the worker can have had its answer: the provider's t_end, or its own
+    call timeout if that came first (a hanging provider stamps t_end long after the client
+    gave up). The timeout runs from when the worker sent the request, which may be well
+    before the loaded provider stamped t_start: `since` (the holding's start) bounds it."""
     if timeout is None:
         return call["t_end"]
-    return min(call["t_end"], call["t_start"] + timeout)
+    start = call["t_start"] if since is None else min(call["t_start"], since)
+    return min(call["t_end"], start + timeout)
 
 
 def _check_backoff(verdict: Verdict, tl: Timeline, h: Holding, call: Event | None,
@@ -410,7 +417,8 @@ def _check_backoff(verdict: Verdict, tl: Timeline, h: Holding, call: Event | Non
     # write, so the wait it chose lies in [next_run_at - write t, next_run_at - that start].
     w = h.write
     lowest = w["next_run_at"] - w["t"]
-    highest = w["next_run_at"] - (answered(call, timeout) if call else h.start["t"])
+    highest = w["next_run_at"] - (answered(call, timeout, h.start["t"]) if call
+                                  else h.start["t"])
     if lowest > upper + TOL or highest < -TOL:
         verdict.fail("backoff-out-of-bounds",
                      f"job {h.job}: after failed attempt {w.get('attempts')} of step "

@@ -331,3 +331,12 @@ def test_a_call_by_a_worker_whose_lease_was_taken_is_lost_lease_waste_not_a_rebi
     verdict = run(check_no_rebill_after_commit, events)
     assert verdict.status == "pass", verdict.reason
     assert verdict.metrics["zombie_calls"] == 1
+
+
+def test_a_call_the_provider_stamped_late_is_judged_by_when_the_worker_began_it():
+    """The worker began before the memo (its spend record says so); the ledger stamped the
+    request later, when the loaded provider got to it."""
+    history, _, late, _ = zombie_memo_race(1.50)
+    history.append(spend(1.56, DOC, "fetch", W2, 2, started=1.05))
+    verdict = run(check_no_rebill_after_commit, history)
+    assert verdict.status == "pass", verdict.reason

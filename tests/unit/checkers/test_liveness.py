@@ -385,3 +385,9 @@ def test_a_retry_or_an_operator_requeue_starts_a_new_run_of_claims(through):
     verdict = bounded(history)
     assert verdict.status == "pass", verdict.reason
     assert verdict.metrics["claims_histogram"] == {4: 3}
+
+
+def test_waits_all_at_the_top_of_the_range_are_caught_as_missing_jitter():
+    """Write latency blurs equal waits on a loaded machine; all near the ceiling is the tell."""
+    waits = [0.0998, 0.0946, 0.0959, 0.1, 0.0951, 0.0937, 0.0935, 0.1]  # ceiling 0.1
+    assert retry_check(eight_retries(waits)).by_type == {"no-jitter": 1}
