@@ -9,7 +9,7 @@ from engine import states
 from engine.states import (DOCUMENT, STATES, IllegalTransition, PipelineError, Step,
                            build_pipeline, get_pipeline, register_pipeline)
 
-#: The article's STATES constant, copied verbatim from /work/shared/seed-article.txt
+#: The article's STATES constant, copied verbatim from the design article
 #: ("The state machine, written out"), so the suite does not depend on that file.
 ARTICLE_STATES = {
     "pending":    ["fetching", "cancelled"],
