@@ -76,7 +76,10 @@ class ReferenceEngine:
         return open_store(db, busy_timeout=10.0)
 
     def submit(self, db: str, job_id: str, payload: Any) -> str:
-        store = self._store(db)
+        return self.submit_with(self._store(db), job_id, payload)
+
+    def submit_with(self, store, job_id: str, payload: Any) -> str:
+        """Submit through `store` (then closed): "created", "exists" or "rejected"."""
         try:
             return "created" if store.submit(job_id, self.pipeline, payload,
                                              time.time()) else "exists"

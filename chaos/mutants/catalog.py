@@ -9,11 +9,8 @@ harness process, for that call only.
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any
-
-from engine.store import SubmissionConflict
 
 from ..adapter import ReferenceEngine
 from .patches import EditingConnection, SQLEdit
@@ -129,13 +126,7 @@ class ReplacingSubmit(MutantEngine):
     def submit(self, db: str, job_id: str, payload: Any) -> str:
         store = self._store(db)
         store.conn = EditingConnection(store.conn, REPLACING_SUBMIT)  # this call only
-        try:
-            return "created" if store.submit(job_id, self.pipeline, payload,
-                                             time.time()) else "exists"
-        except SubmissionConflict:
-            return "rejected"
-        finally:
-            store.close()
+        return self.submit_with(store, job_id, payload)
 
 
 ENGINES: dict[str, MutantEngine] = {
