@@ -23,6 +23,10 @@ from .scenario import Scenario
 from .supervisor import Supervisor
 
 
+#: Faults that write to the engine database, and so may wait for its write lock.
+WAITS_ON_DATABASE = frozenset({"lease_expiry", "operator", "duplicate_submit"})
+
+
 class FaultPolicy:
     """What the fakes ask before answering: a pure function of the plan, plus the outage
     switch the nemesis flips. After `heal()` only the payloads' own nature (poison) and the
@@ -72,7 +76,8 @@ class Nemesis:
         self._heals: list[tuple[float, int, str, dict]] = []  # (due, n, what, details)
         self._n = 0
         self._paused: dict[int, str] = {}
-        self._lock_threads: list[threading.Thread] = []
+        self._threads: list[threading.Thread] = []
+        self._count_lock = threading.Lock()
         self._docs = dict(documents_for(plan))
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
 
@@ -87,7 +92,7 @@ class Nemesis:
         for _, _, what, details in sorted(self._heals):
             self._undo(what, details)
         self._heals.clear()
-        for thread in self._lock_threads:
+        for thread in self._threads:
             thread.join()
         self.policy.heal()
 
@@ -105,12 +110,30 @@ class Nemesis:
                 self._stop.wait(wait)
             if self._stop.is_set():
                 return
-            try:
-                getattr(self, f"_{event['fault']}")(event)
-            except Exception as exc:  # a fault that cannot apply is logged, not fatal
-                self._log("error", fault=event["fault"], error=f"{type(exc).__name__}: {exc}")
+            if event["fault"] in WAITS_ON_DATABASE:
+                # These may wait for the write lock (a worker stopped mid-transaction holds
+                # it): run them aside, so pauses still end on time.
+                self._aside(self._apply, event)
+            else:
+                self._apply(event)
         while not self._stop.wait(0.02):
             self._run_heals(time.time())
+
+    def _count(self, fault: str) -> None:
+        with self._count_lock:  # faults applied aside may count at the same time
+            self.applied[fault] += 1
+
+    def _apply(self, event: dict) -> None:
+        try:
+            getattr(self, f"_{event['fault']}")(event)
+        except Exception as exc:  # a fault that cannot apply is logged, not fatal
+            self._log("error", fault=event["fault"], error=f"{type(exc).__name__}: {exc}")
+
+    def _aside(self, target, *args) -> None:
+        """Run `target` on its own thread; heal() waits for every one of them."""
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        self._threads.append(thread)
+        thread.start()
 
     def _schedule(self, delay: float, what: str, details: dict) -> None:
         self._n += 1
@@ -145,7 +168,7 @@ class Nemesis:
             return
         self._log("kill", target=child.name, pid=child.pid, role=child.role)
         _signal(child.pid, signal.SIGKILL)
-        self.applied["kill"] += 1
+        self._count("kill")
 
     def _pause(self, event: dict) -> None:
         child = self._target(event, ("worker",))
@@ -156,33 +179,30 @@ class Nemesis:
         _signal(child.pid, signal.SIGSTOP)
         self._log("pause", target=child.name, pid=child.pid, seconds=seconds)
         self._schedule(seconds, "resume", {"target": child.name, "pid": child.pid})
-        self.applied["pause"] += 1
+        self._count("pause")
 
     def _lease_expiry(self, event: dict) -> None:
         expired = self.engine.expire_leases(self.db)
         self._log("expire", leases=expired)
         if expired:
-            self.applied["lease_expiry"] += 1
+            self._count("lease_expiry")
 
     def _outage(self, event: dict) -> None:
         self.policy.outage.set()
         self._log("outage", target="provider", until=event["until"])
         self._schedule(self.chaos_start + event["until"] - time.time(), "outage_end",
                        {"started": event["at"]})
-        self.applied["outage"] += 1
+        self._count("outage")
 
     def _contention(self, event: dict) -> None:
-        seconds = self.scenario.faults.contention_seconds
-        thread = threading.Thread(target=self._hold_lock, args=(seconds,), daemon=True)
-        self._lock_threads.append(thread)
-        thread.start()
+        self._aside(self._hold_lock, self.scenario.faults.contention_seconds)
 
     def _hold_lock(self, seconds: float) -> None:
         conn = sqlite3.connect(self.db, timeout=10.0, isolation_level=None)
         try:
             conn.execute("BEGIN IMMEDIATE")
             self._log("contention", seconds=seconds)
-            self.applied["contention"] += 1
+            self._count("contention")
             time.sleep(seconds)
             conn.execute("ROLLBACK")
             self._log("contention_end")
@@ -198,7 +218,7 @@ class Nemesis:
             payload = {**payload, "revision": 2}
         result = self.engine.submit(self.db, job, payload)
         self._log("duplicate_submit", job=job, kind=event["kind"], result=result)
-        self.applied[f"duplicate_{event['kind']}"] += 1
+        self._count(f"duplicate_{event['kind']}")
         self.record({"t": time.time(), "src": "runner", "type": "submit", "job": job,
                      "payload_hash": payload_hash(canonical_json(payload)), "result": result,
                      "duplicate": True})
@@ -209,8 +229,8 @@ class Nemesis:
         result = self.engine.operator(self.db, event["action"], job)
         self._log("operator", action=event["action"], job=job, result=result)
         if result == "done":
-            self.applied[f"operator_{event['action']}"] += 1
-        self.applied["operator"] += 1
+            self._count(f"operator_{event['action']}")
+        self._count("operator")
 
 
 def _signal(pid: int, sig: int) -> None:
