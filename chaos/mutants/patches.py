@@ -248,13 +248,19 @@ def separate_transactions() -> None:
                 raise
             hooks.crashpoint("worker.after_commit")
             _memo_and_spend(self, claim, worker_id, now, output, cost, spend)
-            if effects and not rest.get("park_reason"):
-                hooks.crashpoint("worker.after_commit")
-                with self.write() as conn:
-                    self._insert_effects(conn, claim.job_id, tuple(effects), worker_id, now)
+            _effects_apart(self, claim, worker_id, now, effects, rest)
             return nxt
         return complete
     wrap(SQLiteStore, "complete", make)
+
+
+def _effects_apart(store: SQLiteStore, claim: Claim, worker_id: str, now: float, effects,
+                   rest: dict) -> None:
+    """The outbox rows in a transaction of their own, after the step has committed."""
+    if effects and not rest.get("park_reason"):
+        hooks.crashpoint("worker.after_commit")
+        with store.write() as conn:
+            store._insert_effects(conn, claim.job_id, tuple(effects), worker_id, now)
 
 
 def _memo_and_spend(store: SQLiteStore, claim: Claim, worker_id: str, now: float,
@@ -277,10 +283,7 @@ def outbox_after_commit() -> None:
         def complete(self: SQLiteStore, claim: Claim, pipeline, worker_id: str, now: float, *,
                      effects=(), **rest: Any) -> Claim | None:
             nxt = original(self, claim, pipeline, worker_id, now, effects=(), **rest)
-            if effects and not rest.get("park_reason"):
-                hooks.crashpoint("worker.after_commit")
-                with self.write() as conn:
-                    self._insert_effects(conn, claim.job_id, tuple(effects), worker_id, now)
+            _effects_apart(self, claim, worker_id, now, effects, rest)
             return nxt
         return complete
     wrap(SQLiteStore, "complete", make)
