@@ -1,45 +1,51 @@
-"""The history: the only thing that crosses between the harness's roles.
+"""The history: the only thing that crosses between the harness's roles, as operations.
 
-Workers (through the audit triggers), the fakes (their ledgers), the nemesis and the
-supervisor all append to it; checkers only read it. One event per line in history.jsonl,
-ordered by time `t` (the machine's wall clock, never an engine's injected clock).
+Format version 2 (`HISTORY_VERSION`). Every operation has `t` (float seconds since the epoch,
+the machine's real clock, never an engine's injected one), `src` (who recorded it), `type`
+(what happened) and, where a crash can leave it undecided, `completion`: "ok" (it happened),
+"fail" (it did not), "info" (indeterminate: the process died or the answer was lost, so it
+may or may not have taken effect). A killed process never completes an operation; its
+restart is a new process.
 
-Every event has `t` (float seconds since the epoch), `src` and `type`. The sources:
-
-audit (triggers in the engine database, written in the same transaction as the change):
-  {"src":"audit","type":"job","op":"insert"|"update"|"delete","job":ID,"from":OLD_STATE|None,
-   "to":NEW_STATE,"writer":UPDATED_BY,"token":NEW_LEASE_TOKEN,"old_token":OLD_LEASE_TOKEN,
-   "claims":N,"attempts":N,"lease_until":T,"lease_owner":W|None,"next_run_at":T|None,
-   "last_error":STR|None,"payload_hash":STR}
-  {"src":"audit","type":"memo","op":"insert"|"delete","job":ID,"step":STEP,"writer":W,
-   "token":LEASE_TOKEN|None,"cost":C}
-  {"src":"audit","type":"outbox","op":"insert"|"update","row":ROW_ID,"job":ID,"kind":KIND,
-   "writer":W,"token":T,"old_token":T,"attempts":N,"sent_at":T|None,"dead_at":T|None,
-   "lease_owner":W|None,"last_error":STR|None}
-  {"src":"audit","type":"spend","job":ID,"step":STEP,"worker":W,"token":T,"started":T,
-   "ended":T,"outcome":"ok"|"retryable"|"timeout"|"poison","cost":C|None,"error":STR|None}
-provider (the fake model provider's ledger, one event per request, t = t_start):
-  {"src":"provider","type":"call","job":ID,"step":STEP,"worker":W,"n":N,"t_start":T,
-   "t_end":T,"status":HTTP|None,"outcome":"ok"|"error"|"hang"|"reset"|"garbage"|
-   "bad_content"|"schema","billed":C,"fault":KIND|None}
-receiver (the fake receiver's ledger, one event per request, t = t_start):
-  {"src":"receiver","type":"request","key":KEY|None,"job":ID,"kind":KIND,"worker":W,"n":N,
-   "t_start":T,"t_end":T,"status":HTTP|None,"outcome":"applied"|"replayed"|"conflict"|
-   "error"|"dropped"|"applied_late","applied":bool,"effect_id":ID|None}
-nemesis (every fault it applied, and its healing):
-  {"src":"nemesis","type":"kill"|"pause"|"resume"|"expire"|"skew"|"outage"|"outage_end"|
-   "contention"|"contention_end"|"duplicate_submit"|"operator", ...details}
-process (the supervisor's lifecycle records):
-  {"src":"process","type":"spawn"|"exit","name":NAME,"role":"worker"|"sender",
-   "pid":PID,"code":EXIT_CODE|None,"signal":SIGNAL_NAME|None}
-runner (phases and submissions):
-  {"src":"runner","type":"phase","phase":"chaos"|"heal"|"drain"|"check"}
-  {"src":"runner","type":"submit","job":ID,"payload_hash":H,"result":"created"|"exists"|
-   "rejected","duplicate":bool}
-
-Worker ids embed the process id (`worker:HOST:PID:NONCE`), which ties audit writers to
-process events. A killed process's open operation is indeterminate: it may or may not have
-taken effect, and only the audit and the ledgers say which.
+src "engine": what the engine committed, mapped from its own rows by its adapter's observer.
+Every engine operation completed "ok" (it was committed) and names who wrote it: `actor` is
+"worker", "sender", "operator", "harness" (a fault the harness applied through a control) or
+"submitter"; `worker` is the writer's id as the engine spells it, `pid` its process id when
+the adapter can tell (None otherwise), `token` the fencing token when the engine has one.
+  submitted      job, state, payload_hash
+  claimed        job, step, from, to, worker, pid, token, lease_until, attempts, claims
+                 a worker took the job's lease for `step` (from may equal to: a resume)
+  state          job, from, to, actor, worker, pid, token, attempts, claims, next_run_at,
+                 lease_until, last_error, cause, heartbeat
+                 any other committed write to a job; `heartbeat` True for a write that only
+                 extends the lease; `cause` why a job was parked ("crash_loop", "poison",
+                 "attempts", None) in the adapter's reading of the engine's error
+  removed        job                                     a job row deleted
+  memo           job, step, worker, pid, token, cost, op ("insert" | "delete")
+  effect_queued  row, job, kind, key                     an outbox row written
+  effect_claimed row, job, kind, worker, pid, token, attempts, lease_until
+  effect_sent    row, job, kind, worker, pid, token, attempts   the row marked sent
+  effect_state   row, job, kind, worker, pid, token, attempts, sent, dead, last_error
+                 any other write to an outbox row (a retry scheduled, dead-lettered, released)
+  billed         job, step, worker, pid, token, started, ended, outcome, cost, error
+                 one billed provider call as the engine recorded it (spend_records only)
+src "provider": the fake model provider's ledger, one per request, t = t_start:
+  call           job, step, worker, n, t_start, t_end, status, outcome ("ok" | "error" |
+                 "hang" | "reset" | "garbage" | "bad_content" | "schema"), billed, fault,
+                 retry_after, completion ("info" when the caller cannot have had the answer)
+src "receiver": the fake receiver's ledger, one per request, t = t_start:
+  request        key, job, kind, worker, n, t_start, t_end, status, outcome ("applied" |
+                 "replayed" | "conflict" | "error" | "dropped" | "applied_late"), applied,
+                 effect_id, completion ("info" when the sender cannot know whether it applied)
+src "nemesis": every fault it applied, and its healing (type is the fault: kill, pause,
+  resume, expire, skew, heartbeat_off, outage, outage_end, contention, contention_end,
+  duplicate_submit, operator, error)
+src "process": the supervisor's lifecycle records and the probe's log:
+  spawn | exit   name, role ("worker" | "sender"), slot, pid, code, signal, killed (exit:
+                 True when the harness sent the signal), log_tail (exit by itself)
+  crashpoint     pid, point, job                         the probe killed its process
+src "runner": phases (`phase`) and submissions (`submit`: job, payload_hash, result,
+  duplicate).
 """
 from __future__ import annotations
 
@@ -49,8 +55,14 @@ from typing import Any, Iterable, Iterator
 
 Event = dict[str, Any]
 
+HISTORY_VERSION = 2
+
+#: Engine operation types that write a job row, and those that write an outbox row.
+JOB_OPS = frozenset({"submitted", "claimed", "state", "removed"})
+EFFECT_OPS = frozenset({"effect_queued", "effect_claimed", "effect_sent", "effect_state"})
+
 #: The order sources sort in when two events carry the same time.
-SOURCE_ORDER = {"runner": 0, "process": 1, "nemesis": 2, "audit": 3, "provider": 4, "receiver": 5}
+SOURCE_ORDER = {"runner": 0, "process": 1, "nemesis": 2, "engine": 3, "provider": 4, "receiver": 5}
 
 
 def sort_key(event: Event) -> tuple:

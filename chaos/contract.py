@@ -1,0 +1,203 @@
+"""The contract between the harness and an engine: what an adapter provides, by role.
+
+The harness knows an engine only through an adapter: an object with a name, a pipeline
+(`chaos.pipeline.Pipeline`), the capabilities it declares, and three roles.
+
+processes  `command(role, ctx) -> Command`: the argv and environment that start one
+           process of `role` ("worker" or "sender") from harness-neutral settings (a
+           `ProcessContext`). Secrets go in the environment, never argv.
+           `settings(table) -> EngineSettings`: the scenario's `[engine]` table read in the
+           engine's own terms, raising ValueError that names the field at fault.
+observer   `install(db)` into a fresh store; `operations(db)` the history's engine
+           operations (see `chaos.history`) committed so far; `progress(db)` states and
+           unsent effects now; `snapshot(db)` the final rows in the neutral form below.
+controls   `submit(db, job, payload)` -> "created" | "exists" | "rejected";
+           and, each only with its capability: `operator(db, action, job)` -> "done" or
+           "refused: why"; `expire_leases(db)` -> how many; `hold_write_lock(db)` a context
+           manager holding the store's write lock; `integrity(db)` -> "ok" or the problems.
+
+The snapshot: {"jobs": {id: {"state", "attempts", "claims", "last_error", "payload_hash",
+"cause"}}, "memos": [{"job", "step", "cost"}], "outbox": [{"row", "job", "kind", "key",
+"sent", "dead", "attempts", "last_error"}], "spend": [{"job", "step", "worker", "pid",
+"started", "ended", "outcome", "cost"}] (with spend_records), "orphans": {name: count}}.
+A field an engine does not keep is None.
+
+`load_engine(spec)` loads `module:object` and validates the whole adapter at once, naming
+every missing piece; `CAPABILITIES` says what each capability promises and enables.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, ContextManager, Protocol
+
+from .history import Event
+from .pipeline import Pipeline
+
+CONTRACT_VERSION = 1
+ROLES = ("worker", "sender")
+
+#: capability -> (what the engine promises, the invariants and faults it enables).
+CAPABILITIES: dict[str, tuple[str, str]] = {
+    "fencing": ("each claim carries a fencing token (`token` on claimed operations)",
+                "token-level witnesses in fenced-writes and lease-exclusive"),
+    "spend_records": ("the engine records every billed provider call, committed or not "
+                      "(`billed` operations)", "cost-accounted, waste by cause"),
+    "crash_points": ("the engine's processes arm the probe (`chaos.probe`) from the "
+                     "NINELIVES_CRASH_* environment", "crash-point faults, crash-loop payloads"),
+    "outbox": ("effects leave through an outbox the observer reports (effect_queued, "
+               "effect_sent)", "outbox-bounded, effects-complete"),
+    "operator": ("controls.operator cancels, requeues and resolves jobs",
+                 "operator faults; parked states are left only by an operator"),
+    "heartbeat": ("a worker extends its lease while a step runs",
+                  "lease-exclusive expects no overlap with heartbeat on"),
+    "lease_expiry": ("controls.expire_leases forces every in-flight lease to expire",
+                     "the lease_expiry fault"),
+    "write_lock": ("controls.hold_write_lock holds the store's write lock",
+                   "the contention fault"),
+    "integrity": ("controls.integrity checks the store after every kill", "db-intact"),
+    "crash_loop_cap": ("claims per step are bounded by settings.max_claims and a crash-looping "
+                       "job is parked (cause \"crash_loop\")", "bounded-work"),
+    "attempt_cap": ("failed attempts per step are bounded by settings.max_attempts",
+                    "retry-discipline's caps"),
+    "backoff": ("settings.backoff_bounds gives each retry's wait bounds",
+                "retry-discipline's backoff and jitter checks"),
+    "clock_skew": ("a worker can be started with a skewed clock (ProcessContext.clock_skew)",
+                   "the skew fault"),
+    "in_process": ("`simulate()` runs the engine's loops in threads for `ninelives sim`",
+                   "ninelives sim"),
+}
+
+#: controls a capability requires the adapter to have.
+NEEDS: dict[str, tuple[str, ...]] = {
+    "operator": ("operator",), "lease_expiry": ("expire_leases",),
+    "write_lock": ("hold_write_lock",), "integrity": ("integrity",),
+    "crash_points": ("crashpoints", "crash_loop_point"), "in_process": ("simulate",),
+}
+REQUIRED = ("name", "pipeline", "capabilities", "command", "settings", "install",
+            "operations", "progress", "snapshot", "submit")
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """The engine's settings in the harness's terms; None where the engine has no such
+    setting. `backoff_bounds[i]` is the (lowest, highest) wait after failed attempt i + 1."""
+
+    lease: float | None = None
+    heartbeat: bool = False
+    heartbeat_interval: float | None = None
+    call_timeout: float | None = None
+    max_attempts: int | None = None
+    max_claims: int | None = None
+    backoff_bounds: tuple[tuple[float, float], ...] = ()
+    outbox_max_attempts: int | None = None
+    outbox_lease: float | None = None
+    send_timeout: float | None = None
+    keep_job: bool = False
+    slots: int = 1
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"engine setting {f.name} must be a finite number, got {value}")
+
+    def to_json(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["backoff_bounds"] = [list(b) for b in self.backoff_bounds]
+        return data
+
+    def backoff(self, attempt: int) -> tuple[float, float] | None:
+        """The wait bounds after failed attempt `attempt` (1-based), or None if undeclared."""
+        if not self.backoff_bounds or attempt < 1:
+            return None
+        return self.backoff_bounds[min(attempt, len(self.backoff_bounds)) - 1]
+
+
+@dataclass(frozen=True)
+class ProcessContext:
+    """Harness-neutral settings for one process: where things are, and per-slot faults."""
+
+    db: str
+    provider_url: str
+    receiver_url: str
+    engine: dict[str, Any]              # the scenario's [engine] table, as written
+    slot: int = 0
+    clock_skew: float = 0.0             # seconds; only with clock_skew
+    heartbeat: bool | None = None       # False: this worker runs without heartbeat
+    call_timeout: float | None = None   # a per-slot call timeout
+    poll_interval: float = 0.02
+
+
+@dataclass(frozen=True)
+class Command:
+    """How to start one engine process."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+class Engine(Protocol):
+    """What an adapter provides (see the module docstring)."""
+
+    name: str
+    pipeline: Pipeline
+    capabilities: frozenset[str]
+
+    def command(self, role: str, ctx: ProcessContext) -> Command: ...
+    def settings(self, table: dict[str, Any]) -> EngineSettings: ...
+    def install(self, db: str) -> None: ...
+    def operations(self, db: str) -> list[Event]: ...
+    def progress(self, db: str) -> dict[str, Any]: ...
+    def snapshot(self, db: str) -> dict[str, Any]: ...
+    def submit(self, db: str, job_id: str, payload: Any) -> str: ...
+    def operator(self, db: str, action: str, job_id: str) -> str: ...
+    def expire_leases(self, db: str) -> int: ...
+    def hold_write_lock(self, db: str) -> ContextManager[None]: ...
+    def integrity(self, db: str) -> str: ...
+
+
+class ContractError(ValueError):
+    """An adapter that does not meet the contract; the message lists every gap."""
+
+
+def validate(engine: Any, spec: str = "engine") -> Any:
+    """Check `engine` against the contract as a whole; returns it, or raises ContractError
+    naming every missing attribute and every capability without its control."""
+    gaps = [f"lacks {name!r}" for name in REQUIRED if not hasattr(engine, name)]
+    caps = getattr(engine, "capabilities", frozenset())
+    unknown = sorted(set(caps) - set(CAPABILITIES))
+    if unknown:
+        gaps.append(f"declares unknown capabilities {unknown} (known: {', '.join(CAPABILITIES)})")
+    for cap in sorted(set(caps) & set(NEEDS)):
+        gaps += [f"declares {cap!r} but lacks {need!r}" for need in NEEDS[cap]
+                 if not hasattr(engine, need)]
+    pipeline = getattr(engine, "pipeline", None)
+    if pipeline is not None and not isinstance(pipeline, Pipeline):
+        gaps.append("its pipeline is not a chaos.pipeline.Pipeline")
+    if gaps:
+        raise ContractError(f"{spec} does not meet the engine contract: " + "; ".join(gaps)
+                            + " (see docs/engines.md)")
+    return engine
+
+
+def load_engine(spec: str | None) -> Any:
+    """The adapter named by `--engine`: None or "reference", or `module:object` (an object,
+    or a class called with no argument). Raises ContractError naming what is wrong."""
+    if spec in (None, "", "reference"):
+        spec = "chaos.adapter:REFERENCE"
+    module, _, attr = spec.partition(":")
+    if not attr:
+        raise ContractError(f"--engine must be 'reference' or module:object, got {spec!r}")
+    try:
+        target = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ContractError(f"--engine {spec!r}: cannot load it: {exc}") from None
+    engine = target() if isinstance(target, type) else target
+    return validate(engine, f"--engine {spec!r}")
+
+
+def has(engine: Any, capability: str) -> bool:
+    """Whether `engine` declares `capability`."""
+    return capability in getattr(engine, "capabilities", ())

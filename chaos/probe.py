@@ -1,0 +1,111 @@
+"""The crash-point probe: the one piece of the harness an engine may import.
+
+It has no dependency beyond the standard library and imports nothing else of `chaos`, so an
+engine can import it (or copy this file) without taking the harness with it. An engine marks
+the boundaries that matter with `point(name, job)`; disarmed, a point costs one check.
+
+The harness arms the probe through the environment of each process it spawns:
+
+  NINELIVES_CRASH_AT         comma-separated `point:N` (die at the N-th hit) or `point@P` (die
+                             with probability P at each hit); `*` matches every point
+  NINELIVES_CRASH_SEED       the seed of those probabilities, so a run replays
+  NINELIVES_CRASH_JOBS       comma-separated globs of job ids that kill their process every
+                             time they pass NINELIVES_CRASH_JOBS_AT (a crash loop)
+  NINELIVES_CRASH_JOBS_AT    the point where such jobs die
+  NINELIVES_CRASH_LOG        a file to append {"t","pid","point","job"} to before dying
+
+The simulation installs a handler instead (`set_handler`) and uses the points as the moments
+it may hand the turn to another thread.
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import random
+import signal
+import time
+from typing import Callable, Iterable
+
+Handler = Callable[[str, "str | None"], None]
+_handler: Handler | None = None
+
+
+def point(name: str, job: str | None = None) -> None:
+    """Mark the boundary `name` (while working on `job`); does nothing unless armed."""
+    if _handler is not None:
+        _handler(name, job)
+
+
+def set_handler(handler: Handler | None) -> Handler | None:
+    """Install `handler(name, job)`, called at every point; returns the previous one."""
+    global _handler
+    old, _handler = _handler, handler
+    return old
+
+
+def die(name: str, job: str | None) -> None:
+    """SIGKILL this process at point `name`, first noting where in NINELIVES_CRASH_LOG."""
+    log = os.environ.get("NINELIVES_CRASH_LOG")
+    if log:
+        line = json.dumps({"t": time.time(), "pid": os.getpid(), "point": name, "job": job})
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (line + "\n").encode())  # one short write(): appends stay whole
+        finally:
+            os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Armed:
+    """The handler the environment asks for (see the module docstring).
+
+    `points` are the names the engine declares; an unknown name in the environment raises
+    ValueError naming it, so a typo in a scenario cannot disarm a run silently."""
+
+    def __init__(self, env: dict[str, str], points: Iterable[str]) -> None:
+        known = set(points)
+        self.nth: dict[str, int] = {}
+        self.prob: dict[str, float] = {}
+        self.hits: dict[str, int] = {}
+        seed = env.get("NINELIVES_CRASH_SEED")
+        self.rng = random.Random(int(seed)) if seed else random.Random()
+        for item in filter(None, (p.strip() for p in env.get("NINELIVES_CRASH_AT", "").split(","))):
+            name, sep, value = item.partition("@") if "@" in item else item.partition(":")
+            _known(name, known, "NINELIVES_CRASH_AT")
+            if sep == "@":
+                self.prob[name] = float(value)
+            else:
+                self.nth[name] = int(value or 1)
+        self.jobs = [p.strip() for p in env.get("NINELIVES_CRASH_JOBS", "").split(",") if p.strip()]
+        self.jobs_at = env.get("NINELIVES_CRASH_JOBS_AT", "")
+        if self.jobs:
+            _known(self.jobs_at, known, "NINELIVES_CRASH_JOBS_AT")
+
+    def __call__(self, name: str, job: str | None) -> None:
+        if self.jobs and name == self.jobs_at and job is not None and any(
+                fnmatch.fnmatchcase(job, p) for p in self.jobs):
+            die(name, job)
+        hits = self.hits[name] = self.hits.get(name, 0) + 1
+        due = self.nth.get(name) == hits
+        for key in (name, "*"):
+            p = self.prob.get(key)
+            if p is not None and self.rng.random() < p:
+                due = True
+        if due:
+            die(name, job)
+
+
+def _known(name: str, known: set[str], variable: str) -> None:
+    if name != "*" and name not in known:
+        raise ValueError(f"{variable} names unknown crash point {name!r}; "
+                         f"known: {', '.join(sorted(known))}")
+
+
+def arm_from_env(points: Iterable[str], environ: dict[str, str] | None = None) -> bool:
+    """Arm the probe from the environment if it asks for anything; True when armed."""
+    env = os.environ if environ is None else environ
+    if not (env.get("NINELIVES_CRASH_AT") or env.get("NINELIVES_CRASH_JOBS")):
+        return False
+    set_handler(Armed(dict(env), points))
+    return True
