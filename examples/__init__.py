@@ -1,0 +1,1 @@
+"""Engines we did not design, each with its adapter to the harness contract."""

@@ -1,0 +1,197 @@
+"""The toy engine's adapter to the harness contract (`chaos.contract`): `TOY`.
+
+Everything the harness needs to know about the toy lives here and in `observer`: its
+pipeline, how to start its processes, how to read its documents as operations, and its
+controls. It declares no fencing (the toy has no token) and no spend records (it keeps only
+the cost of the call whose output it memoized).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from chaos.contract import Command, EngineSettings, ProcessContext, ROLES
+from chaos.history import Event
+from chaos.pipeline import Pipeline, Step
+
+from . import jobs, observer, store
+from .settings import KEY_VARIABLE, SECRETS, Settings
+from .worker import CRASH_LOOP_POINT, POINTS
+
+_ROOT = Path(__file__).resolve().parents[2]   # where `examples` is importable from
+_LIVE = ("queued", "summarizing", "summarized", "publishing", "stuck")
+
+PIPELINE = Pipeline(
+    name="toy",
+    steps=(Step("summarize", "queued", "summarizing", "summarized", jobs.PARKED),
+           Step("publish", "summarized", "publishing", "published", jobs.PARKED, model=False)),
+    edges={"queued": ("summarizing", "stuck"),
+           "summarizing": ("summarized", "queued", "stuck"),
+           "summarized": ("publishing", "stuck"),
+           "publishing": ("published", "summarized", "stuck")},
+    terminal=frozenset(jobs.TERMINAL),
+    operator_edges={**{s: ("dropped",) for s in _LIVE},
+                    "stuck": ("queued", "summarized", "dropped")},
+    effects=(jobs.EFFECT_KIND,),
+    initial=jobs.INITIAL)
+
+
+class ToyEngine:
+    """The toy engine, run through its own command line (`python -m examples.toy_engine`)."""
+
+    name = "toy"
+    pipeline = PIPELINE
+    capabilities = frozenset({"crash_points", "outbox", "operator", "lease_expiry",
+                              "write_lock", "integrity", "crash_loop_cap", "attempt_cap",
+                              "backoff"})
+    crashpoints = POINTS
+    crash_loop_point = CRASH_LOOP_POINT
+
+    # --- processes -------------------------------------------------------------------------
+
+    def command(self, role: str, ctx: ProcessContext) -> Command:
+        """argv and environment of one worker or sender; the provider key goes in the
+        environment only. Raises ValueError for an unknown role or a bad setting."""
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        table = dict(ctx.engine)
+        if ctx.call_timeout is not None:
+            table["call_timeout"] = ctx.call_timeout
+        table["poll"] = ctx.poll_interval
+        settings = Settings.from_table(table)
+        argv = [sys.executable, "-m", "examples.toy_engine", role, "--exit-with-parent",
+                "--db", ctx.db, "--provider-url", ctx.provider_url,
+                "--receiver-url", ctx.receiver_url]
+        for name, value in sorted(table.items()):
+            if name not in SECRETS:
+                argv += [f"--{name.replace('_', '-')}", str(getattr(settings, name))]
+        path = os.pathsep.join(filter(None, (str(_ROOT), os.environ.get("PYTHONPATH"))))
+        env = {"PYTHONPATH": path}
+        if settings.provider_key:
+            env[KEY_VARIABLE] = settings.provider_key
+        return Command(argv, env)
+
+    def settings(self, table: dict[str, Any]) -> EngineSettings:
+        """The scenario's [engine] table in the harness's terms; ValueError names the field."""
+        s = Settings.from_table(table)
+        bounds = tuple((0.0, s.backoff_bound(i)) for i in range(1, s.max_attempts + 1))
+        return EngineSettings(
+            lease=s.lease, heartbeat=False, call_timeout=s.call_timeout,
+            max_attempts=s.max_attempts, max_claims=s.max_claims, backoff_bounds=bounds,
+            outbox_max_attempts=s.outbox_max_attempts, outbox_lease=s.outbox_lease,
+            send_timeout=s.send_timeout)
+
+    # --- observer --------------------------------------------------------------------------
+
+    def install(self, db: str) -> None:
+        with _connection(db) as conn:
+            store.init(conn)
+            with store.write(conn):
+                observer.install(conn)
+
+    def operations(self, db: str) -> list[Event]:
+        with _connection(db) as conn:
+            return observer.read(conn)
+
+    def progress(self, db: str) -> dict[str, Any]:
+        with _connection(db) as conn:
+            docs = [json.loads(text) for _, text in store.everything(conn)]
+        states: dict[str, int] = {}
+        for doc in docs:
+            states[doc["status"]] = states.get(doc["status"], 0) + 1
+        unsent = sum(not (e["sent"] or e["dead"]) for d in docs for e in d["effects"])
+        return {"states": states, "unsent": unsent}
+
+    def snapshot(self, db: str) -> dict[str, Any]:
+        with _connection(db) as conn:
+            docs = [(key, json.loads(text)) for key, text in store.everything(conn)]
+        return {
+            "jobs": {key: {"state": d["status"], "attempts": d["attempts"],
+                           "claims": d["claims"], "last_error": d["error"],
+                           "payload_hash": d["payload_hash"], "cause": d["cause"]}
+                     for key, d in docs},
+            "memos": [{"job": key, "step": step, "cost": memo["cost"]}
+                      for key, d in docs for step, memo in d["memo"].items()],
+            "outbox": [{"row": f"{key}/{e['kind']}", "job": key, "kind": e["kind"],
+                        "key": e["key"], "sent": e["sent"], "dead": e["dead"],
+                        "attempts": e["attempts"], "last_error": e["error"]}
+                       for key, d in docs for e in d["effects"]],
+            "spend": None,
+            "orphans": {},   # one table: nothing can outlive its job
+        }
+
+    # --- controls --------------------------------------------------------------------------
+
+    def submit(self, db: str, job_id: str, payload: Any) -> str:
+        with _connection(db) as conn:
+            return store.submit(conn, job_id, payload, time.time())
+
+    def operator(self, db: str, action: str, job_id: str) -> str:
+        """cancel, requeue or resolve `job_id`: "done", or "refused: why"."""
+        actions = {"cancel": lambda d: jobs.cancel(d, "operator"),
+                   "requeue": lambda d: jobs.requeue(d, "operator", time.time()),
+                   "resolve": lambda d: jobs.resolve(d, "operator", time.time())}
+        if action not in actions:
+            return f"refused: unknown action {action!r} (known: {', '.join(actions)})"
+        try:
+            with _connection(db) as conn:
+                store.update(conn, job_id, actions[action])
+        except (KeyError, jobs.Refused) as exc:
+            return f"refused: {exc.args[0]}"
+        return "done"
+
+    def expire_leases(self, db: str) -> int:
+        """Make every held lease (a job's or an effect's) lapse now; how many."""
+        now = time.time()
+        expired = 0
+        with _connection(db) as conn, store.write(conn):
+            for key, text in store.everything(conn):
+                doc, n = _expired(json.loads(text), now)
+                if n and store.swap(conn, key, text, doc) is not None:
+                    expired += n
+        return expired
+
+    @contextmanager
+    def hold_write_lock(self, db: str) -> Iterator[None]:
+        """Hold the database's write lock (BEGIN IMMEDIATE) until the block ends."""
+        with _connection(db) as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            finally:
+                conn.execute("ROLLBACK")
+
+    def integrity(self, db: str) -> str:
+        with _connection(db) as conn:
+            problems = store.integrity(conn)
+        return "; ".join(problems) if problems else "ok"
+
+
+def _expired(doc: dict, now: float) -> tuple[dict, int]:
+    n = 0
+    if doc["owner"] and (doc["lease_expires"] or 0) > now:
+        doc.update(lease_expires=now - 0.001, actor="harness", by="harness")
+        n += 1
+    for effect in doc["effects"]:
+        if effect["owner"] and (effect["lease_expires"] or 0) > now:
+            effect.update(lease_expires=now - 0.001, by="harness")
+            n += 1
+    return doc, n
+
+
+@contextmanager
+def _connection(db: str) -> Iterator[sqlite3.Connection]:
+    conn = store.connect(db)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+TOY = ToyEngine()

@@ -1,0 +1,80 @@
+"""The toy engine's two outside calls, the model and the effects receiver, and the one
+function that decides whether a failure is worth retrying (the exception type says so)."""
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+# No proxy: the URLs are given explicitly, and a proxy from the environment would stand
+# between the engine and the service it was pointed at.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class Retryable(Exception):
+    """A failure that may pass: timeout, connection error, HTTP 429 or 5xx."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class Poison(Exception):
+    """A failure that will not pass by retrying: HTTP 4xx, unusable output."""
+
+
+def post(url: str, body: Any, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
+    """POST `body` as JSON; (status, response body) for a 2xx. Raises Retryable or Poison."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", **headers})
+    try:
+        with _OPENER.open(request, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        raise classify(exc.code, exc.headers.get("Retry-After")) from None
+    except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
+        raise Retryable(f"{type(exc).__name__}: {exc}") from None
+
+
+def classify(status: int, retry_after: str | None) -> Exception:
+    """The exception an HTTP error status stands for."""
+    if status == 429 or status >= 500:
+        try:
+            wait = float(retry_after) if retry_after is not None else None
+        except ValueError:
+            wait = None
+        return Retryable(f"HTTP {status}", wait)
+    return Poison(f"HTTP {status}")
+
+
+def summarize(provider_url: str, key: str, model: str, job: str, worker: str,
+              step_input: Any, timeout: float) -> tuple[dict, float]:
+    """Ask the model for the summary of `step_input`: (output, cost billed).
+    The job and step travel in the request body only (metadata and user)."""
+    body = {"model": model, "user": job,
+            "metadata": {"job": job, "step": "summarize", "worker": worker},
+            "messages": [{"role": "system",
+                          "content": "step: summarize\nAnswer with one JSON object."},
+                         {"role": "user", "content": json.dumps(step_input, sort_keys=True)}]}
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    _, raw = post(provider_url.rstrip("/") + "/chat/completions", body, headers, timeout)
+    try:
+        answer = json.loads(raw)
+        content = answer["choices"][0]["message"]["content"]
+        output = json.loads(content)
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise Poison(f"unusable model answer: {type(exc).__name__}: {exc}") from None
+    if not (isinstance(output, dict) and isinstance(output.get("summary"), str)
+            and isinstance(output.get("digest"), str)):
+        raise Poison(f"model output lacks a summary and a digest: {str(output)[:80]}")
+    usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else {}
+    cost = usage.get("cost")
+    return output, float(cost) if isinstance(cost, (int, float)) else 0.0
+
+
+def send_effect(receiver_url: str, key: str, body: dict, timeout: float) -> int:
+    """Deliver one effect with its idempotency key; the 2xx status. Raises Retryable/Poison."""
+    status, _ = post(receiver_url, body, {"Idempotency-Key": key}, timeout)
+    return status
