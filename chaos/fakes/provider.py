@@ -1,14 +1,33 @@
-"""A fake OpenAI-compatible model provider on 127.0.0.1: deterministic answers for the pipeline's
-steps, billing, injected faults, a ledger line per call."""
+"""A fake OpenAI-compatible model provider on 127.0.0.1: deterministic answers for any step of
+any pipeline, billing, injected faults, a ledger line per call.
 
+Answers. The document pipeline's steps keep their own outputs, whose schema the reference engine
+checks: `fetch`, `extract` and `verify` take a JSON object. Any other step name is answered
+with {"step": NAME, "digest": the first 16 hex digits of the SHA-256 of the input's canonical
+JSON (sorted keys, no spaces, UTF-8), "summary": the first 12 words of the input's string values,
+"words": how many words they hold}; its input is the last user message as JSON, or that text
+itself when it is not JSON. The same input always gets the same answer.
+
+Attribution (chaos.fakes.attribution): job, step and worker come from the X-Ninelives headers,
+else from the body's `metadata` ({"job", "step", "worker"}) and `user` (the job), the step last
+from the system prompt's first line "step: NAME". A request naming no step is refused (400).
+
+Ledger. Each entry holds job, step, worker, `attributed` ("headers" | "body" | "none"), n, the
+fault, `outcome` (what the fake did), billing, and `completion` (what the caller can know):
+"ok" a 200 completion delivered; "fail" a definite answer it cannot use (429, 5xx, 4xx, garbage,
+bad content, schema-breaking content); "info" it cannot have had the answer (a hang, a reset,
+or a client that had already gone when the answer was ready).
+"""
+
+import hashlib
 import json
 import math
 import string
 import time
 from functools import partial
 
-from .server import (JOB_HEADER, STEP_HEADER, WORKER_HEADER, BadRequest, Deliver, FakeServer,
-                     JsonHandler)
+from .attribution import call_attribution
+from .server import FAIL, INFO, OK, BadRequest, Deliver, FakeServer, JsonHandler
 
 PROVIDER_FAULTS = frozenset({"status", "hang", "slow", "reset", "garbage", "bad_content", "schema"})
 _COMPLETION_PATHS = ("/v1/chat/completions", "/chat/completions")
@@ -44,24 +63,54 @@ def _verify(extracted: dict) -> dict:
 
 
 _STEPS = {"fetch": _fetch, "extract": _extract, "verify": _verify}
+_SUMMARY_WORDS = 12
 
 
-def step_output(step: str, step_input: dict) -> dict:
+def step_output(step: str, step_input) -> dict:
     """Return the correct output of `step` for `step_input` (the oracle the fake answers with).
 
-    Raises BadRequest (a ValueError) for an unknown step or an input that is not a JSON object.
+    `fetch`, `extract` and `verify` take a JSON object; any other step takes any JSON value and
+    is answered by `any_step_output`. Raises BadRequest (a ValueError) for a missing step name
+    or a document step whose input is not a JSON object.
     """
+    if not isinstance(step, str) or not step:
+        raise BadRequest("no step named: send X-Ninelives-Step, metadata.step, "
+                         "or a system prompt whose first line is 'step: NAME'")
     if step not in _STEPS:
-        raise BadRequest(f"unknown step {step!r}")
+        return any_step_output(step, step_input)
     if not isinstance(step_input, dict):
         raise BadRequest("step input is not a JSON object")
     return _STEPS[step](step_input)
 
 
+def any_step_output(step: str, step_input) -> dict:
+    """Return the deterministic answer to a step the fake has no oracle for.
+
+    {"step", "digest" (16 hex digits of the SHA-256 of the canonical JSON of `step_input`),
+    "summary" (its string values' first words), "words" (how many words they hold)}.
+    """
+    canonical = json.dumps(step_input, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    words = " ".join(_strings(step_input)).split()
+    return {"step": step, "digest": hashlib.sha256(canonical.encode()).hexdigest()[:16],
+            "summary": " ".join(words[:_SUMMARY_WORDS]), "words": len(words)}
+
+
+def _strings(value):
+    """Yield the string values inside a JSON value, objects in key order (as canonical JSON)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key in sorted(value):
+            yield from _strings(value[key])
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
 # --- the provider ---------------------------------------------------------------------------------
 
 class FakeProvider(FakeServer):
-    """A fake OpenAI chat-completions API answering the pipeline's steps.
+    """A fake OpenAI chat-completions API answering any pipeline's steps (see the module docstring).
 
     Takes the ledger path, an optional fault policy (`provider_fault(job, step, n) -> dict | None`),
     `price_per_1k` = (prompt, completion) dollars per 1000 tokens, host and port. `url` is the
@@ -84,15 +133,16 @@ class FakeProvider(FakeServer):
         """Answer one completion request (or misbehave as the fault policy says) and ledger it."""
         t_start = time.time()
         request = _parse_json(http.read_body())
-        job, worker = http.headers.get(JOB_HEADER), http.headers.get(WORKER_HEADER)
-        step = http.headers.get(STEP_HEADER) or _step_from_prompt(request)
+        who = call_attribution(http.headers, request, _step_from_prompt(request))
+        job, step = who["job"], who["step"]
         n = self.count_call((job, step))
         fault = self.faults.provider_fault(job, step, n) if self.faults else None
         result, deliver = self._answer(http, request, step, fault)
+        completion = INFO if http.client_gone() else _completion(result["outcome"])
         self.ledger.append({
-            "server": "provider", "t_start": t_start, "t_end": time.time(), "job": job, "step": step,
-            "worker": worker, "n": n, "auth": _has_bearer(http.headers),
-            "fault": fault["kind"] if fault else None, **result})
+            "server": "provider", "t_start": t_start, "t_end": time.time(), **who, "n": n,
+            "auth": _has_bearer(http.headers), "fault": fault["kind"] if fault else None,
+            **result, "completion": completion})
         deliver()  # after the ledger line: whatever a client saw, its entry can already be read
 
     def _answer(self, http: JsonHandler, request, step, fault) -> tuple[dict, Deliver]:
@@ -117,7 +167,7 @@ class FakeProvider(FakeServer):
 
     def _complete(self, request, step, kind) -> tuple[dict, dict]:
         system, user = _messages(request)
-        content = _content(step_output(step, _parse_input(user)), kind)
+        content = _content(step_output(step, _step_input(step, user)), kind)
         prompt_tokens, completion_tokens = math.ceil(len(system + user) / 4), math.ceil(len(content) / 4)
         cost = round(prompt_tokens / 1000 * self.price_in + completion_tokens / 1000 * self.price_out, 8)
         completion_id = f"chatcmpl-{self._next_completion()}"
@@ -164,11 +214,23 @@ def _parse_json(raw: bytes):
         return None
 
 
+def _text_content(content) -> str | None:
+    """A message's text: a string, or the text parts of a list of content parts joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [part.get("text") for part in content
+                 if isinstance(part, dict) and part.get("type") == "text"]
+        if texts and all(isinstance(text, str) for text in texts):
+            return "".join(texts)
+    return None
+
+
 def _system_prompt(request) -> str:
     messages = request.get("messages") if isinstance(request, dict) else None
     for message in messages if isinstance(messages, list) else []:
         if isinstance(message, dict) and message.get("role") == "system":
-            return message.get("content") if isinstance(message.get("content"), str) else ""
+            return _text_content(message.get("content")) or ""
     return ""
 
 
@@ -186,7 +248,8 @@ def _messages(request) -> tuple[str, str]:
     messages = request.get("messages")
     if not isinstance(messages, list) or not messages:
         raise BadRequest("'messages' must be a non-empty list")
-    users = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    users = [_text_content(m.get("content")) for m in messages
+             if isinstance(m, dict) and m.get("role") == "user"]
     if not users or not isinstance(users[-1], str):
         raise BadRequest("no user message with string content")
     return _system_prompt(request), users[-1]
@@ -199,6 +262,16 @@ def _parse_input(user: str):
     return step_input
 
 
+def _step_input(step: str | None, user: str):
+    """The step's input: a JSON object for the document steps; any JSON, else the text, for others."""
+    if step in _STEPS:
+        return _parse_input(user)
+    try:
+        return json.loads(user)
+    except ValueError:
+        return user  # a prompt in prose is an input too
+
+
 def _content(output: dict, kind: str | None) -> str:
     if kind == "schema":
         return json.dumps({"unexpected": True})
@@ -207,6 +280,15 @@ def _content(output: dict, kind: str | None) -> str:
         # Prose around half an object: nothing a lenient parser could salvage.
         return "Sure! Here is the JSON you asked for:\n" + content[: len(content) // 2]
     return content
+
+
+def _completion(outcome: str) -> str:
+    """What a caller that got the answer can know: ok, fail (definite but unusable), or info."""
+    if outcome == "ok":
+        return OK
+    if outcome in ("hang", "reset"):  # a hang outlasts the client's timeout by design
+        return INFO
+    return FAIL  # an error status, garbage, bad content, schema-breaking content
 
 
 def _has_bearer(headers) -> bool:

@@ -1,5 +1,16 @@
 """A fake side-effect receiver on 127.0.0.1 that behaves like a payment API with idempotency keys:
-it owns the list of applied effects, which is where a duplicated side effect becomes visible."""
+it owns the list of applied effects, which is where a duplicated side effect becomes visible.
+
+Attribution (chaos.fakes.attribution): job, kind and worker come from the X-Ninelives headers,
+else from the JSON body's "job", "kind" and "worker" fields; the key only from Idempotency-Key.
+
+Ledger. Each entry holds key, job, kind, worker, `attributed` ("headers" | "body" | "none"), n,
+the fault, `outcome` and `applied` (what the fake did), and `completion` (what the sender can
+know): "ok" applied or replayed and answered; "fail" an error status answered, nothing applied
+(an injected 5xx, a body that is not JSON, a key reused with another body); "info" a dropped
+connection or a timeout, applied or not, or a sender that had already gone when the answer was
+ready: it cannot know whether the effect landed.
+"""
 
 import copy
 import json
@@ -8,13 +19,13 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 
-from .server import JOB_HEADER, WORKER_HEADER, Deliver, FakeServer, JsonHandler
+from .attribution import KEY_HEADER, KIND_HEADER, effect_attribution  # noqa: F401 (importable here)
+from .server import FAIL, INFO, OK, Deliver, FakeServer, JsonHandler
 
-KIND_HEADER = "X-Ninelives-Kind"
-KEY_HEADER = "Idempotency-Key"
 RECEIVER_FAULTS = frozenset({"status", "timeout", "drop"})
 
 _CONFLICT = {"error": "idempotency key reused with a different body"}
+_NOT_JSON = object()  # a body that does not parse (JSON null is an effect like any other)
 
 
 @dataclass
@@ -56,18 +67,19 @@ class FakeReceiver(FakeServer):
     def serve_effect(self, http: JsonHandler) -> None:
         """Apply (or replay, refuse, drop) one effect request as the fault policy says, and ledger it."""
         t_start = time.time()
-        raw = http.read_body()
-        key, job = http.headers.get(KEY_HEADER), http.headers.get(JOB_HEADER)
-        kind, worker = http.headers.get(KIND_HEADER), http.headers.get(WORKER_HEADER)
+        effect = _parse_json(http.read_body())
+        who = effect_attribution(http.headers, effect)
+        key, job, kind, worker = who["key"], who["job"], who["kind"], who["worker"]
         n = self.count_call((job, kind))
         fault = self.faults.receiver_fault(job, kind, n) if self.faults else None
-        result, deliver = self._answer(http, raw, (key, job, kind, worker), fault)
+        result, deliver = self._answer(http, effect, (key, job, kind, worker), fault)
+        completion = INFO if http.client_gone() else _completion(result["outcome"], fault)
         self.ledger.append({
-            "server": "receiver", "t_start": t_start, "t_end": time.time(), "key": key, "job": job,
-            "kind": kind, "worker": worker, "n": n, "fault": fault["kind"] if fault else None, **result})
+            "server": "receiver", "t_start": t_start, "t_end": time.time(), **who, "n": n,
+            "fault": fault["kind"] if fault else None, **result, "completion": completion})
         deliver()  # after the ledger line: whatever a client saw, its entry can already be read
 
-    def _answer(self, http: JsonHandler, raw: bytes, who: tuple, fault) -> tuple[dict, Deliver]:
+    def _answer(self, http: JsonHandler, effect, who: tuple, fault) -> tuple[dict, Deliver]:
         """Decide the request: return (ledger fields, the action that answers the client)."""
         fault_kind = fault["kind"] if fault else None
         if fault_kind is not None and fault_kind not in RECEIVER_FAULTS:
@@ -75,9 +87,7 @@ class FakeReceiver(FakeServer):
         if fault_kind == "status":
             body = {"error": f"injected HTTP {fault['status']}"}
             return _not_applied(fault["status"], "error"), partial(http.send_json, fault["status"], body)
-        try:
-            effect = json.loads(raw)
-        except ValueError:
+        if effect is _NOT_JSON:
             return _not_applied(400, "error"), partial(http.send_json, 400, {"error": "body is not JSON"})
         if fault_kind == "timeout":
             self.pause(fault["seconds"])  # the client gives up first; the effect still lands
@@ -129,6 +139,20 @@ class _ReceiverHandler(JsonHandler):
 
 
 FakeReceiver.handler_class = _ReceiverHandler
+
+
+def _parse_json(raw: bytes):
+    try:
+        return json.loads(raw)
+    except ValueError:  # includes UnicodeDecodeError
+        return _NOT_JSON
+
+
+def _completion(outcome: str, fault) -> str:
+    """What a sender that got the answer can know: ok, fail (nothing applied), or info."""
+    if fault is not None and fault["kind"] in ("timeout", "drop"):
+        return INFO  # the answer outlasts the sender's timeout, or never comes
+    return OK if outcome in ("applied", "replayed") else FAIL
 
 
 def _not_applied(status: int, outcome: str) -> dict:

@@ -2,6 +2,7 @@
 call counting, injected pauses, and a JSON request handler that can answer, hang or reset."""
 
 import json
+import select
 import socket
 import socketserver
 import sys
@@ -12,11 +13,13 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from .attribution import JOB_HEADER, STEP_HEADER, WORKER_HEADER  # noqa: F401 (importable here too)
 from .ledger import Ledger
 
-JOB_HEADER = "X-Ninelives-Job"
-STEP_HEADER = "X-Ninelives-Step"
-WORKER_HEADER = "X-Ninelives-Worker"
+#: A ledger entry's `completion`, Jepsen's three outcomes from the caller's point of view: it got
+#: a usable answer (ok), a definite answer it cannot use (fail), or it cannot have had the
+#: answer at all (info: the call may or may not have taken effect, as far as the caller knows).
+OK, FAIL, INFO = "ok", "fail", "info"
 
 _DISCONNECTS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)
 _LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST, not FIN
@@ -240,6 +243,19 @@ class JsonHandler(BaseHTTPRequestHandler):
     def send_json(self, status: int, document, headers=None) -> bool:
         """Write `document` as a JSON response; return False if the client had already gone."""
         return self.send_bytes(status, json.dumps(document).encode(), headers=headers)
+
+    def client_gone(self) -> bool:
+        """Return True if the client has already closed or reset its end of the connection.
+
+        A client that gave up (its timeout passed, its process died) closes its socket, which
+        shows here as end-of-file; an answer written now would reach no one. A client that
+        leaves after this check and before the answer is written is not seen.
+        """
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):  # reset by the peer, or the socket already closed
+            return True
 
     def reset_connection(self) -> None:
         """Close the connection with a TCP RST and no response at all."""

@@ -1,6 +1,7 @@
 """The fakes of the outside world, exercised over real HTTP on 127.0.0.1: answers, billing, ledgers,
 every injected fault, idempotency under concurrency, and the `python -m chaos.fakes` entry point."""
 
+import hashlib
 import http.client
 import json
 import math
@@ -51,6 +52,12 @@ def chat(provider, step, step_input, job="job-1", worker="w1", timeout=5.0, **kw
                "X-Ninelives-Step": step, "X-Ninelives-Worker": worker}
     return call(provider.url + "/chat/completions", document=chat_request(step, step_input, **kwargs),
                 headers=headers, timeout=timeout)
+
+
+def plain_chat(provider, document, headers=None, timeout=5.0) -> Reply:
+    """A completion request as an unmodified OpenAI client sends it: no X-Ninelives headers."""
+    return call(provider.url + "/chat/completions", document=document,
+                headers={"Authorization": "Bearer sk-test", **(headers or {})}, timeout=timeout)
 
 
 def content_of(reply: Reply) -> str:
@@ -173,6 +180,7 @@ def test_step_comes_from_the_system_prompt_when_headers_are_absent(start):
     assert json.loads(content_of(reply)) == {"ok": True, "reason": "ok"}
     [entry] = provider.entries()
     assert (entry["job"], entry["step"], entry["worker"], entry["auth"]) == (None, "verify", None, False)
+    assert entry["attributed"] == "none"
     assert provider.calls_for(None, "verify") == 1
 
 
@@ -194,6 +202,7 @@ def test_ledger_counts_calls_per_job_and_step(start):
     first = entries[0]
     assert first["server"] == "provider" and first["worker"] == "w-a" and first["auth"] is True
     assert first["outcome"] == "ok" and first["status"] == 200 and first["fault"] is None
+    assert (first["completion"], first["attributed"]) == ("ok", "headers")
     assert first["billed"] > 0 and first["prompt_tokens"] > 0 and first["completion_tokens"] > 0
     assert first["t_start"] <= first["t_end"] <= time.time()
 
@@ -202,7 +211,7 @@ def test_ledger_counts_calls_per_job_and_step(start):
     (b"{not json", "fetch"),
     (json.dumps({"model": "m", "messages": []}).encode(), "fetch"),
     (json.dumps({"model": "m", "messages": [{"role": "user", "content": "plain words"}]}).encode(), "fetch"),
-    (json.dumps(chat_request("summarize", {"title": "t"})).encode(), "summarize"),
+    (json.dumps(chat_request("summarize", {"title": "t"}, system="Summarize.")).encode(), None),
 ])
 def test_bad_requests_are_refused_with_400_and_not_billed(start, raw, step):
     provider = start(FakeProvider)
@@ -212,6 +221,86 @@ def test_bad_requests_are_refused_with_400_and_not_billed(start, raw, step):
     assert set(json.loads(reply.body)["error"]) == {"message", "type", "code"}
     [entry] = provider.entries()
     assert (entry["outcome"], entry["status"], entry["billed"]) == ("error", 400, 0.0)
+    assert entry["completion"] == "fail"
+
+
+# --- provider: any other step ----------------------------------------------------------------------
+
+def test_an_unknown_step_is_answered_from_its_name_and_its_input(start):
+    provider = start(FakeProvider)
+    step_input = {"b": ["Rust  and", {"z": "Go"}], "a": "Hello world", "n": 3}
+    first = chat(provider, "summarize", step_input)
+    assert first.status == 200
+    canonical = json.dumps(step_input, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert json.loads(content_of(first)) == {
+        "step": "summarize", "digest": hashlib.sha256(canonical.encode()).hexdigest()[:16],
+        "summary": "Hello world Rust and Go", "words": 5}
+    again = chat(provider, "summarize", dict(reversed(step_input.items())))  # same object, other order
+    assert content_of(again) == content_of(first)
+    other = json.loads(content_of(chat(provider, "summarize", {**step_input, "n": 4})))
+    assert other["digest"] != json.loads(content_of(first))["digest"]
+    assert [(e["step"], e["outcome"], e["completion"]) for e in provider.entries()] == [
+        ("summarize", "ok", "ok")] * 3
+    assert all(e["billed"] > 0 for e in provider.entries())
+
+
+def test_an_unknown_step_takes_a_prose_prompt_and_long_inputs_are_summarized_short(start):
+    provider = start(FakeProvider)
+    prose = " ".join(f"w{i}" for i in range(30))
+    reply = plain_chat(provider, {"model": "m", "messages": [
+        {"role": "system", "content": "step: classify\nSay what this is."},
+        {"role": "user", "content": [{"type": "text", "text": prose}]}]})
+    answer = json.loads(content_of(reply))
+    assert answer["step"] == "classify" and answer["words"] == 30
+    assert answer["summary"] == " ".join(f"w{i}" for i in range(12))
+    assert answer["digest"] == hashlib.sha256(json.dumps(prose).encode()).hexdigest()[:16]
+
+
+def test_faults_land_on_an_unknown_step_too(start):
+    provider = start(FakeProvider, ScriptedFaults(provider={("j", "rank", 1): {"kind": "schema"}}))
+    assert json.loads(content_of(chat(provider, "rank", {"q": "x"}, job="j"))) == {"unexpected": True}
+    assert json.loads(content_of(chat(provider, "rank", {"q": "x"}, job="j")))["step"] == "rank"
+
+
+# --- provider: attribution -------------------------------------------------------------------------
+
+def test_a_plain_client_is_attributed_by_its_metadata(start):
+    faults = ScriptedFaults(provider={("job-m", "rank", 1): {"kind": "status", "status": 429}})
+    provider = start(FakeProvider, faults)
+    document = {**chat_request("rank", {"q": "x"}, system="Rank these."),
+                "metadata": {"job": "job-m", "step": "rank", "worker": "w-m"}, "user": "someone-else"}
+    assert plain_chat(provider, document).status == 429  # the fault keyed on the job found it
+    assert plain_chat(provider, document).status == 200
+    assert [(e["job"], e["step"], e["worker"], e["n"], e["attributed"]) for e in provider.entries()] == [
+        ("job-m", "rank", "w-m", 1, "body"), ("job-m", "rank", "w-m", 2, "body")]
+    assert provider.calls_for("job-m", "rank") == 2 and faults.unfired() == []
+
+
+def test_a_plain_client_is_attributed_by_its_user_and_the_system_prompt(start):
+    provider = start(FakeProvider)
+    reply = plain_chat(provider, {**chat_request("rank", {"q": "x"}), "user": "job-u"})
+    assert json.loads(content_of(reply))["step"] == "rank"
+    [entry] = provider.entries()
+    assert (entry["job"], entry["step"], entry["worker"], entry["attributed"]) == (
+        "job-u", "rank", None, "body")
+
+
+def test_headers_take_precedence_over_metadata_and_user(start):
+    provider = start(FakeProvider)
+    document = {**chat_request("verify", {"title": "t"}, system="step: fetch\n"),
+                "metadata": {"job": "job-m", "step": "extract", "worker": "w-m"}, "user": "job-u"}
+    headers = {"X-Ninelives-Job": "job-h", "X-Ninelives-Step": "verify", "X-Ninelives-Worker": "w-h"}
+    reply = plain_chat(provider, document, headers=headers)
+    assert json.loads(content_of(reply)) == {"ok": True, "reason": "ok"}  # answered as verify
+    [entry] = provider.entries()
+    assert (entry["job"], entry["step"], entry["worker"], entry["attributed"]) == (
+        "job-h", "verify", "w-h", "headers")
+
+
+def test_metadata_step_wins_over_the_system_prompt(start):
+    provider = start(FakeProvider)
+    document = {**chat_request("verify", {"title": "t"}), "metadata": {"step": "fetch"}}
+    assert json.loads(content_of(plain_chat(provider, document))) == {"title": "t", "text": "", "chars": 0}
 
 
 def test_models_and_healthz_answer(start):
@@ -240,6 +329,7 @@ def test_status_faults_answer_an_openai_error_unbilled_then_recover(start, statu
     assert (failed["outcome"], failed["status"], failed["billed"], failed["fault"]) == (
         "error", status, 0.0, "status")
     assert (recovered["n"], recovered["outcome"]) == (2, "ok")
+    assert (failed["completion"], recovered["completion"]) == ("fail", "ok")
 
 
 def test_hang_bills_the_call_while_the_client_times_out(start):
@@ -249,6 +339,7 @@ def test_hang_bills_the_call_while_the_client_times_out(start):
         chat(provider, "fetch", {"title": "t", "body": "b"}, job="j", timeout=0.3)
     entry = ledger_entry(provider, "hang")
     assert entry["status"] == 200 and entry["billed"] > 0 and entry["completion_tokens"] > 0
+    assert entry["completion"] == "info"  # billed, answered 200, and still never seen by the caller
     assert entry["t_end"] - entry["t_start"] >= 0.6
 
 
@@ -274,6 +365,16 @@ def test_slow_answers_correctly_after_the_delay(start):
     assert json.loads(content_of(reply)) == {"ok": True, "reason": "ok"}
     [entry] = provider.entries()
     assert (entry["outcome"], entry["fault"]) == ("ok", "slow") and entry["billed"] > 0
+    assert entry["completion"] == "ok"  # the client waited: it had the answer
+
+
+def test_slow_answer_to_a_client_that_gave_up_is_indeterminate(start):
+    faults = ScriptedFaults(provider={("j", "verify", 1): {"kind": "slow", "seconds": 0.6}})
+    provider = start(FakeProvider, faults)
+    with pytest.raises(TimeoutError):
+        chat(provider, "verify", {"title": "t"}, job="j", timeout=0.2)
+    entry = wait_for(provider.entries, what="the slow call's ledger entry")[0]
+    assert (entry["outcome"], entry["status"], entry["completion"]) == ("ok", 200, "info")
 
 
 def test_reset_is_seen_by_the_client_as_a_connection_reset(start):
@@ -283,6 +384,7 @@ def test_reset_is_seen_by_the_client_as_a_connection_reset(start):
     assert not isinstance(caught.value, http.client.RemoteDisconnected)  # an RST, not a polite close
     entry = ledger_entry(provider, "reset")
     assert entry["status"] is None and entry["billed"] == 0.0
+    assert entry["completion"] == "info"
 
 
 def test_garbage_is_a_200_that_is_not_json_and_not_billed(start):
@@ -292,7 +394,7 @@ def test_garbage_is_a_200_that_is_not_json_and_not_billed(start):
     with pytest.raises(ValueError):
         json.loads(reply.body)
     [entry] = provider.entries()
-    assert (entry["outcome"], entry["billed"]) == ("garbage", 0.0)
+    assert (entry["outcome"], entry["billed"], entry["completion"]) == ("garbage", 0.0, "fail")
 
 
 def test_bad_content_is_a_billed_completion_whose_content_is_not_json(start):
@@ -302,7 +404,7 @@ def test_bad_content_is_a_billed_completion_whose_content_is_not_json(start):
     with pytest.raises(ValueError):
         json.loads(content_of(reply))
     [entry] = provider.entries()
-    assert entry["outcome"] == "bad_content"
+    assert (entry["outcome"], entry["completion"]) == ("bad_content", "fail")
     assert entry["billed"] == json.loads(reply.body)["usage"]["cost"] > 0
 
 
@@ -311,7 +413,7 @@ def test_schema_fault_returns_json_that_breaks_the_step_schema(start):
     reply = chat(provider, "verify", {"title": "t"}, job="j")
     assert json.loads(content_of(reply)) == {"unexpected": True}
     [entry] = provider.entries()
-    assert entry["outcome"] == "schema" and entry["billed"] > 0
+    assert entry["outcome"] == "schema" and entry["billed"] > 0 and entry["completion"] == "fail"
 
 
 def test_scripted_faults_reject_malformed_faults_and_report_unfired_ones():
@@ -342,6 +444,8 @@ def test_same_key_twice_applies_once_and_replays_the_stored_answer(start):
     assert json.loads(call(receiver.url, method="GET").body)["data"] == receiver.applied()
     assert [(e["outcome"], e["applied"], e["effect_id"], e["n"]) for e in receiver.entries()] == [
         ("applied", True, "eff_1", 1), ("replayed", False, "eff_1", 2)]
+    assert [(e["completion"], e["attributed"]) for e in receiver.entries()] == [
+        ("ok", "headers"), ("ok", "headers")]
 
 
 def test_same_key_with_a_different_body_is_a_422_conflict(start):
@@ -351,7 +455,7 @@ def test_same_key_with_a_different_body_is_a_422_conflict(start):
     assert (reply.status, json.loads(reply.body)) == (
         422, {"error": "idempotency key reused with a different body"})
     assert len(receiver.applied()) == 1
-    assert receiver.entries()[-1]["outcome"] == "conflict"
+    assert (receiver.entries()[-1]["outcome"], receiver.entries()[-1]["completion"]) == ("conflict", "fail")
 
 
 def test_requests_without_a_key_apply_every_time(start):
@@ -366,7 +470,7 @@ def test_a_body_that_is_not_json_is_refused(start):
     receiver = start(FakeReceiver)
     assert call(receiver.url, raw=b"amount=5", headers={"Idempotency-Key": "k"}).status == 400
     assert receiver.applied() == []
-    assert receiver.entries()[0]["outcome"] == "error"
+    assert (receiver.entries()[0]["outcome"], receiver.entries()[0]["completion"]) == ("error", "fail")
 
 
 def test_concurrent_requests_with_one_key_apply_once(start):
@@ -396,14 +500,16 @@ def test_status_fault_is_not_applied(start, status):
     assert effect(receiver, {"amount": 9}, key="k").status == status
     assert receiver.applied() == []
     assert effect(receiver, {"amount": 9}, key="k").status == 201  # the key was never used up
-    assert [(e["outcome"], e["status"]) for e in receiver.entries()] == [("error", status), ("applied", 201)]
+    assert [(e["outcome"], e["status"], e["completion"]) for e in receiver.entries()] == [
+        ("error", status, "fail"), ("applied", 201, "ok")]
 
 
 def test_drop_applies_then_the_retry_with_the_same_key_replays(start):
     receiver = start(FakeReceiver, ScriptedFaults(receiver={("job-1", "payment", 1): {"kind": "drop"}}))
     with pytest.raises(ConnectionResetError):
         effect(receiver, {"amount": 3}, key="k")
-    assert ledger_entry(receiver, "dropped")["applied"] is True
+    dropped = ledger_entry(receiver, "dropped")
+    assert (dropped["applied"], dropped["completion"]) == (True, "info")
     retry = effect(receiver, {"amount": 3}, key="k")
     assert retry.status == 200 and retry.headers.get("Idempotent-Replayed") == "true"
     assert len(receiver.applied()) == 1
@@ -414,7 +520,8 @@ def test_drop_of_an_already_applied_key_applies_nothing(start):
     effect(receiver, {"amount": 3}, key="k")
     with pytest.raises(ConnectionResetError):
         effect(receiver, {"amount": 3}, key="k")
-    assert ledger_entry(receiver, "dropped")["applied"] is False
+    dropped = ledger_entry(receiver, "dropped")
+    assert (dropped["applied"], dropped["completion"]) == (False, "info")  # the sender cannot tell
     assert len(receiver.applied()) == 1
 
 
@@ -425,6 +532,7 @@ def test_timeout_applies_late_after_the_client_gave_up(start):
         effect(receiver, {"amount": 8}, key="k", timeout=0.3)
     late = ledger_entry(receiver, "applied_late")
     assert (late["status"], late["applied"], late["effect_id"]) == (201, True, "eff_1")
+    assert late["completion"] == "info"
     assert effect(receiver, {"amount": 8}, key="k").status == 200
     assert len(receiver.applied()) == 1
 
@@ -435,6 +543,30 @@ def test_timeout_on_an_already_applied_key_is_a_replay(start):
     effect(receiver, {"amount": 8}, key="k")
     assert effect(receiver, {"amount": 8}, key="k").status == 200
     assert [e["outcome"] for e in receiver.entries()] == ["applied", "replayed"]
+    assert [e["completion"] for e in receiver.entries()] == ["ok", "info"]  # a timeout, replay or not
+
+
+def test_a_sender_without_headers_is_attributed_by_the_body(start):
+    faults = ScriptedFaults(receiver={("job-b", "charge", 1): {"kind": "status", "status": 503}})
+    receiver = start(FakeReceiver, faults)
+    body = {"job": "job-b", "kind": "charge", "worker": "s-1", "amount_cents": 5}
+    assert call(receiver.url, document=body, headers={"Idempotency-Key": "k"}).status == 503
+    assert call(receiver.url, document=body, headers={"Idempotency-Key": "k"}).status == 201
+    assert [(e["job"], e["kind"], e["worker"], e["n"], e["attributed"], e["completion"])
+            for e in receiver.entries()] == [("job-b", "charge", "s-1", 1, "body", "fail"),
+                                             ("job-b", "charge", "s-1", 2, "body", "ok")]
+    [applied] = receiver.applied()
+    assert (applied["job"], applied["kind"], applied["worker"]) == ("job-b", "charge", "s-1")
+
+
+def test_receiver_headers_take_precedence_over_the_body(start):
+    receiver = start(FakeReceiver)
+    effect(receiver, {"job": "job-b", "kind": "notify", "amount": 1}, key="k", job="job-h", kind="charge")
+    call(receiver.url, document={"amount": 1})
+    headed, bare = receiver.entries()
+    assert (headed["job"], headed["kind"], headed["worker"], headed["attributed"]) == (
+        "job-h", "charge", "w1", "headers")
+    assert (bare["job"], bare["kind"], bare["worker"], bare["attributed"]) == (None, None, None, "none")
 
 
 def test_fakes_refuse_to_bind_anywhere_but_loopback(tmp_path):
