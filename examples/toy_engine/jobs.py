@@ -79,7 +79,7 @@ def claim(doc: dict, worker: str, now: float, lease: float, max_claims: int) -> 
     claims = doc["claims"] + 1
     if claims > max_claims:
         return park(doc, worker, f"crash loop: step {name} claimed {doc['claims']} times "
-                    "without finishing", "crash_loop")
+                    "without finishing", "crash_loop", claims=claims)
     return _write(doc, "worker", worker, status=working, owner=worker,
                   lease_expires=now + lease, claims=claims, step=name)
 
@@ -100,8 +100,9 @@ def finish(doc: dict, worker: str, now: float, output: Any = None, cost: float =
         if not any(e["kind"] == kind for e in new["effects"]):
             new["effects"].append({
                 "kind": kind, "key": idempotency_key(effect["job"], kind), "body": effect,
-                "sent": False, "dead": False, "attempts": 0, "owner": None,
-                "lease_expires": None, "not_before": now, "error": None, "by": worker})
+                "sent": False, "dead": False, "sent_at": None, "dead_at": None,
+                "attempts": 0, "owner": None, "lease_expires": None, "not_before": now,
+                "error": None, "by": worker})
     return new
 
 

@@ -80,9 +80,12 @@ def _job(old: dict, new: dict) -> dict:
               "claims": new["claims"], "lease_until": new["lease_expires"], **_who(new["by"])}
     if (new["actor"] == "worker" and new["status"] in jobs.WORKING and new["owner"]
             and new["claims"] != old["claims"]):
-        return {"type": "claimed", "step": new["step"], **common}
+        return {"type": "claimed", "step": new["step"], "continued": False, **common}
+    # A claim that finds a crash loop parks the job instead of taking it: counted all the same.
+    took = new["actor"] == "worker" and new["claims"] > old["claims"]
     return {"type": "state", "actor": new["actor"], "next_run_at": new["not_before"],
-            "last_error": new["error"], "cause": new["cause"], "heartbeat": False, **common}
+            "last_error": new["error"], "cause": new["cause"], "heartbeat": False,
+            "took_lease": took, **common}
 
 
 def _effects(key: str, old: dict, new: dict) -> list[dict]:
@@ -105,6 +108,7 @@ def _effects(key: str, old: dict, new: dict) -> list[dict]:
                         "lease_until": effect["lease_expires"]})
         else:
             ops.append({"type": "effect_state", **row, **who, "sent": effect["sent"],
-                        "dead": effect["dead"], "last_error": effect["error"]})
+                        "dead": effect["dead"], "sent_at": effect.get("sent_at"),
+                        "dead_at": effect.get("dead_at"), "last_error": effect["error"]})
     return ops
 

@@ -48,10 +48,11 @@ class Sender:
             return True
         except calls.Poison as exc:
             self.failed += 1
-            self.settle(key, kind, {"dead": True, "error": f"refused: {exc}"})
+            self.settle(key, kind, {"dead": True, "dead_at": self.clock(),
+                                    "error": f"refused: {exc}"})
             return True
         probe.point("after_send", key)
-        self.settle(key, kind, {"sent": True, "error": None})
+        self.settle(key, kind, {"sent": True, "sent_at": self.clock(), "error": None})
         self.sent += 1
         return True
 
@@ -74,7 +75,8 @@ class Sender:
 
     def retry_change(self, effect: dict, error: str, retry_after: float | None) -> dict:
         if effect["attempts"] >= self.settings.outbox_max_attempts:
-            return {"dead": True, "error": f"dead after {effect['attempts']} attempts: {error}"}
+            return {"dead": True, "dead_at": self.clock(),
+                    "error": f"dead after {effect['attempts']} attempts: {error}"}
         wait = self.rng.uniform(0.0, self.settings.backoff_bound(effect["attempts"]))
         if retry_after is not None:
             wait = max(wait, retry_after)

@@ -1,0 +1,1 @@
+"""The engine contract, stated once and run against every adapter."""
