@@ -1,0 +1,102 @@
+"""The fakes' pure parts, without a server: the answer to any step, the attribution order, and the
+completion each outcome maps to."""
+
+import hashlib
+import json
+
+import pytest
+
+from chaos.fakes.attribution import call_attribution, effect_attribution
+from chaos.fakes.provider import _completion as call_completion
+from chaos.fakes.provider import any_step_output, step_output
+from chaos.fakes.receiver import _completion as effect_completion
+from chaos.fakes.server import BadRequest
+
+
+def digest(value) -> str:
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+# --- any step --------------------------------------------------------------------------------------
+
+def test_document_steps_keep_their_own_outputs():
+    assert step_output("verify", {"title": "t"}) == {"ok": True, "reason": "ok"}
+    with pytest.raises(BadRequest):
+        step_output("fetch", ["not", "an", "object"])
+
+
+def test_any_other_step_is_answered_from_the_canonical_input():
+    step_input = {"é": "Ünïcode  text", "list": [1, "two words", None, {"k": "v"}]}
+    assert step_output("translate", step_input) == {
+        "step": "translate", "digest": digest(step_input), "summary": "two words v Ünïcode text",
+        "words": 5}
+    assert step_output("translate", json.loads(json.dumps(step_input))) == step_output("translate", step_input)
+
+
+@pytest.mark.parametrize("step_input", [[], "", 7, None, {"n": 1.5}])
+def test_inputs_without_words_still_get_a_digest(step_input):
+    answer = any_step_output("score", step_input)
+    assert (answer["summary"], answer["words"], answer["digest"]) == ("", 0, digest(step_input))
+
+
+def test_the_same_input_under_two_steps_differs_only_in_the_step():
+    first, second = any_step_output("a", {"x": "y"}), any_step_output("b", {"x": "y"})
+    assert first != second and {**first, "step": "b"} == second
+
+
+@pytest.mark.parametrize("step", [None, ""])
+def test_a_request_naming_no_step_is_refused(step):
+    with pytest.raises(BadRequest, match="X-Ninelives-Step"):
+        step_output(step, {"title": "t"})
+
+
+# --- attribution -----------------------------------------------------------------------------------
+
+def test_call_attribution_prefers_headers_then_metadata_then_user_then_the_prompt():
+    request = {"metadata": {"job": "m-job", "step": "m-step", "worker": "m-w"}, "user": "u-job"}
+    headers = {"X-Ninelives-Job": "h-job", "X-Ninelives-Step": "h-step", "X-Ninelives-Worker": "h-w"}
+    assert call_attribution(headers, request, "p-step") == {
+        "job": "h-job", "step": "h-step", "worker": "h-w", "attributed": "headers"}
+    assert call_attribution({}, request, "p-step") == {
+        "job": "m-job", "step": "m-step", "worker": "m-w", "attributed": "body"}
+    assert call_attribution({}, {"user": "u-job", "metadata": {"job": ""}}, "p-step") == {
+        "job": "u-job", "step": "p-step", "worker": None, "attributed": "body"}
+    assert call_attribution({}, None, None) == {
+        "job": None, "step": None, "worker": None, "attributed": "none"}
+
+
+def test_call_attribution_ignores_fields_that_name_nothing():
+    request = {"metadata": ["not", "an", "object"], "user": {"id": 1}}
+    assert call_attribution({"X-Ninelives-Job": " "}, request, None)["attributed"] == "none"
+    assert call_attribution({}, {"metadata": {"job": 42, "step": True}}, None) == {
+        "job": "42", "step": None, "worker": None, "attributed": "body"}
+
+
+def test_effect_attribution_prefers_headers_then_the_body_field_by_field():
+    body = {"job": "b-job", "kind": "b-kind", "worker": "b-w"}
+    assert effect_attribution({"X-Ninelives-Kind": "h-kind", "Idempotency-Key": "k"}, body) == {
+        "key": "k", "job": "b-job", "kind": "h-kind", "worker": "b-w", "attributed": "body"}
+    assert effect_attribution({"X-Ninelives-Job": "h-job"}, body)["attributed"] == "headers"
+    assert effect_attribution({}, ["a", "list"]) == {
+        "key": None, "job": None, "kind": None, "worker": None, "attributed": "none"}
+
+
+# --- completion ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("outcome, completion", [
+    ("ok", "ok"), ("error", "fail"), ("garbage", "fail"), ("bad_content", "fail"), ("schema", "fail"),
+    ("hang", "info"), ("reset", "info"),
+])
+def test_provider_outcomes_map_to_completions(outcome, completion):
+    assert call_completion(outcome) == completion
+
+
+@pytest.mark.parametrize("outcome, fault, completion", [
+    ("applied", None, "ok"), ("replayed", None, "ok"), ("conflict", None, "fail"),
+    ("error", {"kind": "status"}, "fail"), ("error", None, "fail"),
+    ("dropped", {"kind": "drop"}, "info"), ("applied_late", {"kind": "timeout"}, "info"),
+    ("replayed", {"kind": "timeout"}, "info"),
+])
+def test_receiver_outcomes_map_to_completions(outcome, fault, completion):
+    assert effect_completion(outcome, fault) == completion
