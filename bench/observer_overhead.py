@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from engine_throughput import engine_rate  # noqa: E402
 
-from chaos import audit  # noqa: E402
+from chaos.reference import audit  # noqa: E402
 
 
 def install_audit(store) -> None:

@@ -82,7 +82,7 @@ def detect_worker(task: tuple) -> dict:
     time until the first did."""
     name, scenario_name, profile, expect, seeds = task
     from chaos.mutants.catalog import ENGINES
-    from chaos.adapter import REFERENCE
+    from chaos.reference import REFERENCE
     scenario = load_scenario(scenario_name, profile)
     engine, spec = (ENGINES[name], f"chaos.mutants:{name}") if name else (REFERENCE,
                                                                            "reference")

@@ -65,12 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .adapter import load_engine
+    from .contract import load_engine
     from .report import summary
     from .runner import run_campaign
     from .scenario import load_scenario
-    scenario = load_scenario(args.scenario, args.profile)
     engine = load_engine(args.engine)
+    scenario = load_scenario(args.scenario, args.profile, engine)
     print(f"ninelives run {scenario.name} (profile {scenario.profile}, seed {args.seed}, "
           f"engine {args.engine}): {scenario.run.jobs} jobs, {scenario.run.workers} workers, "
           f"{scenario.run.chaos:.1f} s of chaos", file=sys.stderr, flush=True)
@@ -95,12 +95,13 @@ def load_report(run: str) -> dict:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from .adapter import load_engine
+    from .contract import load_engine
     from .plan import FaultPlan
     from .runner import run_campaign
     from .scenario import load_scenario
     report = load_report(args.run)
-    scenario = load_scenario(report["scenario"]["path"], report["profile"])
+    engine_for_scenario = load_engine(report["engine"])
+    scenario = load_scenario(report["scenario"]["path"], report["profile"], engine_for_scenario)
     plan = FaultPlan.from_json(report["plan"])
     engine = load_engine(report["engine"])
     out = args.out or os.path.join(os.path.dirname(os.path.dirname(args.run.rstrip("/"))),
@@ -180,14 +181,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to the engine CLI or a harness command; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "engine":
-        from engine.cli import main as engine_main
-        return engine_main(argv[1:])
+        from .reference.adapter import engine_cli
+        return engine_cli(argv[1:])
     args = build_parser().parse_args(argv)
     from .runner import HarnessError
     from .scenario import ScenarioError
     try:
         if args.command == "demo":
-            from .demo import run_demo
+            from .reference.demo import run_demo
             return run_demo(args.jobs, args.workers, args.seed, args.out)
         if args.command == "sim":
             from .sim.cli import cmd_sim

@@ -186,7 +186,7 @@ def load_engine(spec: str | None) -> Any:
     """The adapter named by `--engine`: None or "reference", or `module:object` (an object,
     or a class called with no argument). Raises ContractError naming what is wrong."""
     if spec in (None, "", "reference"):
-        spec = "chaos.adapter:REFERENCE"
+        spec = "chaos.reference:REFERENCE"
     module, _, attr = spec.partition(":")
     if not attr:
         raise ContractError(f"--engine must be 'reference' or module:object, got {spec!r}")

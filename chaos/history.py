@@ -13,19 +13,21 @@ Every engine operation completed "ok" (it was committed) and names who wrote it:
 "submitter"; `worker` is the writer's id as the engine spells it, `pid` its process id when
 the adapter can tell (None otherwise), `token` the fencing token when the engine has one.
   submitted      job, state, payload_hash
-  claimed        job, step, from, to, worker, pid, token, lease_until, attempts, claims
-                 a worker took the job's lease for `step` (from may equal to: a resume)
+  claimed        job, step, from, to, worker, pid, token, lease_until, attempts, claims,
+                 continued: a worker took the job's lease for `step` (from may equal to: a
+                 resume), or moved on to `step` under the lease it held (continued True)
   state          job, from, to, actor, worker, pid, token, attempts, claims, next_run_at,
-                 lease_until, last_error, cause, heartbeat
+                 lease_until, last_error, cause, heartbeat, took_lease
                  any other committed write to a job; `heartbeat` True for a write that only
-                 extends the lease; `cause` why a job was parked ("crash_loop", "poison",
+                 extends the lease; `took_lease` True for a worker's write that took the
+                 job's lease without running a step (a claim that parks a crash loop); `cause` why a job was parked ("crash_loop", "poison",
                  "attempts", None) in the adapter's reading of the engine's error
   removed        job                                     a job row deleted
   memo           job, step, worker, pid, token, cost, op ("insert" | "delete")
   effect_queued  row, job, kind, key                     an outbox row written
   effect_claimed row, job, kind, worker, pid, token, attempts, lease_until
   effect_sent    row, job, kind, worker, pid, token, attempts   the row marked sent
-  effect_state   row, job, kind, worker, pid, token, attempts, sent, dead, last_error
+  effect_state   row, job, kind, worker, pid, token, attempts, sent_at, dead_at, last_error
                  any other write to an outbox row (a retry scheduled, dead-lettered, released)
   billed         job, step, worker, pid, token, started, ended, outcome, cost, error
                  one billed provider call as the engine recorded it (spend_records only)
@@ -63,6 +65,23 @@ EFFECT_OPS = frozenset({"effect_queued", "effect_claimed", "effect_sent", "effec
 
 #: The order sources sort in when two events carry the same time.
 SOURCE_ORDER = {"runner": 0, "process": 1, "nemesis": 2, "engine": 3, "provider": 4, "receiver": 5}
+
+
+def canonical_json(value: Any) -> str:
+    """The one JSON spelling of a payload the harness compares by (sorted keys, no spaces).
+    Raises ValueError for what JSON cannot hold."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"payload is not JSON-serialisable: {exc}") from None
+
+
+def payload_hash(payload: Any) -> str:
+    """The fingerprint `submitted` operations and snapshots carry for a payload: length,
+    first and last 40 characters of its canonical JSON (cheap enough to compute in SQL)."""
+    text = canonical_json(payload)
+    return f"{len(text)}:{text[:40]}:{text[-40:]}"
 
 
 def sort_key(event: Event) -> tuple:

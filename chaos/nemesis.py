@@ -8,15 +8,13 @@ from __future__ import annotations
 import heapq
 import os
 import signal
-import sqlite3
 import threading
 import time
 from collections import Counter
 from typing import Any, Callable
 
-from .adapter import SystemUnderTest, canonical_json
-from .audit import payload_hash
-from .history import Event
+from .contract import Engine
+from .history import Event, payload_hash
 from .plan import (FaultPlan, documents_for, forced_provider_fault, forced_receiver_fault,
                    latency_fault, provider_fault, receiver_fault)
 from .scenario import Scenario
@@ -66,7 +64,7 @@ class FaultPolicy:
 class Nemesis:
     """Runs the plan's timeline against live processes, the database and the fakes."""
 
-    def __init__(self, scenario: Scenario, plan: FaultPlan, engine: SystemUnderTest, db: str,
+    def __init__(self, scenario: Scenario, plan: FaultPlan, engine: Engine, db: str,
                  supervisor: Supervisor, policy: FaultPolicy,
                  record: Callable[[Event], None]) -> None:
         self.scenario, self.plan, self.engine, self.db = scenario, plan, engine, db
@@ -162,12 +160,12 @@ class Nemesis:
     # -- the faults ------------------------------------------------------------------------
 
     def _kill(self, event: dict) -> None:
-        roles = ("worker", "send") if self.scenario.faults.kill_senders else ("worker",)
+        roles = ("worker", "sender") if self.scenario.faults.kill_senders else ("worker",)
         child = self._target(event, roles)
         if child is None:
             return
         self._log("kill", target=child.name, pid=child.pid, role=child.role)
-        _signal(child.pid, signal.SIGKILL)
+        self.supervisor.signal(child, signal.SIGKILL)
         self._count("kill")
 
     def _pause(self, event: dict) -> None:
@@ -198,18 +196,14 @@ class Nemesis:
         self._aside(self._hold_lock, self.scenario.faults.contention_seconds)
 
     def _hold_lock(self, seconds: float) -> None:
-        conn = sqlite3.connect(self.db, timeout=10.0, isolation_level=None)
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            self._log("contention", seconds=seconds)
-            self._count("contention")
-            time.sleep(seconds)
-            conn.execute("ROLLBACK")
+            with self.engine.hold_write_lock(self.db):
+                self._log("contention", seconds=seconds)
+                self._count("contention")
+                time.sleep(seconds)
             self._log("contention_end")
-        except sqlite3.Error as exc:
-            self._log("error", fault="contention", error=str(exc))
-        finally:
-            conn.close()
+        except Exception as exc:  # the store refused the lock: logged, not fatal
+            self._log("error", fault="contention", error=f"{type(exc).__name__}: {exc}")
 
     def _duplicate_submit(self, event: dict) -> None:
         job = event["job"]
@@ -220,7 +214,7 @@ class Nemesis:
         self._log("duplicate_submit", job=job, kind=event["kind"], result=result)
         self._count(f"duplicate_{event['kind']}")
         self.record({"t": time.time(), "src": "runner", "type": "submit", "job": job,
-                     "payload_hash": payload_hash(canonical_json(payload)), "result": result,
+                     "payload_hash": payload_hash(payload), "result": result,
                      "duplicate": True})
 
     def _operator(self, event: dict) -> None:

@@ -85,11 +85,28 @@ EVIDENCE = {
 }
 
 
-def unfired(scenario: Scenario, applied: dict[str, int]) -> list[str]:
-    """The scenario's configured faults with no evidence of having happened."""
+#: fault setting -> the capability an engine needs for the fault to apply at all.
+NEEDS_CAPABILITY = {
+    "lease_expiry": "lease_expiry", "contention": "write_lock", "operator": "operator",
+    "crash_points": "crash_points", "crash_loop": "crash_points", "skewed_workers": "clock_skew",
+    "heartbeat_off_workers": "heartbeat", "receiver_5xx": "outbox", "receiver_timeout": "outbox",
+    "receiver_drop": "outbox",
+}
+
+
+def not_applicable(scenario: Scenario, engine: Any) -> list[str]:
+    """The scenario's configured faults the engine cannot undergo (it lacks the capability)."""
+    caps = set(getattr(engine, "capabilities", ()))
+    return [setting for setting, cap in NEEDS_CAPABILITY.items()
+            if getattr(scenario.faults, setting) and cap not in caps]
+
+
+def unfired(scenario: Scenario, applied: dict[str, int], skip: Iterable[str] = ()) -> list[str]:
+    """The scenario's configured faults with no evidence of having happened (those in
+    `skip`, not applicable to the engine, aside)."""
     missing = []
     for setting, key in EVIDENCE.items():
-        if getattr(scenario.faults, setting) and not applied.get(key):
+        if setting not in skip and getattr(scenario.faults, setting) and not applied.get(key):
             missing.append(setting)
     return missing
 
@@ -107,9 +124,10 @@ def metrics(scenario: Scenario, events: list[Event], snapshot: dict[str, Any],
     phases = snapshot["phases"]
     chaos = max(phases["heal_start"] - phases["chaos_start"], 1e-9)
     states = Counter(j["state"] for j in snapshot["jobs"].values())
+    done = set(snapshot["pipeline"]["terminal"])  # a job that reached a terminal state
     kills = applied.get("kill", 0) + applied.get("crash_point", 0) + applied.get("crash_loop", 0)
     billed = sum(e.get("billed") or 0.0 for e in of(events, "provider", "call"))
-    committed = sum(m["cost"] or 0.0 for m in snapshot["memos"])
+    committed = sum(m.get("cost") or 0.0 for m in snapshot["memos"])
     total = phases["drain_end"] - phases["chaos_start"]
     return {
         "jobs": len(snapshot["jobs"]), "states": dict(sorted(states.items())),
@@ -117,7 +135,8 @@ def metrics(scenario: Scenario, events: list[Event], snapshot: dict[str, Any],
         "chaos_seconds": round(chaos, 2), "run_seconds": round(total, 2),
         "settle_seconds": round(phases["drain_end"] - phases["drain_start"], 2),
         "drained": phases.get("drained", False),
-        "delivered_per_second": round(states.get("delivered", 0) / max(total, 1e-9), 1),
+        "finished_per_second": round(sum(n for s, n in states.items() if s in done)
+                                     / max(total, 1e-9), 1),
         "provider_calls": sum(1 for _ in of(events, "provider", "call")),
         "receiver_requests": sum(1 for _ in of(events, "receiver", "request")),
         "billed": round(billed, 6), "committed": round(committed, 6),
@@ -142,10 +161,15 @@ def run_command(scenario: Scenario, seed: int, engine_spec: str | None) -> str:
 def build_report(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str | None,
                  run_dir: str, verdicts: list[Verdict], applied: dict[str, int],
                  events: list[Event], snapshot: dict[str, Any], started: float) -> dict:
-    """The report dict; `exit_code` and `result` follow from verdicts and fault evidence."""
-    missing = unfired(scenario, applied)
-    failed = [v.name for v in verdicts if v.valid is not True]
-    exit_code = 2 if missing else (1 if failed else 0)
+    """The report dict; `exit_code` and `result` follow from verdicts and fault evidence:
+    1 when any invariant failed (even if a configured fault also never fired: the report
+    says both), else 2 when a configured fault never fired or a checker crashed, else 0.
+    An `unknown` verdict is reported with its reason and does not fail the run."""
+    skip = not_applicable(scenario, engine)
+    missing = unfired(scenario, applied, skip)
+    failed = [v.name for v in verdicts if v.valid is False]
+    crashed = [v.name for v in verdicts if "traceback" in v.metrics]
+    exit_code = 1 if failed else (2 if missing or crashed else 0)
     return {
         "schema": REPORT_SCHEMA,
         "run_id": os.path.basename(run_dir), "run_dir": run_dir,
@@ -155,8 +179,9 @@ def build_report(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str |
         "plan": plan.to_json(),
         "versions": {"ninelives": VERSION, "python": platform.python_version(),
                      "sqlite": sqlite3.sqlite_version, "platform": platform.platform()},
-        "faults_applied": applied, "faults_unfired": missing,
-        "crashpoint_coverage": crashpoint_coverage(engine.crashpoints, events),
+        "faults_applied": applied, "faults_unfired": missing, "faults_not_applicable": skip,
+        "capabilities": sorted(getattr(engine, "capabilities", ())),
+        "crashpoint_coverage": crashpoint_coverage(getattr(engine, "crashpoints", ()), events),
         "verdicts": [v.to_json() for v in verdicts],
         "metrics": metrics(scenario, events, snapshot, applied),
         "result": {0: "pass", 1: "fail", 2: "error"}[exit_code], "exit_code": exit_code,
@@ -201,9 +226,17 @@ def summary(report: dict) -> str:
         "", verdict_table(report), "",
     ]
     if report["faults_unfired"]:
-        lines.append("ERROR: these configured faults never fired: "
+        lines.append(("ERROR" if report["result"] == "error" else "also")
+                     + ": these configured faults never fired: "
                      + ", ".join(report["faults_unfired"]))
-    verdict = {"pass": "PASS: every invariant holds", "fail": "FAIL: an invariant was violated",
+    if report.get("faults_not_applicable"):
+        lines.append("not applicable to this engine (it lacks the capability): "
+                     + ", ".join(report["faults_not_applicable"]))
+    unknown = [v["name"] for v in report["verdicts"] if v["verdict"] == "unknown"]
+    if unknown:
+        lines.append(f"unknown (no evidence either way): {', '.join(unknown)}")
+    verdict = {"pass": "PASS: every invariant with evidence holds",
+               "fail": "FAIL: an invariant was violated",
                "error": "ERROR: the run did not exercise what the scenario asked"}
     lines += [verdict[report["result"]],
               f"report: {os.path.join(report['run_dir'], 'report.json')}",

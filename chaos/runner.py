@@ -15,18 +15,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from engine import load_config
-
 from . import history as hist
-from .adapter import SystemUnderTest, canonical_json, integrity, pipeline_json
-from .audit import payload_hash
 from .checkers import run_checkers
+from .contract import Command, Engine, ProcessContext, has
+from .expect import harness_snapshot
 from .fakes import FakeProvider, FakeReceiver, read_ledger
 from .nemesis import FaultPolicy, Nemesis
 from .plan import FaultPlan, documents_for, make_plan
 from .render import render_run
 from .report import build_report, faults_applied, write_report
-from .scenario import Scenario
+from .scenario import Scenario, ScenarioError, check_for_engine
 from .supervisor import Supervisor
 
 POLL = 0.02
@@ -79,16 +77,10 @@ def run_dir_for(out: str, scenario: Scenario, seed: int) -> str:
     return path
 
 
-def settings_for(scenario: Scenario, db: str, provider: str, receiver: str) -> dict[str, Any]:
-    """The engine settings every spawned process gets."""
-    return {"poll_interval": 0.02, **scenario.engine, "db": db, "provider_url": provider,
-            "receiver_url": receiver}
-
-
 class Campaign:
     """One run of one scenario with one plan against one engine."""
 
-    def __init__(self, scenario: Scenario, plan: FaultPlan, engine: SystemUnderTest,
+    def __init__(self, scenario: Scenario, plan: FaultPlan, engine: Engine,
                  run_dir: str, *, progress: bool = True) -> None:
         self.scenario, self.plan, self.engine, self.run_dir = scenario, plan, engine, run_dir
         self.progress = progress
@@ -97,7 +89,11 @@ class Campaign:
         self.integrity: list[dict[str, Any]] = []
         self.phases: dict[str, Any] = {}
         self.chaos_on = False
-        self.config = load_config(env={}, overrides=scenario.engine)
+        try:
+            self.settings = check_for_engine(scenario, engine)
+        except ScenarioError as exc:
+            raise HarnessError(str(exc)) from None
+        self.urls = ("", "")
 
     # -- the phases ------------------------------------------------------------------------
 
@@ -105,14 +101,13 @@ class Campaign:
         """Carry out every phase; returns the snapshot the checkers need."""
         self._write_json("scenario.json", self.scenario.to_json())
         self._write_json("plan.json", self.plan.to_json())
-        self.engine.prepare(self.db)
+        self.engine.install(self.db)
         self._submit_all()
-        policy = FaultPolicy(self.scenario, self.plan, self.config.send_timeout)
+        policy = FaultPolicy(self.scenario, self.plan, self.settings.send_timeout or 1.0)
         with FakeProvider(os.path.join(self.run_dir, "provider.jsonl"), faults=policy) as p, \
                 FakeReceiver(os.path.join(self.run_dir, "receiver.jsonl"), faults=policy) as r:
-            sup = Supervisor(self.engine.command, settings_for(self.scenario, self.db, p.url, r.url),
-                             log_dir=self.run_dir, env_for=self._env_for,
-                             args_for=self._args_for, record=self.record)
+            self.urls = (p.url, r.url)
+            sup = Supervisor(self._command, log_dir=self.run_dir, record=self.record)
             try:
                 self._phases(sup, policy)
             finally:
@@ -122,7 +117,7 @@ class Campaign:
         return self._snapshot(applied)
 
     def _phases(self, sup: Supervisor, policy: FaultPolicy) -> None:
-        counts = {"worker": self.scenario.run.workers, "send": self.scenario.run.senders}
+        counts = {"worker": self.scenario.run.workers, "sender": self.scenario.run.senders}
         nemesis = Nemesis(self.scenario, self.plan, self.engine, self.db, sup, policy,
                           self.record)
         self.nemesis = nemesis
@@ -171,9 +166,9 @@ class Campaign:
         last = 0.0
         while time.time() < until:
             for child in sup.reap():
-                if child.proc.returncode == -9:
+                if child.proc.returncode == -9 and has(self.engine, "integrity"):
                     self.integrity.append({"t": time.time(), "after": f"kill of {child.name}",
-                                           "result": integrity(self.db)})
+                                           "result": self.engine.integrity(self.db)})
             sup.keep(counts)
             if until_settled and self._settled():
                 return True
@@ -185,7 +180,7 @@ class Campaign:
 
     def _settled(self) -> bool:
         progress = self.engine.progress(self.db)
-        done = set(self.engine.pipeline.terminal) | set(self.engine.pipeline.parked_states)
+        done = self.engine.pipeline.terminal | self.engine.pipeline.parked_states
         return progress["unsent"] == 0 and all(s in done for s in progress["states"])
 
     def _print_progress(self, phase: str, until: float) -> None:
@@ -200,39 +195,53 @@ class Campaign:
         for job_id, payload in documents_for(self.plan):
             result = self.engine.submit(self.db, job_id, payload)
             self.record({"t": time.time(), "src": "runner", "type": "submit", "job": job_id,
-                         "payload_hash": payload_hash(canonical_json(payload)),
+                         "payload_hash": hist.payload_hash(payload),
                          "result": result, "duplicate": False})
             if result != "created":
                 raise HarnessError(f"submitting {job_id} to a fresh database gave {result!r}")
 
-    def _env_for(self, role: str, slot: int, n: int) -> dict[str, str]:
+    def _command(self, role: str, slot: int, n: int) -> Command:
+        """The adapter's command for one process, from this run's settings for `slot`, with
+        the probe's environment when the engine arms it."""
+        command = self.engine.command(role, self._context(role, slot))
+        return Command(command.argv, {**command.env, **self._crash_env(n)})
+
+    def _context(self, role: str, slot: int) -> ProcessContext:
+        """Per-slot settings: a skewed clock, or heartbeat off with a call timeout that the
+        engine accepts without one (shorter than the lease)."""
+        provider, receiver = self.urls
+        ctx = {"db": self.db, "provider_url": provider, "receiver_url": receiver,
+               "engine": dict(self.scenario.engine), "slot": slot}
+        if role != "worker":
+            return ProcessContext(**ctx)
+        skew = self.plan.skewed[slot] if slot < len(self.plan.skewed) else 0
+        if skew:
+            self.record({"t": time.time(), "src": "nemesis", "type": "skew", "slot": slot,
+                         "seconds": skew})
+            ctx["clock_skew"] = skew
+        if slot >= self.scenario.run.workers - self.scenario.faults.heartbeat_off_workers:
+            s = self.settings
+            timeout = min(s.call_timeout or s.lease * 0.8, s.lease * 0.8)
+            self.record({"t": time.time(), "src": "nemesis", "type": "heartbeat_off",
+                         "slot": slot, "call_timeout": timeout})
+            ctx.update(heartbeat=False, call_timeout=timeout)
+        return ProcessContext(**ctx)
+
+    def _crash_env(self, n: int) -> dict[str, str]:
+        """The probe's environment (see chaos.probe): crash-loop jobs always, armed points
+        during the chaos phase."""
+        if not has(self.engine, "crash_points"):
+            return {}
         env = {"NINELIVES_CRASH_LOG": os.path.join(self.run_dir, "crashes.jsonl")}
         if self.plan.crash_loop:
             env["NINELIVES_CRASH_JOBS"] = ",".join(self.plan.crash_loop)
+            env["NINELIVES_CRASH_JOBS_AT"] = self.engine.crash_loop_point
         f = self.scenario.faults
         if self.chaos_on and f.crash_points:
             env["NINELIVES_CRASH_AT"] = ",".join(
                 f"{p}@{f.crash_point_probability}" for p in f.crash_points)
             env["NINELIVES_CRASH_SEED"] = str(self.plan.crash_seeds[n % len(self.plan.crash_seeds)])
         return env
-
-    def _args_for(self, role: str, slot: int) -> list[str]:
-        """Per-slot settings: a skewed clock, or heartbeat off with a call timeout that the
-        engine accepts without one (shorter than the lease)."""
-        if role != "worker":
-            return []
-        args = []
-        skew = self.plan.skewed[slot] if slot < len(self.plan.skewed) else 0
-        if skew:
-            self.record({"t": time.time(), "src": "nemesis", "type": "skew", "slot": slot,
-                         "seconds": skew})
-            args += ["--clock-skew", str(skew)]
-        if slot >= self.scenario.run.workers - self.scenario.faults.heartbeat_off_workers:
-            timeout = min(self.config.call_timeout, self.config.lease * 0.8)
-            self.record({"t": time.time(), "src": "nemesis", "type": "heartbeat_off",
-                         "slot": slot, "call_timeout": timeout})
-            args += ["--heartbeat", "off", "--call-timeout", str(timeout)]
-        return args
 
     def _write_json(self, name: str, data: Any) -> None:
         with open(os.path.join(self.run_dir, name), "w", encoding="utf-8") as fh:
@@ -242,33 +251,14 @@ class Campaign:
 
     def _snapshot(self, applied: list[dict]) -> dict[str, Any]:
         snap = self.engine.snapshot(self.db)
-        self.integrity.append({"t": time.time(), "after": "end", "result": snap.pop("integrity")})
-        expect = self._expectations()
-        snap.update({
-            "pipeline": pipeline_json(self.engine.pipeline),
-            "settings": {k: getattr(self.config, k) for k in (
-                "lease", "heartbeat", "heartbeat_interval", "call_timeout", "max_attempts",
-                "max_claims", "backoff_base", "backoff_cap", "outbox_max_attempts", "keep_job",
-                "outbox_lease", "send_timeout")},
-            "integrity": self.integrity,
-            "receiver_applied": [{"id": a["id"], "key": a["key"], "job": a["job"],
-                                  "kind": a["kind"], "t": a["t"]} for a in applied],
-            "plan": {"poison": {j: v["kind"] for j, v in self.plan.poison.items()},
-                     "crash_loop": self.plan.crash_loop, "needs_review": self.plan.needs_review,
-                     "duplicates": self.plan.duplicates, "expect": expect},
-            "phases": self.phases,
-            "submitted": list(self.plan.jobs),
-        })
+        if has(self.engine, "integrity"):
+            self.integrity.append({"t": time.time(), "after": "end",
+                                   "result": self.engine.integrity(self.db)})
+        snap.update(harness_snapshot(self.scenario, self.plan, self.engine, self.settings,
+                                     integrity=self.integrity, receiver_applied=applied,
+                                     phases=self.phases, jobs=self.plan.jobs))
         self._write_json("snapshot.json", snap)
         return snap
-
-    def _expectations(self) -> dict[str, Any]:
-        f, c = self.scenario.faults, self.config
-        exclusive = (c.heartbeat and c.lease > c.call_timeout and not f.skewed_workers
-                     and not f.pause and not f.lease_expiry and not f.contention
-                     and not f.heartbeat_off_workers)
-        return {"duplicate_spend_allowance": self.scenario.expect.duplicate_spend_allowance,
-                "lease_exclusive": exclusive, "settle": True}
 
     def history(self) -> list[hist.Event]:
         """Every source merged into one time-ordered history."""
@@ -280,11 +270,11 @@ class Campaign:
                    for e in read_ledger(os.path.join(self.run_dir, "crashes.jsonl"))]
         for e in provider + receiver:
             e.pop("server", None)
-        return hist.merge(self.engine.audit(self.db), provider, receiver, crashes,
+        return hist.merge(self.engine.operations(self.db), provider, receiver, crashes,
                           self.record.events)
 
 
-def run_campaign(scenario: Scenario, seed: int, engine: SystemUnderTest, out: str, *,
+def run_campaign(scenario: Scenario, seed: int, engine: Engine, out: str, *,
                  plan: FaultPlan | None = None, engine_spec: str | None = None,
                  progress: bool = True) -> RunResult:
     """Run one scenario end to end and write its reports. Raises HarnessError when the run

@@ -15,14 +15,11 @@ the file, the field and the reason.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
-
-from engine.config import FIELDS as ENGINE_FIELDS
-from engine.config import ConfigError, load_config
-from engine.hooks import CRASHPOINTS
 
 from .latency import LatencyError, parse_latency
 
@@ -127,8 +124,9 @@ def resolve_path(name: str) -> str:
     raise ScenarioError(f"no scenario {name!r} (a file path, or one of: {', '.join(known)})")
 
 
-def load_scenario(name: str, profile: str | None = None) -> Scenario:
-    """Load, validate and scale a scenario. Raises ScenarioError naming file and field."""
+def load_scenario(name: str, profile: str | None = None, engine: Any = None) -> Scenario:
+    """Load, validate and scale a scenario for `engine` (an adapter; the reference when
+    None). Raises ScenarioError naming file and field."""
     path = resolve_path(name)
     data = _read_toml(path)
     where = os.path.relpath(path)
@@ -141,11 +139,33 @@ def load_scenario(name: str, profile: str | None = None) -> Scenario:
     run = _table(where, "run", Run, data.get("run", {}))
     faults = _table(where, "faults", Faults, data.get("faults", {}))
     expect = _table(where, "expect", Expect, data.get("expect", {}))
-    engine = _engine(where, data.get("engine", {}))
+    table = _engine(where, data.get("engine", {}))
     scenario = Scenario(name=data["name"], path=path, description=data.get("description", ""),
-                        run=run, engine=engine, faults=faults, expect=expect)
+                        run=run, engine=table, faults=faults, expect=expect)
     _check(where, scenario)
-    return apply_profile(scenario, profile or "ci")
+    scenario = apply_profile(scenario, profile or "ci")
+    check_for_engine(scenario, engine)
+    return scenario
+
+
+def check_for_engine(scenario: Scenario, engine: Any = None) -> Any:
+    """The scenario's [engine] table as `engine` reads it (its EngineSettings), after
+    checking its crash points against the ones the engine declares. Raises ScenarioError
+    naming the file and the field."""
+    from .contract import load_engine
+    engine = engine if engine is not None else load_engine("reference")
+    where = os.path.relpath(scenario.path)
+    try:
+        settings = engine.settings(scenario.engine)
+    except ValueError as exc:
+        raise ScenarioError(f"{where}: [engine] {exc}") from None
+    known = tuple(getattr(engine, "crashpoints", ()))
+    for point in scenario.faults.crash_points:
+        if point != "*" and point not in known:
+            raise ScenarioError(f"{where}: field 'faults.crash_points' names unknown point "
+                                f"{point!r} (engine {engine.name!r} declares: "
+                                f"{', '.join(known) or 'none'})")
+    return settings
 
 
 def _read_toml(path: str) -> dict:
@@ -203,14 +223,13 @@ def _typed(where: str, field_name: str, kind: str, value: Any) -> Any:
 def _engine(where: str, raw: Any) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ScenarioError(f"{where}: [engine] must be a table")
-    for key in raw:
-        if key not in ENGINE_FIELDS:
-            raise ScenarioError(f"{where}: unknown field 'engine.{key}' (an engine setting: "
-                                f"{', '.join(sorted(ENGINE_FIELDS))})")
-    try:
-        load_config(env={}, overrides=raw)
-    except ConfigError as exc:
-        raise ScenarioError(f"{where}: [engine] {exc}") from None
+    for key, value in raw.items():  # what each setting means is the engine's to say
+        if not isinstance(value, (str, int, float, bool)):
+            raise ScenarioError(f"{where}: field 'engine.{key}' must be a string, number or "
+                                f"boolean, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ScenarioError(f"{where}: field 'engine.{key}' must be a finite number, "
+                                f"got {value!r}")
     return dict(raw)
 
 
@@ -247,10 +266,6 @@ def _check(where: str, s: Scenario) -> None:
             parse_latency(f.latency)
         except LatencyError as exc:
             raise ScenarioError(f"{where}: field 'faults.latency': {exc}") from None
-    for point in f.crash_points:
-        if point != "*" and point not in CRASHPOINTS:
-            raise ScenarioError(f"{where}: field 'faults.crash_points' names unknown point "
-                                f"{point!r} (known: {', '.join(CRASHPOINTS)})")
     if f.crash_points and f.crash_point_probability == 0:
         raise ScenarioError(f"{where}: faults.crash_points is set but "
                             "faults.crash_point_probability is 0: no point would fire")

@@ -1,12 +1,13 @@
-"""The supervisor: spawns engine processes through the engine's own command line, keeps the
+"""The supervisor: spawns engine processes with the commands the adapter gives, keeps the
 asked-for number alive, records their lifecycle, and ends them all.
 
 Whoever starts a process ends it: `close()` terminates, then kills, then reaps every child.
-Children are started with --exit-with-parent (PR_SET_PDEATHSIG), so they die with the runner
-even when the runner itself is SIGKILLed.
+Every child is started with PR_SET_PDEATHSIG set before exec, so it dies with the runner
+even when the runner itself is SIGKILLed, whatever the engine does.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .contract import Command
 from .history import Event
 
 
@@ -28,6 +30,7 @@ class Child:
     started: float
     log_path: str | None = None
     ended: float | None = None
+    killed: bool = False       # the harness sent the signal that ended it
 
     @property
     def pid(self) -> int:
@@ -41,32 +44,29 @@ class Child:
 class Supervisor:
     """Owns the engine processes of one run.
 
-    command: role -> argv prefix (the adapter's); settings are appended as flags;
-    env_for: (role, slot, spawn number) -> extra environment (crash points, ...);
+    command: (role, slot, spawn number) -> the Command to start (the adapter's argv and
+    environment, from the runner's settings for that slot);
     record: where lifecycle events go.
     """
 
-    command: Callable[[str], list[str]]
-    settings: dict[str, object]
+    command: Callable[[str, int, int], Command]
     log_dir: str | None = None
-    env_for: Callable[[str, int, int], dict[str, str]] = lambda role, slot, n: {}
-    args_for: Callable[[str, int], list[str]] = lambda role, slot: []
     record: Callable[[Event], None] = lambda event: None
     children: list[Child] = field(default_factory=list)
     spawned: int = 0
+    closing: bool = False
 
     def spawn(self, role: str, slot: int = 0) -> Child:
-        """Start one `worker` or `send` process in `slot` with the run's settings."""
+        """Start one `worker` or `sender` process in `slot`."""
         self.spawned += 1
         name = f"{role}-{slot}.{self.spawned}"
-        argv = self.command(role) + ["--exit-with-parent", *self.args_for(role, slot)]
-        for key, value in self.settings.items():
-            argv += [f"--{key.replace('_', '-')}", _flag(value)]
+        command = self.command(role, slot, self.spawned)
         log_path = os.path.join(self.log_dir, f"{name}.log") if self.log_dir else None
         out = open(log_path, "ab") if log_path else subprocess.DEVNULL
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                    env={**os.environ, **self.env_for(role, slot, self.spawned)})
+            proc = subprocess.Popen(command.argv, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=out, env={**os.environ, **command.env},
+                                    preexec_fn=die_with_parent)
         finally:
             if log_path:
                 out.close()
@@ -77,17 +77,28 @@ class Supervisor:
                      "signal": None})
         return child
 
+    def signal(self, child: Child, sig: int) -> None:
+        """Send `sig` to `child` on the harness's behalf (its exit then counts as caused)."""
+        if sig in (signal.SIGKILL, signal.SIGTERM):
+            child.killed = True
+        _send(child.proc, sig)
+
     def reap(self) -> list[Child]:
-        """Children that exited since the last call; each exit is recorded."""
+        """Children that exited since the last call; each exit is recorded, with the tail
+        of its log when the harness did not end it."""
         gone = []
         for child in self.children:
             if child.ended is None and child.proc.poll() is not None:
                 child.ended = time.time()
                 code = child.proc.returncode
                 sig = signal.Signals(-code).name if code < 0 else None
-                self.record({"t": child.ended, "src": "process", "type": "exit",
-                             "name": child.name, "role": child.role, "pid": child.pid,
-                             "code": code, "signal": sig})
+                killed = child.killed or self.closing
+                event = {"t": child.ended, "src": "process", "type": "exit",
+                         "name": child.name, "role": child.role, "slot": child.slot,
+                         "pid": child.pid, "code": code, "signal": sig, "killed": killed}
+                if not killed:
+                    event["log_tail"] = log_tail(child.log_path)
+                self.record(event)
                 gone.append(child)
         return gone
 
@@ -107,6 +118,7 @@ class Supervisor:
 
     def close(self, grace: float = 3.0) -> None:
         """Terminate every child, kill those still alive after `grace` seconds, reap all."""
+        self.closing = True
         for child in self.alive():
             _send(child.proc, signal.SIGCONT)  # a stopped process cannot act on SIGTERM
             _send(child.proc, signal.SIGTERM)
@@ -126,10 +138,27 @@ class Supervisor:
         self.close()
 
 
-def _flag(value: object) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return str(value)
+def die_with_parent() -> None:
+    """In the child before exec: ask Linux to SIGKILL it when the runner dies, whatever
+    engine it becomes (PR_SET_PDEATHSIG survives exec), so no engine process is orphaned."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def log_tail(path: str | None, lines: int = 20) -> str | None:
+    """The last `lines` lines of a child's log (what it said before it died), or None."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 8192))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def _send(proc: subprocess.Popen, sig: int) -> None:

@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
-from .adapter import load_engine
+from .contract import load_engine
 from .history import Event, of, pid_of, read_history
 from .latency import parse_latency
 from .runner import run_campaign
@@ -99,7 +99,7 @@ def measure(result_dir: str, report: dict) -> dict[str, Any]:
 
 
 def report_states_done(report: dict) -> list[str]:
-    from .adapter import REFERENCE
+    from .reference import REFERENCE
     return sorted(REFERENCE.pipeline.terminal | REFERENCE.pipeline.parked_states)
 
 

@@ -1,21 +1,22 @@
 """The invariant checkers: pure functions `check(history, snapshot) -> Verdict`.
 
-A checker never touches a process or a database. It reads the history (see chaos.history
-for the event format) and the final snapshot, a dict built by the runner when the run ends:
+A checker never touches a process or a database. It reads the history (operations, see
+chaos.history for the vocabulary) and the final snapshot, a dict built when the run ends
+(see chaos.contract for the engine's part and chaos.expect for the harness's):
 
-  pipeline:  {"name", "steps": [{"name","ready","working","done","parked","alternate"}],
-              "edges": {state: [to...]}, "operator_edges": {state: [to...]},
-              "terminal": [...], "parked": [...], "ready": [...], "working": [...]}
-  settings:  the engine settings of the run: lease, heartbeat, heartbeat_interval,
-             call_timeout, max_attempts, max_claims, backoff_base, backoff_cap,
-             outbox_max_attempts, keep_job, outbox_lease, send_timeout
-  jobs:      {job_id: {"state","attempts","claims","lease_token","last_error",
-              "payload_hash","next_run_at","lease_until"}}
-  memos:     [{"job","step","cost","worker","lease_token","at"}]
+  engine:    {"name", "capabilities": [...]}   what the engine declared (chaos.contract)
+  pipeline:  chaos.pipeline.Pipeline.to_json(): steps, edges, operator_edges, terminal,
+             parked, ready, working, effects
+  settings:  chaos.contract.EngineSettings.to_json(): lease, heartbeat, call_timeout,
+             max_attempts, max_claims, backoff_bounds, outbox_lease, send_timeout, ...
+             (None where the engine has no such setting)
+  jobs:      {job_id: {"state","attempts","claims","token","last_error","cause",
+              "payload_hash", ...}}
+  memos:     [{"job","step","cost", ...}]
   outbox:    [{"row","job","kind","key","sent_at","dead_at","attempts","last_error"}]
-  spend:     [{"job","step","worker","lease_token","started","ended","outcome","cost"}]
-  integrity: [{"t","after","result"}]  PRAGMA integrity_check after each kill and at the end
-  orphans:   {"memos_without_job": N, "outbox_without_job": N, "spend_without_job": N}
+  spend:     [{"job","step","worker","pid","started","ended","outcome","cost"}]
+  integrity: [{"t","after","result"}]  the store's integrity after each kill and at the end
+  orphans:   {name: count}
   receiver_applied: [{"id","key","job","kind","t"}]   the receiver's applied effects
   plan:      {"poison": {job: kind}, "crash_loop": [job...], "needs_review": [job...],
               "duplicates": {"same": [job...], "different": [job...]},
@@ -23,6 +24,10 @@ for the event format) and the final snapshot, a dict built by the runner when th
                          "settle": bool}}
   phases:    {"chaos_start","heal_start","drain_start","drain_end", "drained": bool}
   submitted: [job_id...]   every id the runner meant to create
+
+A check whose evidence the engine does not provide (a capability it does not declare) is
+`unknown` with that reason, never pass or fail; so is one that examined nothing while the
+faults it depends on fired.
 
 Each checker module exposes `NAME` and `check(history, snapshot) -> Verdict`;
 `run_checkers` runs them all, turning a checker that raises into an `unknown` verdict.
@@ -44,12 +49,14 @@ INVARIANTS = (
     "legal-transitions", "no-rebill-after-commit", "outbox-bounded", "effects-complete",
     "all-jobs-settle", "submissions-idempotent", "memo-consistent", "retry-discipline",
     "bounded-work", "lease-exclusive", "fenced-writes", "cost-accounted", "db-intact",
+    "processes-survive",
 )
 
 
 def _load() -> None:
     import importlib
-    for module in ("transitions", "billing", "outbox", "liveness", "leases", "integrity"):
+    for module in ("transitions", "billing", "outbox", "liveness", "leases", "integrity",
+                   "processes"):
         CHECKERS.update(importlib.import_module(f"{__name__}.{module}").CHECKS)
 
 

@@ -2,7 +2,7 @@
 memos are single and complete (memo-consistent), and every billed cent is either committed or
 attributed to a cause (cost-accounted).
 
-Also owns the shared reading of the provider ledger against the audit: calls per (job, step),
+Also owns the shared reading of the provider ledger against the engine's operations: calls per (job, step),
 memo lifetimes, which call a memo came from, which spend record a call got.
 """
 from __future__ import annotations
@@ -12,7 +12,8 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from ..history import Event
-from .transitions import EPS, JobIndex, audit_jobs, clock_of, is_bump, is_operator, is_worker
+from .ops import capable, is_engine, is_job, is_operator, is_worker, takes_lease
+from .transitions import EPS, JobIndex, clock_of, is_update, job_ops
 from .verdict import Verdict
 
 COST_TOLERANCE = 1e-9
@@ -31,7 +32,7 @@ def provider_calls(history: list[Event]) -> dict[Key, list[Event]]:
 
 
 class Memos:
-    """Each (job, step)'s memo lifetimes from the audit: [insert, delete or None] in order.
+    """Each (job, step)'s memo lifetimes: [insert, delete or None] in commit order.
 
     `conflicts` holds (live insert, second insert) pairs: an insert while a memo was live.
     """
@@ -41,7 +42,7 @@ class Memos:
         self.conflicts: list[tuple[Event, Event]] = []
         self.count = 0
         for e in history:
-            if e["src"] != "audit" or e["type"] != "memo":
+            if not is_engine(e, "memo"):
                 continue
             self.count += 1
             periods = self.periods[(e["job"], e["step"])]
@@ -65,7 +66,7 @@ class Memos:
     def worker_inserts(self) -> list[tuple[Event, Event | None]]:
         """(memo insert by a worker, its delete or None), in commit order."""
         return sorted(((i, d) for periods in self.periods.values() for i, d in periods
-                       if is_worker(i["writer"])), key=lambda p: p[0]["t"])
+                       if is_worker(i)), key=lambda p: p[0]["t"])
 
 
 def memoized_call(memo: Event, calls: list[Event]) -> Event | None:
@@ -73,7 +74,7 @@ def memoized_call(memo: Event, calls: list[Event]) -> Event | None:
     (job, step) that ended last before the memo committed (EPS: ledger vs audit clocks)."""
     found = None
     for call in calls:
-        if call["worker"] == memo["writer"] and call["t_end"] <= memo["t"] + EPS:
+        if call["worker"] == memo["worker"] and call["t_end"] <= memo["t"] + EPS:
             if found is None or call["t_end"] > found["t_end"]:
                 found = call
     return found
@@ -87,7 +88,7 @@ def match_spends(history: list[Event], calls: dict[Key, list[Event]]) -> dict[in
     """
     spends: dict[tuple, list[Event]] = defaultdict(list)
     for e in history:
-        if e["src"] == "audit" and e["type"] == "spend":
+        if is_engine(e, "billed"):
             spends[(e["worker"], e["job"], e["step"])].append(e)
     by_worker: dict[tuple, list[Event]] = defaultdict(list)
     for (job, step), group in calls.items():
@@ -110,8 +111,8 @@ def needs_ledger(history: list[Event], calls: dict[Key, list[Event]]) -> str | N
     if calls:
         return None
     for e in history:
-        if e["src"] == "audit" and e["type"] in ("memo", "spend") and (e.get("cost") or 0) > 0:
-            return ("no provider ledger events, yet the audit records billed costs: "
+        if is_engine(e, "memo", "billed") and (e.get("cost") or 0) > 0:
+            return ("no provider ledger events, yet the engine recorded billed costs: "
                     "was the provider's ledger collected?")
     return None
 
@@ -184,14 +185,15 @@ RACE_WINDOW = 0.1  # seconds between an owner's last look for the memo and its c
 def _zombie_race(memo: Event, claim: Event, began: float) -> bool:
     """The memo's writer was fenced out by the caller's claim, and the call began so soon
     after the memo that the caller's last look could not have seen it."""
-    fenced = memo.get("token") is not None and memo["token"] < claim["token"]
+    fenced = (memo.get("token") is not None and claim.get("token") is not None
+              and memo["token"] < claim["token"])
     return fenced and began - memo["t"] < RACE_WINDOW
 
 
 def _rebilled(verdict: Verdict, at, call: Event, memo: Event, stale_claim: Event | None) -> None:
     message = (f"job {call['job']}: provider call for {call['step']!r} by {call['worker']} "
                f"started at {at(call['t_start'])}, after the step's memo committed at "
-               f"{at(memo['t'])} (by {memo['writer']}); billed {call['billed']}")
+               f"{at(memo['t'])} (by {memo['worker']}); billed {call['billed']}")
     if stale_claim is not None:
         message += (f"; its claim at {at(stale_claim['t'])} came before the memo: the worker "
                     "acted on the memos it read when it claimed")
@@ -216,20 +218,20 @@ def check_memo_consistent(history: list[Event], snapshot: dict[str, Any]) -> Ver
     verdict = Verdict("memo-consistent")
     memos, at = Memos(history), clock_of(history)
     if not memos.count and snapshot["memos"]:
-        return verdict.unknown("no audit memo events, yet the snapshot has memos")
+        return verdict.unknown("no memo operations, yet the snapshot has memos")
     verdict.checked = memos.count
     for live, second in memos.conflicts:
         verdict.fail("second-memo", f"job {second['job']}: a second memo for "
                      f"{second['step']!r} was inserted at {at(second['t'])} by "
-                     f"{second['writer']} while the one from {at(live['t'])} by "
-                     f"{live['writer']} was live", live, second)
+                     f"{second['worker']} while the one from {at(live['t'])} by "
+                     f"{live['worker']} was live", live, second)
     for delete, by in deleted_by(history):
-        if by is None or not is_operator(by["writer"]):
+        if by is None or not is_operator(by):
             verdict.fail("memo-deleted-without-operator", f"job {delete['job']}: memo for "
                          f"{delete['step']!r} deleted at {at(delete['t'])}, and the job's next "
-                         f"write is {'none' if by is None else 'by ' + by['writer']}, not an "
+                         f"write is {'none' if by is None else 'by ' + str(by['worker'])}, not an "
                          "operator's resolve", *[e for e in (delete, by) if e])
-    jobs = audit_jobs(history)
+    jobs = job_ops(history)
     _check_implied_memos(verdict, snapshot, jobs)
     hits = _check_memo_hits(verdict, at, snapshot, jobs, memos, provider_calls(history))
     verdict.metrics = {"memo_events": memos.count, "second_memos": len(memos.conflicts),
@@ -238,20 +240,18 @@ def check_memo_consistent(history: list[Event], snapshot: dict[str, Any]) -> Ver
 
 
 def deleted_by(history: list[Event]) -> list[tuple[Event, Event | None]]:
-    """(memo delete, the job's next audit job write or None) for every memo delete.
+    """(memo delete, the job's next job write or None) for every memo delete.
 
-    A trigger cannot tell who deleted a row (the row names its writer, not its deleter), so
-    a delete is attributed to the job write that follows it: resolve deletes the memo and
-    moves the job in one transaction, so that write is the operator's.
+    An observer may not know who deleted a row (a trigger sees the row's writer, not its
+    deleter), so a delete is attributed to the job write that follows it: an operator's
+    resolve deletes the memo and moves the job in one transaction.
     """
     pending: dict[str, list[Event]] = defaultdict(list)
     found = []
     for e in history:
-        if e["src"] != "audit":
-            continue
-        if e["type"] == "memo" and e["op"] == "delete":
+        if is_engine(e, "memo") and e["op"] == "delete":
             pending[e["job"]].append(e)
-        elif e["type"] == "job" and pending.get(e["job"]):
+        elif is_job(e) and pending.get(e["job"]):
             found += [(d, e) for d in pending.pop(e["job"])]
     return found + [(d, None) for ds in pending.values() for d in ds]
 
@@ -288,13 +288,13 @@ def _check_memo_hits(verdict: Verdict, at, snapshot: dict, jobs: list[Event], me
     step_of = {s["working"]: s["name"] for s in snapshot["pipeline"]["steps"]}
     by_writer: dict[tuple, list[Event]] = defaultdict(list)
     for e in jobs:
-        if e["op"] == "update" and is_worker(e["writer"]):
-            by_writer[(e["job"], e["writer"])].append(e)
+        if is_update(e) and is_worker(e):
+            by_writer[(e["job"], e["worker"])].append(e)
     entries = 0
     for (job, worker), events in by_writer.items():
         claimed = None
         for i, e in enumerate(events):
-            if is_bump(e):
+            if takes_lease(e):
                 claimed = e
             moved = e is claimed or e["from"] != e["to"]
             if e["to"] not in step_of or claimed is None or not moved:
@@ -338,10 +338,11 @@ def check_cost_accounted(history: list[Event], snapshot: dict[str, Any]) -> Verd
     waste: Counter[str] = Counter()
     counted: Counter[str] = Counter()
     spends, index = match_spends(history, calls), JobIndex(history)
+    records = capable(snapshot, "spend_records")
     for call in (c for group in calls.values() for c in group):
         verdict.checked += 1
         spend = spends.get(id(call))
-        if spend is None and (call["billed"] or 0) > 0 and call["worker"] and \
+        if spend is None and (call["billed"] or 0) > 0 and call["worker"] and records and \
                 not index.died_before_writing(call["worker"], call["job"], call["t_start"]):
             verdict.fail("spend-unrecorded", f"job {call['job']}: the provider billed "
                          f"{call['billed']} for {call['step']!r} to {call['worker']} (call at "
@@ -352,7 +353,11 @@ def check_cost_accounted(history: list[Event], snapshot: dict[str, Any]) -> Verd
             waste[cause] += call["billed"] or 0.0
             counted[cause] += 1
     billed = sum(c["billed"] or 0.0 for group in calls.values() for c in group)
-    committed = sum(m["cost"] or 0.0 for m in snapshot["memos"])
+    committed = sum(m.get("cost") or 0.0 for m in snapshot["memos"])
+    if not capable(snapshot, "spend_records") and verdict.valid is not False:
+        verdict.unknown(f"the engine keeps no per-call spend record: {verdict.checked} memo "
+                        "costs and calls checked against the ledger, unrecorded spend not "
+                        "judged")
     verdict.metrics = {"billed": round(billed, 9), "committed": round(committed, 9),
                        "waste": round(billed - committed, 9),
                        "waste_by_cause": {c: round(waste[c], 9) for c in WASTE_CAUSES
@@ -396,7 +401,7 @@ def waste_cause(call: Event, spend: Event | None, index: JobIndex) -> str:
 
 
 def _mismatch(verdict: Verdict, at, memo: Event, call: Event | None) -> None:
-    where = (f"job {memo['job']}: the memo for {memo['step']!r} by {memo['writer']} at "
+    where = (f"job {memo['job']}: the memo for {memo['step']!r} by {memo['worker']} at "
              f"{at(memo['t'])}")
     if call is None:
         verdict.fail("cost-mismatch", f"{where} records cost {memo['cost']}, but the provider "

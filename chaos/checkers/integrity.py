@@ -1,10 +1,11 @@
-"""Checker of the database file itself (db-intact): PRAGMA integrity_check was ok after every
+"""Checker of the store itself (db-intact): the engine's integrity check was ok after every
 kill and at the end, and no memo, outbox or spend row outlived its job."""
 from __future__ import annotations
 
 from typing import Any
 
 from ..history import Event
+from .ops import capable
 from .verdict import Verdict
 
 
@@ -13,13 +14,15 @@ def check_db_intact(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     taken); every snapshot.orphans count is 0 ("orphan-rows"). Unknown with no integrity
     checks recorded: the run never looked."""
     verdict = Verdict("db-intact")
+    if not capable(snapshot, "integrity"):
+        return verdict.unknown("the engine offers no integrity check of its store")
     checks = snapshot["integrity"]
     if not checks:
-        return verdict.unknown("no PRAGMA integrity_check results in the snapshot")
+        return verdict.unknown("no integrity check results in the snapshot")
     for entry in checks:
         verdict.checked += 1
         if entry.get("result") != "ok":
-            verdict.fail("integrity", f"PRAGMA integrity_check after {entry.get('after')!r} "
+            verdict.fail("integrity", f"the integrity check after {entry.get('after')!r} "
                          f"returned {entry.get('result')!r}",
                          {"src": "snapshot", "type": "integrity", **entry})
     orphans = snapshot["orphans"]

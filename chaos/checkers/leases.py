@@ -8,7 +8,8 @@ from typing import Any
 from ..history import Event
 from .billing import (COST_TOLERANCE, Memos, match_spends, memoized_call, needs_ledger,
                       provider_calls)
-from .transitions import JobIndex, audit_jobs, clock_of, is_bump, is_worker
+from .ops import is_effect, is_engine, is_job, is_worker, takes_lease
+from .transitions import JobIndex, clock_of, job_ops
 from .verdict import Verdict
 
 MAX_WITNESS_CALLS = 10
@@ -86,7 +87,7 @@ def duplicate_calls(group: list[Event], periods) -> list[Event]:
     """The calls that paid again for a good answer to a step (see check_lease_exclusive)."""
     good = [c for c in group if c["outcome"] == "ok"]
     final = periods[-1][0] if periods and periods[-1][1] is None else None
-    kept = memoized_call(final, group) if final is not None and is_worker(final["writer"]) else None
+    kept = memoized_call(final, group) if final is not None and is_worker(final) else None
     if kept not in good:
         kept = good[0] if good else None
     return [c for c in good if c is not kept]
@@ -97,76 +98,91 @@ def duplicate_calls(group: list[Event], periods) -> list[Event]:
 def check_fenced_writes(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     """No job or outbox write by a worker after its lease was taken over.
 
-    The token and its owner: a job's insert, and every update whose token > old_token (a
-    claim, a crash-loop park, an operator action), set the job's token and make its writer
-    the owner; outbox rows likewise (their insert, then each sender's claim). Every other
-    audit write by a worker (state change, failure, heartbeat, outbox insert for its job,
-    mark-sent) fails as "zombie-write" unless the writer owns the current token and the token
-    did not go back. Memo inserts by fenced workers are allowed (first writer wins) and only
-    counted; nemesis, operator and submit writes are not worker writes.
+    The owner: a job's submission, and every write that takes its lease (a claim, a claim
+    that parks, an operator's move), make its writer the job's owner; outbox rows likewise
+    (queued, then each sender's claim of the row). Every other write by a worker (state
+    change, failure, heartbeat, moving on to the next step, an effect queued for its job,
+    an effect sent) fails as "zombie-write" unless the writer is the current owner and,
+    where the engine has fencing tokens, the token did not go back. Memo inserts by fenced
+    workers are allowed (first writer wins) and only counted; harness, operator and submit
+    writes are not worker writes.
     """
     verdict = Verdict("fenced-writes")
-    if snapshot["jobs"] and not audit_jobs(history):
-        return verdict.unknown("no audit job events, yet the run had jobs: "
-                               "was the audit installed?")
+    if snapshot["jobs"] and not job_ops(history):
+        return verdict.unknown("no engine job operations, yet the run had jobs: "
+                               "was the observer installed?")
     at = clock_of(history)
-    owners: dict[tuple, Event] = {}      # ("job", id) | ("row", id) -> event that set the token
-    claims: dict[tuple, Event] = {}      # (thing, writer) -> the writer's last claim of it
+    owners: dict[tuple, Event] = {}      # ("job", id) | ("row", id) -> the owner's write
+    claims: dict[tuple, Event] = {}      # (thing, worker) -> the worker's last claim of it
+    tokens: dict[tuple, int] = {}        # thing -> its last token, where the engine has one
     bumps = fenced_memos = 0
-    for e in (e for e in history if e["src"] == "audit"):
+    for e in (e for e in history if is_engine(e)):
         if e["type"] == "memo":
             owner = owners.get(("job", e["job"]))
-            fenced_memos += (e["op"] == "insert" and is_worker(e["writer"])
-                             and owner is not None and owner["writer"] != e["writer"])
+            fenced_memos += (e["op"] == "insert" and is_worker(e)
+                             and owner is not None and owner.get("worker") != e.get("worker"))
             continue
-        if e["type"] not in ("job", "outbox"):
+        if not (is_job(e) or is_effect(e)):
             continue
-        if e["op"] == "insert" or is_bump(e):
-            thing = ("job", e["job"]) if e["type"] == "job" else ("row", e["row"])
-            bumps += e["op"] == "update"
-            owners[thing] = claims[(thing, e["writer"])] = e
-        thing = fenced_by(e)
-        if thing is None:
+        thing = ("row", e["row"]) if is_effect(e) and e["type"] != "effect_queued" \
+            else ("job", e["job"])
+        # An effect queued carries its row's token, not its job's: nothing to compare.
+        went_back = (e["type"] != "effect_queued" and e.get("token") is not None
+                     and tokens.get(thing) is not None and e["token"] < tokens[thing])
+        if e["type"] in ("submitted", "effect_queued", "effect_claimed") or takes_lease(e):
+            own = ("row", e["row"]) if e["type"] == "effect_queued" else thing
+            bumps += e["type"] not in ("submitted", "effect_queued")
+            owners[own] = claims[(own, e.get("worker"))] = e
+            if e.get("token") is not None:
+                tokens[own] = max(tokens.get(own, e["token"]), e["token"])
+        fenced = fenced_by(e)
+        if fenced is None:
             continue
         verdict.checked += 1
-        owner = owners.get(thing)
-        if e["token"] < e["old_token"] or owner is None or owner["writer"] != e["writer"]:
-            _zombie(verdict, at, e, owner, claims.get((thing, e["writer"])))
-    verdict.metrics = {"worker_writes": verdict.checked, "token_bumps": bumps,
+        owner = owners.get(fenced)
+        if went_back or owner is None or owner.get("worker") != e.get("worker"):
+            _zombie(verdict, at, e, owner, claims.get((fenced, e.get("worker"))),
+                    tokens.get(thing) if went_back else None)
+        elif e.get("token") is not None and e["type"] != "effect_queued":
+            tokens[thing] = e["token"]
+    verdict.metrics = {"worker_writes": verdict.checked, "lease_takes": bumps,
                        "fenced_memo_inserts": fenced_memos}
     return verdict
 
 
 def fenced_by(e: Event) -> tuple | None:
     """The lease a worker's job or outbox write must hold: its job's for a job write or an
-    outbox insert (made while finishing the job), its row's for an outbox update; None for
-    writes that take a lease (claims) and for writes that are not a worker's."""
-    if not is_worker(e["writer"]) or is_bump(e) or e["op"] == "delete":
+    effect queued (made while finishing the job), its row's for a later outbox write; None
+    for writes that take a lease (claims) and for writes that are not a worker's."""
+    if not is_worker(e) or takes_lease(e) or e["type"] in ("removed", "submitted",
+                                                            "effect_claimed"):
         return None
-    if e["type"] == "job":
-        return ("job", e["job"]) if e["op"] == "update" else None
-    return ("job", e["job"]) if e["op"] == "insert" else ("row", e["row"])
+    if is_job(e) or e["type"] == "effect_queued":
+        return ("job", e["job"])
+    return ("row", e["row"])
 
 
-def _zombie(verdict: Verdict, at, e: Event, owner: Event | None, own_claim: Event | None) -> None:
-    if e["type"] == "job":
+def _zombie(verdict: Verdict, at, e: Event, owner: Event | None, own_claim: Event | None,
+            back_from: int | None) -> None:
+    if is_job(e):
         what = (f"{e['from']} -> {e['to']}" if e["from"] != e["to"] else "a lease write "
                 f"(heartbeat) in {e['to']!r}")
-        where = f"job {e['job']}"
-    elif e["op"] == "insert":
-        what, where = f"an outbox row {e['kind']!r}", f"job {e['job']}"
+    elif e["type"] == "effect_queued":
+        what = f"an outbox row {e['kind']!r}"
     else:
-        what, where = f"outbox row {e['row']} ({e['kind']!r})", f"job {e['job']}"
-    message = f"{where}: {e['writer']} wrote {what} at {at(e['t'])}"
-    if e["token"] < e["old_token"]:
-        message += f", setting the token back from {e['old_token']} to {e['token']}"
+        what = f"outbox row {e['row']} ({e['kind']!r})"
+    message = f"job {e['job']}: {e.get('worker')} wrote {what} at {at(e['t'])}"
+    if back_from is not None:
+        message += f", setting the token back from {back_from} to {e['token']}"
     elif owner is None:
         message += ", which nobody had claimed"
     else:
-        message += (f", but the lease (token {owner['token']}) belonged to {owner['writer']} "
+        token = f" (token {owner['token']})" if owner.get("token") is not None else ""
+        message += (f", but the lease{token} belonged to {owner.get('worker')} "
                     f"since {at(owner['t'])}")
     if own_claim is not None:
-        message += f"; its own claim was token {own_claim['token']} at {at(own_claim['t'])}"
+        token = f" token {own_claim['token']}" if own_claim.get("token") is not None else ""
+        message += f"; its own claim was{token} at {at(own_claim['t'])}"
     witnesses = [w for w in (own_claim, owner) if w is not None and w is not e]
     witnesses = [w for i, w in enumerate(witnesses) if w not in witnesses[:i]] + [e]
     verdict.fail("zombie-write", message, *witnesses)

@@ -1,10 +1,10 @@
 """Liveness invariants: jobs settle, retries keep their discipline, work per step is bounded.
 
-The checks share one reading of the job audit, *holdings*: a worker's hold on one step of a
-job, from the write that gave it the step (a claim that bumps the lease token, or the
-continuation from the previous step under the same token) to its own write that leaves the
-working state under that token (complete, retry, park). A holding with no such write ended
-in a crash or was fenced out.
+The checks share one reading of the job operations, *holdings*: a worker's hold on one step
+of a job, from the `claimed` operation that gave it the step (a claim, or moving on from the
+previous step under the same lease) to its own next write to the job that is not a
+heartbeat (complete, retry, park). A holding with no such write ended in a crash or was
+fenced out.
 """
 from __future__ import annotations
 
@@ -14,14 +14,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..history import Event, pid_of
+from ..history import Event
+from .ops import (TOL, capable, is_engine, is_heartbeat, is_job, is_operator, is_worker,
+                  pids_by_worker)
 from .verdict import Verdict
-
-# Audit triggers, the fake servers and the supervisor stamp events from different processes
-# of one machine, and the audit's SQLite clock has millisecond resolution (an audit event may
-# sort up to 1 ms before the call it follows): order between sources is judged by time with
-# this slack (seconds), never by position in the history.
-TOL = 0.005
 POISON_OUTCOMES = frozenset({"bad_content", "schema", "garbage"})
 SYNC_SPAN = 0.020      # retries starting within this span are "at once"
 SYNC_MIN_RETRIES = 8   # fewer retries after an outage say nothing about synchronization
@@ -52,7 +48,6 @@ class Timeline:
 
     t0: float = 0.0
     holdings: dict[str, list[Holding]] = field(default_factory=lambda: defaultdict(list))
-    by_token: dict[tuple, Holding] = field(default_factory=dict)  # (job, worker, token)
     # (job, step) -> [(position, segment, call, holding)]
     calls: dict[tuple, list[tuple]] = field(default_factory=lambda: defaultdict(list))
     spends: list[tuple[int, Event]] = field(default_factory=list)
@@ -64,23 +59,24 @@ class Timeline:
     skewed_slots: set[int] = field(default_factory=set)
     skewed: set[int] = field(default_factory=set)          # pids of workers on a skewed clock
     call_timeouts: list[float] = field(default_factory=list)  # per-slot overrides
+    pids: dict[str, int] = field(default_factory=dict)        # worker id -> process id
 
     def at(self, t: float) -> str:
         return f"+{t - self.t0:.3f} s"
 
     def is_skewed(self, worker: str | None) -> bool:
-        return pid_of(worker) in self.skewed
+        return self.pids.get(worker) in self.skewed
 
 
 def read_timeline(history: list[Event], pipeline: dict[str, Any]) -> Timeline:
     """One pass over the history (see Timeline)."""
     steps = pipeline["steps"]
-    tl = Timeline(t0=history[0]["t"] if history else 0.0)
+    tl = Timeline(t0=history[0]["t"] if history else 0.0, pids=pids_by_worker(history))
     reader = _JobReader(tl, steps)
     current, spawned = reader.current, []
     for pos, e in enumerate(history):
         src, type_ = e.get("src"), e.get("type")
-        if src == "audit" and type_ == "job":
+        if is_job(e):
             reader.read(pos, e)
         elif src == "provider" and type_ == "call":
             job, step = e.get("job"), e.get("step")
@@ -90,8 +86,8 @@ def read_timeline(history: list[Event], pipeline: dict[str, Any]) -> Timeline:
             if holding is not None:
                 holding.calls.append((pos, e))
             tl.calls[(job, step)].append((pos, tl.segment[job], e, holding))
-        elif src == "audit" and type_ == "spend":
-            tl.spends.append((pos, e))
+        elif is_engine(e, "billed"):
+            tl.spends.append((pos, e, current.get((e.get("job"), e.get("worker")))))
         elif src == "nemesis":
             _read_nemesis(tl, e)
         elif src == "process" and type_ == "spawn":
@@ -124,53 +120,52 @@ def _read_nemesis(tl: Timeline, e: Event) -> None:
 
 
 class _JobReader:
-    """Turns audit job updates into holdings, runs of claims and interventions."""
+    """Turns job operations into holdings, runs of claims and interventions."""
 
     def __init__(self, tl: Timeline, steps: list[dict]) -> None:
         self.tl = tl
-        self.by_working = {s["working"]: s for s in steps}
-        self.done_before = {steps[i]["working"]: steps[i - 1]["done"] for i in range(1, len(steps))}
+        self.by_name = {s["name"]: s for s in steps}
         self.current: dict[tuple[str, str], Holding] = {}   # (job, worker) -> latest holding
         self.runs: Counter = Counter()                       # (job, step) -> claims in the run
 
     def read(self, pos: int, e: Event) -> None:
-        tl, job, writer = self.tl, e["job"], e.get("writer") or ""
+        tl, job, writer = self.tl, e["job"], e.get("worker") or ""
         tl.job_events[job].append((pos, e))
-        if writer.startswith("operator"):
+        if is_operator(e):
             tl.segment[job] += 1
             tl.interventions[job].append(pos)
             for key in [k for k in self.runs if k[0] == job]:
                 del self.runs[key]
             return
-        if writer == "nemesis":
+        if e.get("actor") == "harness":
             tl.interventions[job].append(pos)
             return
-        if e.get("op") != "update":
+        if e["type"] == "claimed" and e.get("step") in self.by_name:
+            self._enter(pos, e, self.by_name[e["step"]], writer)
             return
-        token, old = e.get("token") or 0, e.get("old_token") or 0
-        step = self.by_working.get(e["to"])
-        if step is not None and (token > old or e["from"] == self.done_before.get(e["to"])):
-            self._enter(pos, e, step, writer, token)
+        if e["type"] != "state" or is_heartbeat(e) or not is_worker(e):
             return
-        holding = tl.by_token.get((job, writer, token))
-        working = holding.step["working"] if holding else None
-        # A heartbeat (working -> working, same token) extends the lease; it is not the write.
-        if holding is not None and holding.write is None and e["from"] == working != e["to"]:
+        holding = self.current.get((job, writer))
+        if holding is not None and holding.write is None:
             holding.write, holding.write_pos = e, pos
 
-    def _enter(self, pos: int, e: Event, step: dict, writer: str, token: int) -> None:
+    def _enter(self, pos: int, e: Event, step: dict, writer: str) -> None:
         job, key = e["job"], (e["job"], step["name"])
-        self.runs[key] = self.runs[key] + 1 if e["from"] == e["to"] else 1
-        holding = Holding(job, step, writer, token, e, pos, self.tl.segment[job], self.runs[key])
+        held = self.tl.holdings.get(job)
+        last = held[-1] if held else None
+        # A run of claims: each claim of the step after one that ended without a write.
+        resumed = (last is not None and last.step["name"] == step["name"]
+                   and last.write is None and self.runs[key] > 0)
+        self.runs[key] = self.runs[key] + 1 if resumed else 1
+        holding = Holding(job, step, writer, e.get("token"), e, pos, self.tl.segment[job],
+                          self.runs[key])
         self.tl.holdings[job].append(holding)
-        self.tl.by_token[(job, writer, token)] = holding
         self.current[(job, writer)] = holding
 
 
 def _unknown_without_audit(verdict: Verdict, history: list[Event], snapshot: dict) -> bool:
-    if snapshot["jobs"] and not any(e.get("src") == "audit" and e.get("type") == "job"
-                                        for e in history):
-        verdict.unknown("the snapshot has jobs but the history has no job audit event")
+    if snapshot["jobs"] and not any(is_job(e) for e in history):
+        verdict.unknown("the snapshot has jobs but the history has no job operation")
         return True
     return False
 
@@ -205,7 +200,7 @@ def check_all_jobs_settle(history: list[Event], snapshot: dict[str, Any]) -> Ver
         row = jobs[job_id]
         if row["state"] not in settled:
             last = last_job.get(job_id)
-            by = f"; last written by {last['writer']} at +{last['t'] - t0:.3f} s" if last else ""
+            by = f"; last written by {last.get('worker')} at +{last['t'] - t0:.3f} s" if last else ""
             verdict.fail("job-not-settled",
                          f"job {job_id} is still {row['state']!r} after the drain (attempts "
                          f"{row.get('attempts')}, claims {row.get('claims')}, last error "
@@ -222,9 +217,9 @@ def check_all_jobs_settle(history: list[Event], snapshot: dict[str, Any]) -> Ver
 def _last_audit(history: list[Event]) -> tuple[dict, dict, float]:
     last_job, last_row = {}, {}
     for e in history:
-        if e.get("src") == "audit" and e.get("type") == "job":
+        if is_job(e):
             last_job[e["job"]] = e
-        elif e.get("src") == "audit" and e.get("type") == "outbox":
+        elif is_engine(e) and e.get("kind") is not None and e.get("row") is not None:
             last_row[(e["job"], e["kind"])] = e
     return last_job, last_row, history[0]["t"] if history else 0.0
 
@@ -237,7 +232,7 @@ def check_retry_discipline(history: list[Event], snapshot: dict[str, Any]) -> Ve
     verdict = Verdict("retry-discipline")
     plan = snapshot["plan"]
     has_calls = any(e.get("src") == "provider" and e.get("type") == "call" for e in history)
-    if not has_calls and (snapshot["spend"] or plan.get("poison")):
+    if not has_calls and (snapshot.get("spend") or plan.get("poison")):
         return verdict.unknown("the engine recorded provider spend (or the plan poisons jobs) "
                                "but the history has no provider call (provider ledger missing)")
     if _unknown_without_audit(verdict, history, snapshot):
@@ -261,7 +256,19 @@ def check_retry_discipline(history: list[Event], snapshot: dict[str, Any]) -> Ve
         "max_calls_per_step": max((len(v) for v in tl.calls.values()), default=0),
         **waits, "outages": outages,
     }
+    retryable = sum(_is_retryable(c) for v in tl.calls.values() for _, _, c, _ in v)
+    repeated = sum(len(v) > 1 for v in tl.calls.values())
+    if verdict.valid is True and retryable and not waits["retry_writes"] and not repeated:
+        verdict.unknown(f"0 retries observed while {retryable} retryable failures (429, 5xx, "
+                        "hang, reset) were answered: the engine's retry writes were not "
+                        "recognised, so waits and caps went unjudged")
     return verdict
+
+
+def _is_retryable(call: Event) -> bool:
+    status = call.get("status")
+    return call.get("outcome") in ("hang", "reset") or status == 429 or (
+        status is not None and status >= 500)
 
 
 def _is_poison(call: Event) -> bool:
@@ -274,8 +281,8 @@ def _check_poison(verdict: Verdict, tl: Timeline) -> None:
     """After a worker observed poison and committed the failure, no later claim calls again."""
     observed = [(pos, c, h) for entries in tl.calls.values() for pos, _, c, h in entries
                 if _is_poison(c)]
-    observed += [(pos, s, tl.by_token.get((s["job"], s["worker"], s["token"])))
-                 for pos, s in tl.spends if s.get("outcome") == "poison"]
+    observed += [(pos, s, holding) for pos, s, holding in tl.spends
+                 if s.get("outcome") == "poison"]
     judged = set()
     for pos, event, holding in sorted(observed, key=lambda o: o[0]):
         if holding is None or holding.write is None or \
@@ -304,13 +311,15 @@ def _check_poison(verdict: Verdict, tl: Timeline) -> None:
 
 def _check_caps(verdict: Verdict, tl: Timeline, settings: dict) -> None:
     """attempts <= max_attempts; calls per run of a step <= max_attempts + unwritten holdings."""
-    cap = settings["max_attempts"]
+    cap = settings.get("max_attempts")
+    if cap is None:
+        return
     for job, events in tl.job_events.items():
         over = next((e for _, e in events if (e.get("attempts") or 0) > cap
-                     and not (e.get("writer") or "").startswith("operator")), None)
+                     and not is_operator(e)), None)
         if over is not None:
             verdict.fail("attempts-over-cap",
-                         f"job {job}: {over['writer']} recorded attempt {over['attempts']} of "
+                         f"job {job}: {over.get('worker')} recorded attempt {over['attempts']} of "
                          f"state {over['from']!r} at {tl.at(over['t'])}, past max_attempts={cap}",
                          over)
     unwritten = Counter((h.job, h.step["name"], h.segment)
@@ -332,9 +341,9 @@ def _check_caps(verdict: Verdict, tl: Timeline, settings: dict) -> None:
 
 def _check_waits(verdict: Verdict, tl: Timeline, settings: dict) -> dict:
     """Retry-After honoured, backoff within full-jitter bounds, jitter present."""
-    base, cap = settings["backoff_base"], settings["backoff_cap"]
     # The shortest call timeout any worker ran with bounds when a hung call was given up.
-    timeout = min([settings["call_timeout"], *tl.call_timeouts])
+    timeout = min([t for t in (settings.get("call_timeout"), *tl.call_timeouts)
+                   if t is not None], default=None)
     stats = Counter()
     samples: dict[int, list[tuple[float, Event]]] = defaultdict(list)
     for holds in tl.holdings.values():
@@ -353,25 +362,39 @@ def _check_waits(verdict: Verdict, tl: Timeline, settings: dict) -> dict:
                 stats["retry_after_checked"] += 1
                 if _retry_after_ignored(verdict, tl, h, call_pos, call, retry_after):
                     continue
-            ceiling = min(cap, base * 2.0 ** max(0, (w.get("attempts") or 1) - 1))
-            _check_backoff(verdict, tl, h, call, max(ceiling, retry_after or 0.0), timeout)
+            bounds = backoff(settings, w.get("attempts") or 1)
+            if bounds is None:
+                stats["skipped_undeclared"] += 1  # the engine declares no backoff bounds
+                continue
+            low, ceiling = bounds
+            _check_backoff(verdict, tl, h, call, low, max(ceiling, retry_after or 0.0), timeout)
             if retry_after is None:
                 samples[w.get("attempts") or 0].append((w["next_run_at"] - w["t"], w))
     for attempts, got in sorted(samples.items()):
-        ceiling = min(cap, base * 2.0 ** max(0, attempts - 1))
+        low, ceiling = backoff(settings, attempts)
         delays = [d for d, _ in got]
-        # Equal waits, or all of them at the very top of the range: full jitter puts each
-        # wait above 0.9 x ceiling with probability 0.1, all n of them with 0.1^n.
+        # Equal waits, or all of them at the very top of the range: jitter over [low, high]
+        # puts each wait in its top tenth with probability 0.1, all n of them with 0.1^n.
         equal = max(delays) - min(delays) <= max(0.001, 0.01 * ceiling)
-        at_top = min(delays) >= 0.9 * ceiling
+        at_top = min(delays) >= low + 0.9 * (ceiling - low)
         if len(got) >= SYNC_MIN_RETRIES and (equal or at_top):
             verdict.fail("no-jitter",
                          f"{len(got)} retries after failed attempt {attempts} all wait "
                          f"{statistics.mean(delays):.3f} s (spread {max(delays) - min(delays):.4f}"
-                         f" s): full jitter would spread them over [0, {ceiling:.3f}] s",
+                         f" s): jitter would spread them over [{low:.3f}, {ceiling:.3f}] s",
                          *[w for _, w in got[:4]])
     return {"retry_writes": stats["retry_writes"], "skipped_skewed": stats["skipped_skewed"],
-            "retry_after_checked": stats["retry_after_checked"]}
+            "retry_after_checked": stats["retry_after_checked"],
+            "skipped_undeclared": stats["skipped_undeclared"]}
+
+
+def backoff(settings: dict, attempt: int) -> tuple[float, float] | None:
+    """The engine's declared (lowest, highest) wait after failed attempt `attempt`."""
+    bounds = settings.get("backoff_bounds") or ()
+    if not bounds or attempt < 1:
+        return None
+    low, high = bounds[min(attempt, len(bounds)) - 1]
+    return float(low), float(high)
 
 
 def _retry_after_ignored(verdict: Verdict, tl: Timeline, h: Holding, call_pos: int, call: Event,
@@ -412,18 +435,19 @@ def answered(call: Event, timeout: float | None, since: float | None = None) -> 
 
 
 def _check_backoff(verdict: Verdict, tl: Timeline, h: Holding, call: Event | None,
-                   upper: float, timeout: float | None) -> None:
+                   lower: float, upper: float, timeout: float | None) -> None:
     # The engine's clock read lies between the failing answer (or the claim) and the audit
     # write, so the wait it chose lies in [next_run_at - write t, next_run_at - that start].
     w = h.write
     lowest = w["next_run_at"] - w["t"]
     highest = w["next_run_at"] - (answered(call, timeout, h.start["t"]) if call
                                   else h.start["t"])
-    if lowest > upper + TOL or highest < -TOL:
+    if lowest > upper + TOL or highest < lower - TOL:
         verdict.fail("backoff-out-of-bounds",
                      f"job {h.job}: after failed attempt {w.get('attempts')} of step "
-                     f"{h.step['name']!r}, {h.worker} waits {lowest:.3f} s before the retry; full "
-                     f"jitter allows [0, {upper:.3f}] s", *([call] if call else []), w)
+                     f"{h.step['name']!r}, {h.worker} waits {lowest:.3f} s before the retry; the "
+                     f"engine's backoff allows [{lower:.3f}, {upper:.3f}] s",
+                     *([call] if call else []), w)
 
 
 def _check_outage(verdict: Verdict, tl: Timeline, settings: dict, snapshot: dict,
@@ -441,7 +465,7 @@ def _check_outage(verdict: Verdict, tl: Timeline, settings: dict, snapshot: dict
         if i is not None and i > 0:
             retries.append((calls[i], calls[i]["t_start"] - calls[i - 1]["t_end"]))
     report = {"start": tl.at(start["t"]), "retries": len(retries),
-              "judged": settings["backoff_base"] >= SYNC_MIN_BASE}
+              "judged": (backoff(settings, 1) or (0.0, 0.0))[1] >= SYNC_MIN_BASE}
     if not retries:
         return report
     delays = [d for _, d in retries]
@@ -475,7 +499,9 @@ def check_bounded_work(history: list[Event], snapshot: dict[str, Any]) -> Verdic
     if _unknown_without_audit(verdict, history, snapshot):
         return verdict
     tl = read_timeline(history, snapshot["pipeline"])
-    cap = snapshot["settings"]["max_claims"]
+    # Without a declared cap, only the end of crash loops is judged: they must end parked.
+    cap = snapshot["settings"].get("max_claims") if capable(snapshot, "crash_loop_cap") \
+        else None
     longest: Counter = Counter()
     runs: Counter = Counter()
     for holds in tl.holdings.values():
@@ -485,7 +511,7 @@ def check_bounded_work(history: list[Event], snapshot: dict[str, Any]) -> Verdic
             if h.run == 1:
                 first[name] = h
             longest[name] = max(longest[name], h.run)
-            if h.run == cap + 1:
+            if cap is not None and h.run == cap + 1:
                 verdict.fail("too-many-claims",
                              f"job {h.job}: step {name!r} was claimed {h.run} times without "
                              f"finishing (max_claims={cap}): first by {first[name].worker} at "
@@ -495,7 +521,10 @@ def check_bounded_work(history: list[Event], snapshot: dict[str, Any]) -> Verdic
     for job in snapshot["plan"].get("crash_loop", []):
         _check_crash_loop(verdict, tl, snapshot, job)
     verdict.checked = sum(len(h) for h in tl.holdings.values())
-    verdict.metrics = {"holdings": verdict.checked,
+    if cap is None and verdict.valid is not False and not snapshot["plan"].get("crash_loop"):
+        verdict.unknown("the engine declares no crash-loop cap and the run had no crash-loop "
+                        "job: claims per step were measured, not judged")
+    verdict.metrics = {"holdings": verdict.checked, "max_claims": cap,
                        "max_claims_per_step": dict(sorted(longest.items())),
                        "claims_histogram": dict(sorted(runs.items())),
                        "crash_loop_jobs": len(snapshot["plan"].get("crash_loop", []))}
@@ -513,23 +542,24 @@ def _run_lengths(holds: list[Holding]) -> list[int]:
 
 
 def _check_crash_loop(verdict: Verdict, tl: Timeline, snapshot: dict, job: str) -> None:
+    """A job that kills every worker that runs it ends parked (for the crash loop, where
+    the engine says why it parks), unless an operator took it over."""
     row = snapshot["jobs"].get(job)
     holds = tl.holdings.get(job, [])
     events = [e for _, e in tl.job_events.get(job, [])]
     parked = holds[-1].step["parked"] if holds else None
-    if row and row["state"] == parked and "crash loop" in (row.get("last_error") or ""):
+    says_why = capable(snapshot, "crash_loop_cap")
+    if row and row["state"] == parked and (not says_why or row.get("cause") == "crash_loop"):
         return
-    park = next((i for i, e in enumerate(events) if e["to"] in snapshot["pipeline"]["parked"]
-                 and "crash loop" in (e.get("last_error") or "")), None)
-    if park is not None and any((e.get("writer") or "").startswith("operator")
-                                for e in events[park + 1:]):
-        return  # parked for the crash loop, then an operator acted on it
+    if any(is_operator(e) for e in events):
+        return  # an operator acted on the job: what happens to it next is theirs
     state = row["state"] if row else "missing from the snapshot"
     claims = sum(h.step["working"] == holds[-1].step["working"] for h in holds) if holds else 0
     verdict.fail("crash-loop-not-parked",
                  f"job {job} crashes its workers every time but ended {state!r} (last error "
                  f"{(row or {}).get('last_error')!r}) after {claims} claims; it should be "
-                 f"parked in {parked!r} with a 'crash loop' error", *events[-1:])
+                 f"parked in {parked!r}" + (" for the crash loop" if says_why else ""),
+                 *events[-1:])
 
 
 CHECKS = {"all-jobs-settle": check_all_jobs_settle,

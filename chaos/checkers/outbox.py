@@ -1,9 +1,10 @@
 """Outbox invariants: an effect is resent only when its last outcome was ambiguous, it is
 applied once at the receiver, and every delivered job's effects arrive (or are dead-lettered).
 
-An effect is identified by (job, kind): the engine keeps one outbox row per pair and sends
-it with the idempotency key `job:kind`. Receiver requests are read from the receiver's
-ledger, rows from the outbox audit, kills from the supervisor's process records.
+An effect is identified by (job, kind): the engine keeps one outbox row per pair. Receiver
+requests are read from the receiver's ledger (attributed by headers or body, else by the
+idempotency key of an effect_queued operation), rows from the engine's effect operations,
+kills from the supervisor's process records.
 """
 from __future__ import annotations
 
@@ -12,20 +13,14 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..history import Event, pid_of
+from ..history import Event
+from .ops import TOL, capable, is_effect, is_engine, is_job, pids_by_worker
 from .verdict import Verdict
-
-# The receiver, the audit triggers and the supervisor stamp events with the same machine's
-# wall clock from different processes (the audit's at millisecond resolution): order between
-# them is judged by time with this slack (seconds), never by position in the history.
-TOL = 0.005
 
 CLEAN_OUTCOMES = frozenset({"applied", "replayed"})  # answers a sender saw and can trust
 LATE_FAULTS = frozenset({"timeout", "drop"})  # the receiver held the answer past the timeout
 
 Effect = tuple[str, str]  # (job, kind)
-
-DOCUMENT_EFFECTS = frozenset({"charge", "notify"})  # what the document pipeline's deliver emits
 
 
 @dataclass
@@ -37,22 +32,25 @@ class _Index:
     rows: dict[Effect, list[Event]] = field(default_factory=lambda: defaultdict(list))
     sends: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     kills: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
+    pids: dict[str, int] = field(default_factory=dict)
     unattributed: int = 0
 
 
 def _index(history: list[Event]) -> _Index:
-    idx = _Index(t0=history[0]["t"] if history else 0.0)
+    idx = _Index(t0=history[0]["t"] if history else 0.0, pids=pids_by_worker(history))
+    by_key = {e["key"]: (e["job"], e["kind"]) for e in history
+              if is_engine(e, "effect_queued") and e.get("key") is not None}
     for e in history:
         src, type_ = e.get("src"), e.get("type")
         if src == "receiver" and type_ == "request":
-            effect = effect_of(e)
+            effect = effect_of(e, by_key)
             if effect is None:
                 idx.unattributed += 1
                 continue
             idx.requests[effect].append(e)
             if e.get("worker"):
                 idx.sends[e["worker"]].append(e["t_start"])
-        elif src == "audit" and type_ == "outbox":
+        elif is_effect(e):
             idx.rows[(e["job"], e["kind"])].append(e)
         elif src == "process" and type_ == "exit" and e.get("signal") == "SIGKILL":
             idx.kills[e["pid"]].append(e["t"])
@@ -61,12 +59,12 @@ def _index(history: list[Event]) -> _Index:
     return idx
 
 
-def effect_of(request: Event) -> Effect | None:
-    """(job, kind) of a receiver request, from its headers or else its `job:kind` key."""
+def effect_of(request: Event, by_key: dict[str, Effect] | None = None) -> Effect | None:
+    """(job, kind) of a receiver request, as the receiver attributed it, or else from the
+    outbox row that queued its idempotency key."""
     job, kind = request.get("job"), request.get("kind")
-    key = request.get("key")
-    if (job is None or kind is None) and isinstance(key, str) and ":" in key:
-        key_job, key_kind = key.rsplit(":", 1)
+    if (job is None or kind is None) and by_key and request.get("key") in by_key:
+        key_job, key_kind = by_key[request["key"]]
         job, kind = job or key_job, kind or key_kind
     return None if job is None or kind is None else (job, kind)
 
@@ -97,9 +95,8 @@ def _clean(request: Event, idx: _Index, settings: dict[str, Any]) -> bool:
 
 
 def _is_claim(row_event: Event) -> bool:
-    """A sender's claim of an outbox row bumps its lease token (dead-lettering does too)."""
-    return (row_event["op"] == "update" and row_event["dead_at"] is None
-            and (row_event["token"] or 0) > (row_event["old_token"] or 0))
+    """A sender's claim of an outbox row."""
+    return row_event["type"] == "effect_claimed" and row_event.get("dead_at") is None
 
 
 # -- outbox-bounded ----------------------------------------------------------------------
@@ -116,7 +113,7 @@ def _ambiguity(request: Event, rows: list[Event], idx: _Index,
     if not _clean(request, idx, settings):
         return "answer"
     sender, start = request.get("worker"), request["t_start"]
-    if any(e["writer"] == sender and e["sent_at"] is not None and e["t"] >= start - TOL
+    if any(e.get("worker") == sender and e.get("sent_at") is not None and e["t"] >= start - TOL
            for e in rows):
         return None
     if _killed_before_next_send(sender, start, idx):
@@ -127,7 +124,7 @@ def _ambiguity(request: Event, rows: list[Event], idx: _Index,
 
 
 def _killed_before_next_send(sender: str | None, start: float, idx: _Index) -> bool:
-    pid = pid_of(sender)
+    pid = idx.pids.get(sender)
     if pid is None or pid not in idx.kills:
         return False
     starts = idx.sends.get(sender, [])
@@ -138,8 +135,10 @@ def _killed_before_next_send(sender: str | None, start: float, idx: _Index) -> b
 
 def _lease_taken(sender: str | None, start: float, rows: list[Event],
                  settings: dict[str, Any]) -> bool:
-    own = [e for e in rows if _is_claim(e) and e["writer"] == sender and e["t"] <= start + TOL]
-    taken = [e for e in rows if _is_claim(e) and e["writer"] != sender and e["t"] >= start - TOL]
+    own = [e for e in rows if _is_claim(e) and e.get("worker") == sender
+           and e["t"] <= start + TOL]
+    taken = [e for e in rows if _is_claim(e) and e.get("worker") != sender
+             and e["t"] >= start - TOL]
     if not own or not taken:
         return False
     # A takeover excuses the resend only once the first lease ran out; when the history does
@@ -161,6 +160,9 @@ def _describe(request: Event, cause: str | None, idx: _Index) -> str:
 def check_outbox_bounded(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     """Per (job, kind): receiver requests <= 1 + ambiguous outcomes, and at most one applied."""
     verdict = Verdict("outbox-bounded")
+    if not capable(snapshot, "outbox"):
+        return verdict.unknown("the engine declares no outbox: receiver requests cannot be "
+                               "held to the rows that sent them")
     idx = _index(history)
     rows = snapshot["outbox"]
     if not idx.requests and (any(r.get("sent_at") is not None for r in rows)
@@ -224,6 +226,8 @@ def _judge_applied(verdict: Verdict, effect: Effect, requests: list[Event], rece
 def check_effects_complete(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     """Every delivered job's outbox rows were applied at the receiver, or dead-lettered."""
     verdict = Verdict("effects-complete")
+    if not capable(snapshot, "outbox"):
+        return verdict.unknown("the engine declares no outbox: no rows to hold the receiver to")
     idx = _index(history)
     pipeline = snapshot["pipeline"]
     final = pipeline["steps"][-1]["done"]
@@ -236,15 +240,16 @@ def check_effects_complete(history: list[Event], snapshot: dict[str, Any]) -> Ve
         return verdict.unknown("outbox rows were marked sent but neither the history nor the "
                                "snapshot says what the receiver applied (receiver ledger missing)")
     applied = _applied(snapshot, idx)
-    # A pipeline that declares no effects has no rows to expect; the document pipeline has.
-    expects_rows = pipeline.get("name") == "document" or bool(rows_by_job)
+    # A pipeline that declares no effects has no rows to expect.
+    declared = set(pipeline.get("effects") or ())
+    expects_rows = bool(declared) or bool(rows_by_job)
     drained = snapshot.get("phases", {}).get("drained", True)
     note = "" if drained else " (the drain did not finish before its deadline)"
     last_job_event = _last_job_events(history)
     dead = 0
     for job in delivered:
         kinds = {row["kind"] for row in rows_by_job.get(job, [])}
-        missing = sorted(DOCUMENT_EFFECTS - kinds) if pipeline.get("name") == "document" else []
+        missing = sorted(declared - kinds)
         if (expects_rows and not kinds) or missing:
             what = f"no {' or '.join(missing)} row" if kinds else "no outbox row"
             verdict.fail("no-outbox-rows", f"job {job} was delivered but has {what}: its "
@@ -288,8 +293,8 @@ def _judge_missing(verdict: Verdict, row: dict, idx: _Index, note: str) -> None:
     tried = "; ".join(f"{r.get('status')} {r.get('outcome')} at {_at(r['t_start'], idx)}"
                       for r in requests[:4]) or "none"
     if row.get("sent_at") is not None:
-        mark = next((e for e in events if e["sent_at"] is not None), None)
-        by = f" by {mark['writer']} at {_at(mark['t'], idx)}" if mark else ""
+        mark = next((e for e in events if e.get("sent_at") is not None), None)
+        by = f" by {mark.get('worker')} at {_at(mark['t'], idx)}" if mark else ""
         verdict.fail("marked-sent-not-applied",
                      f"job {job} {kind!r}: outbox row {row.get('row')} was marked sent{by}, "
                      f"but the receiver never applied key {row.get('key')!r} (requests: "
@@ -305,7 +310,7 @@ def _judge_missing(verdict: Verdict, row: dict, idx: _Index, note: str) -> None:
 def _last_job_events(history: list[Event]) -> dict[str, Event]:
     last: dict[str, Event] = {}
     for e in history:
-        if e.get("src") == "audit" and e.get("type") == "job":
+        if is_job(e):
             last[e["job"]] = e
     return last
 

@@ -10,31 +10,11 @@ import bisect
 from collections import Counter, defaultdict
 from typing import Any
 
-from ..history import Event, pid_of
+from ..history import Event
+from .ops import TOL, ends_an_operation, is_job, is_operator, is_worker, pids_by_worker, takes_lease
 from .verdict import Verdict
 
-#: Events come from different clocks of one machine (audit triggers in several processes,
-#: the fakes, the supervisor): an order closer than this between two sources is not trusted.
-#: Audit events among themselves need no tolerance: they are stamped inside write
-#: transactions that SQLite serializes, so their order is commit order.
-EPS = 0.005
-
-#: Writers that are not workers: the runner's submits and the nemesis's lease expiry.
-NON_WORKERS = frozenset({"submit", "nemesis", "runner"})
-
-
-def is_operator(writer: str | None) -> bool:
-    return isinstance(writer, str) and writer.startswith("operator:")
-
-
-def is_worker(writer: str | None) -> bool:
-    """A worker or sender process (not an operator, the nemesis, the runner's submit)."""
-    return bool(writer) and not is_operator(writer) and writer not in NON_WORKERS
-
-
-def is_bump(event: Event) -> bool:
-    """A write that took the lease: a claim, a crash-loop park or an operator action."""
-    return event["op"] == "update" and event["token"] > event["old_token"]
+EPS = TOL
 
 
 def clock_of(history: list[Event]):
@@ -43,49 +23,54 @@ def clock_of(history: list[Event]):
     return lambda t: "?" if t is None else f"+{t - t0:.3f} s"
 
 
-def audit_jobs(history: list[Event]) -> list[Event]:
-    return [e for e in history if e["src"] == "audit" and e["type"] == "job"]
+def job_ops(history: list[Event]) -> list[Event]:
+    return [e for e in history if is_job(e)]
+
+
+def is_update(e: Event) -> bool:
+    return e["type"] in ("claimed", "state")
 
 
 class JobIndex:
     """Who held each job when, what each worker wrote for it, and when processes died.
 
-    bumps[job]: the job's token bumps (and its insert) in commit order; writes[(job, worker)]:
-    the times of the worker's writes that end an operation on the job (state changes, claims,
-    memos, spend records, outbox inserts; not heartbeats); exits[pid]: its process exits.
+    bumps[job]: the job's lease-taking writes (and its submission) in commit order;
+    writes[(job, worker)]: the times of the worker's writes that end an operation on the job
+    (state changes, claims, memos, billed calls, effects queued; not heartbeats);
+    exits[pid]: its process exits; pids[worker]: the process of each worker id.
     """
 
     def __init__(self, history: list[Event]) -> None:
         self.bumps: dict[str, list[Event]] = defaultdict(list)
         self.writes: dict[tuple[str, str], list[float]] = defaultdict(list)
         self.exits: dict[int, list[Event]] = defaultdict(list)
+        self.pids = pids_by_worker(history)
         for e in history:
             src, type_ = e["src"], e["type"]
-            if src == "audit":
-                writer = e.get("worker") if type_ == "spend" else e.get("writer")
-                if type_ == "job" and (e["op"] == "insert" or is_bump(e)):
+            if src == "engine":
+                if is_job(e) and (type_ == "submitted" or takes_lease(e)):
                     self.bumps[e["job"]].append(e)
-                if _ends_an_operation(e):
-                    self.writes[(e["job"], writer)].append(e["t"])
+                if ends_an_operation(e) and e.get("job") is not None:
+                    self.writes[(e["job"], e.get("worker"))].append(e["t"])
             elif src == "process" and type_ == "exit":
                 self.exits[e["pid"]].append(e)
 
     def claim_of(self, worker: str, job: str, t: float) -> Event | None:
-        """The worker's latest token bump on the job at (or within EPS after) time t."""
+        """The worker's latest lease-taking write on the job at (or within EPS after) t."""
         found = None
         for bump in self.bumps.get(job, ()):
             if bump["t"] > t + EPS:
                 break
-            if bump["writer"] == worker:
+            if bump.get("worker") == worker:
                 found = bump
         return found
 
     def taken_from(self, worker: str, claim: Event, until: float) -> Event | None:
-        """The first bump of claim's job by someone else after `claim`, up to `until`."""
+        """The first lease-taking write on claim's job by someone else after `claim`."""
         for bump in self.bumps.get(claim["job"], ()):
             if bump["t"] > until:
                 break
-            if bump["t"] > claim["t"] and bump["writer"] != worker:
+            if bump["t"] > claim["t"] and bump.get("worker") != worker:
                 return bump
         return None
 
@@ -100,7 +85,8 @@ class JobIndex:
     def exit_after(self, worker: str, t: float) -> Event | None:
         """The first exit of the worker's process at or after t (within EPS: the supervisor
         stamps exits with another clock than the provider's ledger)."""
-        return next((x for x in self.exits.get(pid_of(worker), ()) if x["t"] >= t - EPS), None)
+        return next((x for x in self.exits.get(self.pids.get(worker), ()) if x["t"] >= t - EPS),
+                    None)
 
     def died_before_writing(self, worker: str, job: str, t: float) -> Event | None:
         """The worker's process exit after t if it came before any write of the worker for
@@ -115,16 +101,8 @@ class JobIndex:
 
     def exit_before(self, worker: str, t: float) -> Event | None:
         """The last exit of the worker's process before t, if any."""
-        return next((x for x in reversed(self.exits.get(pid_of(worker), ())) if x["t"] < t),
-                    None)
-
-
-def _ends_an_operation(e: Event) -> bool:
-    """Audit events that close a worker's operation on a job: a state change, a token bump,
-    a memo, a spend record, an outbox insert; not a heartbeat or another lease-only write."""
-    if e["type"] == "job":
-        return e["op"] != "update" or e["from"] != e["to"] or e["token"] != e["old_token"]
-    return e["type"] in ("memo", "spend") or (e["type"] == "outbox" and e["op"] == "insert")
+        return next((x for x in reversed(self.exits.get(self.pids.get(worker), ()))
+                     if x["t"] < t), None)
 
 
 # -- legal-transitions ------------------------------------------------------------------
@@ -132,7 +110,7 @@ def _ends_an_operation(e: Event) -> bool:
 def check_legal_transitions(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     """Every audited state change is an edge of the state table.
 
-    Worker writes may take `edges`; writes by "operator:..." may take edges ∪ operator_edges.
+    Worker writes may take `edges`; operator writes may take edges ∪ operator_edges.
     A job insert starts in the first step's ready state; terminal states are never left
     (whoever writes); parked states are left only by operator writes; jobs are never deleted.
     """
@@ -140,24 +118,24 @@ def check_legal_transitions(history: list[Event], snapshot: dict[str, Any]) -> V
     pipeline = snapshot["pipeline"]
     initial = pipeline["steps"][0]["ready"]
     at = clock_of(history)
-    events = audit_jobs(history)
+    events = job_ops(history)
     if not events and (snapshot["jobs"] or snapshot["submitted"]):
-        return verdict.unknown("no audit job events, yet the run had jobs: "
-                               "was the audit installed?")
+        return verdict.unknown("no engine job operations, yet the run had jobs: "
+                               "was the observer installed?")
     per_edge: Counter[str] = Counter()
     for e in events:
-        job, frm, to, writer = e["job"], e["from"], e["to"], e["writer"]
-        if e["op"] == "update" and frm == to:
+        job, frm, to, writer = e["job"], e["from"], e["to"], e.get("worker")
+        if is_update(e) and frm == to:
             continue  # a lease or bookkeeping write, not a state change
         verdict.checked += 1
-        per_edge[f"{frm or '(new)'}->{'(deleted)' if e['op'] == 'delete' else to}"] += 1
-        if e["op"] == "insert" and to != initial:
+        per_edge[f"{frm or '(new)'}->{'(deleted)' if e['type'] == 'removed' else to}"] += 1
+        if e["type"] == "submitted" and to != initial:
             verdict.fail("bad-initial-state", f"job {job}: inserted in state {to!r} at "
                          f"{at(e['t'])} by {writer}; jobs start in {initial!r}", e)
-        elif e["op"] == "delete":
+        elif e["type"] == "removed":
             verdict.fail("job-deleted", f"job {job}: deleted in state {frm!r} at {at(e['t'])} "
                          f"by {writer}; jobs are kept", e)
-        elif e["op"] == "update":
+        elif is_update(e):
             _judge_change(verdict, pipeline, e, f"job {job}: {frm} -> {to} by {writer} at "
                           f"{at(e['t'])}")
     verdict.metrics = {"transitions": verdict.checked, "per_edge": dict(sorted(per_edge.items()))}
@@ -165,7 +143,7 @@ def check_legal_transitions(history: list[Event], snapshot: dict[str, Any]) -> V
 
 
 def _judge_change(verdict: Verdict, pipeline: dict, e: Event, where: str) -> None:
-    frm, to, operator = e["from"], e["to"], is_operator(e["writer"])
+    frm, to, operator = e["from"], e["to"], is_operator(e)
     allowed = list(pipeline["edges"].get(frm, ()))
     if operator:
         allowed += pipeline["operator_edges"].get(frm, ())
@@ -185,10 +163,10 @@ def _judge_change(verdict: Verdict, pipeline: dict, e: Event, where: str) -> Non
 def check_submissions_idempotent(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     """Every submitted id exists once; duplicates changed nothing; mismatches were rejected.
 
-    - every id in snapshot.submitted has exactly one audit job insert (or, lacking the
-      insert, a row in snapshot.jobs); no job exists that was never submitted;
-    - after a job's insert, no audit job event has writer "submit" (a duplicate changed it);
-      no audit job event carries another payload_hash than the insert's;
+    - every id in snapshot.submitted has exactly one `submitted` operation (or, lacking it,
+      a row in snapshot.jobs); no job exists that was never submitted;
+    - after it, no job operation has actor "submitter" (a duplicate changed the job) and
+      none carries another payload_hash than the submission's;
     - runner submits of a known id: same payload_hash as the first submit -> result
       "exists"; another payload_hash -> "rejected", and the stored job (snapshot.jobs)
       keeps the first submit's payload_hash.
@@ -197,9 +175,10 @@ def check_submissions_idempotent(history: list[Event], snapshot: dict[str, Any])
     at = clock_of(history)
     submitted, stored = list(snapshot["submitted"]), snapshot["jobs"]
     submits = [e for e in history if e["src"] == "runner" and e["type"] == "submit"]
-    inserts = _check_inserts(verdict, at, audit_jobs(history))
+    inserts = _check_inserts(verdict, at, job_ops(history))
     if submitted and not submits and not inserts:
-        return verdict.unknown("no runner submit events and no audit job inserts in the history")
+        return verdict.unknown("no runner submit events and no submitted operations in the "
+                               "history")
     original = _check_submit_results(verdict, at, submits)
     for job, first in original.items():
         row = stored.get(job)
@@ -229,19 +208,19 @@ def _check_inserts(verdict: Verdict, at, jobs: list[Event]) -> dict[str, list[Ev
     inserts: dict[str, list[Event]] = defaultdict(list)
     for e in jobs:
         job, first = e["job"], (inserts.get(e["job"]) or [None])[0]
-        if e["op"] == "insert":
+        if e["type"] == "submitted":
             inserts[job].append(e)
             if first is not None:
                 verdict.fail("duplicate-insert", f"job {job}: inserted again at {at(e['t'])} "
-                             f"by {e['writer']} (first insert at {at(first['t'])})", first, e)
-        elif first is None:
+                             f"by {e.get('worker')} (first insert at {at(first['t'])})", first, e)
+        elif first is None or e["type"] == "removed":
             continue
-        elif e["writer"] == "submit":
+        elif e.get("actor") == "submitter":
             verdict.fail("duplicate-changed-job", f"job {job}: a submit changed the existing "
                          f"job at {at(e['t'])} ({e['from']} -> {e['to']})", first, e)
         elif e.get("payload_hash") != first.get("payload_hash"):
             verdict.fail("payload-changed", f"job {job}: payload hash became "
-                         f"{e.get('payload_hash')!r} at {at(e['t'])} by {e['writer']}, was "
+                         f"{e.get('payload_hash')!r} at {at(e['t'])} by {e.get('worker')}, was "
                          f"{first.get('payload_hash')!r}", first, e)
     return inserts
 

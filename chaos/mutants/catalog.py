@@ -12,7 +12,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ..adapter import ReferenceEngine
+from ..contract import Command, ProcessContext
+from ..reference import ReferenceEngine
 from .patches import EditingConnection, SQLEdit
 
 
@@ -103,11 +104,16 @@ class MutantEngine(ReferenceEngine):
     """The reference engine's adapter, whose processes run patched as mutant `mutant.name`."""
 
     def __init__(self, mutant: Mutant) -> None:
+        super().__init__()
         self.mutant = mutant
         self.name = f"mutant:{mutant.name}"
 
-    def command(self, role: str) -> list[str]:
-        return [sys.executable, "-m", "chaos.mutants", self.mutant.name, role]
+    def command(self, role: str, ctx: ProcessContext) -> Command:
+        """The reference's command, run through `python -m chaos.mutants NAME`."""
+        command = ReferenceEngine.command(self, role, ctx)
+        module_end = command.argv.index(self.module) + 1
+        return Command([sys.executable, "-m", "chaos.mutants", self.mutant.name,
+                        *command.argv[module_end:]], command.env)
 
 
 #: submit_replaces: the reference's submit with its insert turned into INSERT OR REPLACE.
@@ -120,8 +126,8 @@ REPLACING_SUBMIT = (
 class ReplacingSubmit(MutantEngine):
     """Submission replaces an existing job; the workers are the reference's."""
 
-    def command(self, role: str) -> list[str]:
-        return ReferenceEngine.command(self, role)
+    def command(self, role: str, ctx: ProcessContext) -> Command:
+        return ReferenceEngine.command(self, role, ctx)
 
     def submit(self, db: str, job_id: str, payload: Any) -> str:
         store = self._store(db)

@@ -60,7 +60,7 @@ def run_task(task: Task) -> dict[str, Any]:
     result is "pass", "fail", "error" (the run did not exercise its scenario: exit code 2)
     or "harness-error" (it could not run at all; `error` says why).
     """
-    from ..adapter import load_engine
+    from ..contract import load_engine
     from ..runner import HarnessError, run_campaign
     from ..scenario import load_scenario
     started = time.time()

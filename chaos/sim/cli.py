@@ -61,7 +61,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         raise ValueError("ninelives sim needs a SCENARIO (or --replay FILE)")
     if args.budget < 1:
         raise ValueError("--budget must be >= 1")
-    from ..adapter import load_engine
+    from ..contract import load_engine
     from ..scenario import load_scenario
     scenario = load_scenario(args.scenario, args.profile)
     engine = load_engine(args.engine)

@@ -12,9 +12,9 @@ import sqlite3
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from engine.store import OperatorError, SubmissionConflict, canonical_json
+from engine.store import OperatorError, SubmissionConflict
 
-from ..audit import payload_hash
+from ..history import payload_hash
 
 if TYPE_CHECKING:
     from .run import Simulation
@@ -68,7 +68,7 @@ class SimNemesis:
     # -- the faults -----------------------------------------------------------------------------
 
     def _kill(self, event: dict) -> None:
-        roles = ("worker", "send") if self.sim.scenario.faults.kill_senders else ("worker",)
+        roles = ("worker", "sender") if self.sim.scenario.faults.kill_senders else ("worker",)
         process = self._target(event, roles)
         if process is None:
             return
@@ -161,7 +161,7 @@ class SimNemesis:
         self._log("duplicate_submit", job=job, kind=event["kind"], result=result)
         self.applied[f"duplicate_{event['kind']}"] += 1
         sim.record({"t": sim.sched.now(), "src": "runner", "type": "submit", "job": job,
-                    "payload_hash": payload_hash(canonical_json(payload)), "result": result,
+                    "payload_hash": payload_hash(payload), "result": result,
                     "duplicate": True})
 
     def _operator(self, event: dict) -> None:

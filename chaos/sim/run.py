@@ -27,9 +27,8 @@ from engine import Sender, load_config
 from engine.worker import Worker
 
 from .. import history as hist
-from ..adapter import canonical_json, pipeline_json
-from ..audit import payload_hash, read_audit
-from ..audit import uninstall as uninstall_audit
+from ..expect import harness_snapshot
+from ..reference import audit, observer
 from ..checkers import run_checkers
 from ..nemesis import FaultPolicy
 from ..scenario import Scenario
@@ -66,7 +65,7 @@ class Simulation:
         self.spec, self.scenario, self.choices = spec, spec.scenario, choices
         self.plan, self.all_documents = plan_for(spec.scenario, spec.seed)
         self.db = os.path.join(workdir, "engine.db")
-        self.pipeline = spec.engine.pipeline
+        self.pipeline = spec.engine.engine_pipeline  # the engine's own, for its classes
         self.config = load_config(env={}, overrides={
             **self.scenario.engine, "db": self.db,
             "synchronous": "NORMAL", "seed": spec.seed, "provider_url": PROVIDER_URL,
@@ -134,14 +133,14 @@ class Simulation:
         for job, payload in self.documents.items():
             created = self.runner_store.submit(job, self.pipeline, payload, now)
             self.record({"t": now, "src": "runner", "type": "submit", "job": job,
-                         "payload_hash": payload_hash(canonical_json(payload)),
+                         "payload_hash": hist.payload_hash(payload),
                          "result": "created" if created else "exists", "duplicate": False})
 
     def _start(self) -> None:
         for slot in self.worker_slots:
             self._spawn("worker", slot)
         for slot in self.sender_slots:
-            self._spawn("send", slot)
+            self._spawn("sender", slot)
         self._phase("chaos")
         self.nemesis = SimNemesis(self, self.timeline, self.nemesis_store)
         process = self.internal_process("nemesis")
@@ -317,7 +316,8 @@ class Simulation:
         code, sig = process.data.get("exit", (0, None))
         now = self.sched.now()
         self.record({"t": now, "src": "process", "type": "exit", "name": process.name,
-                     "role": process.role, "pid": process.pid, "code": code, "signal": sig})
+                     "role": process.role, "pid": process.pid, "code": code, "signal": sig,
+                         "killed": True})
         if sig == "SIGKILL":
             self.integrity.append({"t": now, "after": f"kill of {process.name}",
                                    "result": self._integrity()})
@@ -385,18 +385,20 @@ class Simulation:
         for process in self.live():
             process.alive = False
             self.record({"t": now, "src": "process", "type": "exit", "name": process.name,
-                         "role": process.role, "pid": process.pid, "code": 0, "signal": None})
+                         "role": process.role, "pid": process.pid, "code": 0, "signal": None,
+                         "killed": True})
         self.phases["processes_ended"] = now
 
     def result(self, started: float) -> SimResult:
         """Collect the history, the snapshot and the verdicts."""
         provider = [_ledger_event(e, "provider", "call") for e in self.provider.entries]
         receiver = [_ledger_event(e, "receiver", "request") for e in self.receiver.entries]
-        history = hist.merge(read_audit(self.runner_store.conn), provider, receiver,
-                             self.events)
+        rows = audit.read_audit(self.runner_store.conn)
+        history = hist.merge(observer.operations(rows, self.spec.engine.pipeline), provider,
+                             receiver, self.events)
         snapshot = self._snapshot()
         with self.runner_store.write() as conn:  # a saved engine.db must take engine writes,
-            uninstall_audit(conn)                # which no virtual clock will stamp
+            audit.uninstall(conn)                # which no virtual clock will stamp
         verdicts = run_checkers(history, snapshot)
         return SimResult(
             spec=self.spec, plan=self.plan, choices=list(self.choices.record),
@@ -408,39 +410,16 @@ class Simulation:
             events=self.events, db=self.db)
 
     def _snapshot(self) -> dict[str, Any]:
-        snap = self.spec.engine.snapshot(self.db)
+        engine = self.spec.engine
+        snap = engine.snapshot(self.db)
         self.integrity.append({"t": self.sched.now(), "after": "end",
-                               "result": snap.pop("integrity")})
-        kept, plan, c = set(self.job_ids), self.plan, self.config
-        snap.update({
-            "pipeline": pipeline_json(self.pipeline),
-            "settings": {k: getattr(c, k) for k in (
-                "lease", "heartbeat", "heartbeat_interval", "call_timeout", "max_attempts",
-                "max_claims", "backoff_base", "backoff_cap", "outbox_max_attempts", "keep_job",
-                "outbox_lease", "send_timeout")},
-            "integrity": self.integrity,
-            "receiver_applied": [{"id": a["id"], "key": a["key"], "job": a["job"],
-                                  "kind": a["kind"], "t": a["t"]} for a in self.receiver.effects],
-            "plan": {"poison": {j: v["kind"] for j, v in plan.poison.items() if j in kept},
-                     "crash_loop": [j for j in plan.crash_loop if j in kept],
-                     "needs_review": [j for j in plan.needs_review if j in kept],
-                     "duplicates": {k: [j for j in v if j in kept]
-                                    for k, v in plan.duplicates.items()},
-                     "expect": expectations(self.scenario, c)},
-            "phases": self.phases,
-            "submitted": list(self.job_ids),
-        })
+                               "result": self._integrity()})
+        snap.update(harness_snapshot(self.scenario, self.plan, engine,
+                                     engine.settings(self.scenario.engine),
+                                     integrity=self.integrity,
+                                     receiver_applied=self.receiver.effects,
+                                     phases=self.phases, jobs=self.job_ids))
         return snap
-
-
-def expectations(scenario: Scenario, c) -> dict[str, Any]:
-    """What the invariants may expect of this scenario (as chaos.runner.Campaign decides)."""
-    f = scenario.faults
-    exclusive = (c.heartbeat and c.lease > c.call_timeout and not f.skewed_workers
-                 and not f.pause and not f.lease_expiry and not f.contention
-                 and not f.heartbeat_off_workers)
-    return {"duplicate_spend_allowance": scenario.expect.duplicate_spend_allowance,
-            "lease_exclusive": exclusive, "settle": True}
 
 
 def _ledger_event(entry: dict, src: str, type_: str) -> hist.Event:

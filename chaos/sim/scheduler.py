@@ -52,7 +52,7 @@ class Process:
     sender. `pid` is unique per incarnation; killing or pausing it affects all its actors."""
 
     pid: int
-    role: str              # "worker" | "send" | "nemesis"
+    role: str              # "worker" | "sender" | "nemesis"
     slot: int
     name: str
     actors: list["Actor"] = field(default_factory=list)

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from ..adapter import load_engine
+from ..contract import load_engine
 from ..scenario import Expect, Faults, Run, Scenario
 from .choices import DrawnChoices, ReplayChoices
 from .run import simulate

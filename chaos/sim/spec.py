@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import history as hist
-from ..adapter import REFERENCE
+from ..reference import REFERENCE
 from ..checkers import Verdict
 from ..plan import FaultPlan, documents_for, make_plan
 from ..scenario import Scenario

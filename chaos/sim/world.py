@@ -24,7 +24,7 @@ from engine.http import parse_retry_after
 from engine.retry import classify_status
 from engine.store import SQLiteStore, StoreBusy, open_store
 
-from .. import audit
+from ..reference import audit
 from ..fakes.provider import _content, _error_body, _messages, _parse_input, step_output
 from ..fakes.server import BadRequest
 from .scheduler import INF, Scheduler, VirtualClock

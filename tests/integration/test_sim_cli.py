@@ -47,7 +47,7 @@ duplicate_spend_allowance = 1.0
 ADAPTERS = '''
 import dataclasses
 from contextlib import contextmanager
-from chaos.adapter import ReferenceEngine
+from chaos.reference import ReferenceEngine
 from engine.store import SQLiteStore
 
 

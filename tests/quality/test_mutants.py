@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.adapter import load_engine
+from chaos.contract import load_engine
 from chaos.checkers import INVARIANTS
 from chaos.mutants.catalog import BY_NAME, CATALOG, REPLACING_SUBMIT
 from chaos.mutants.patches import PATCHES, MutantOutOfDate, SQLEdit

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from chaos.adapter import ReferenceEngine
+from chaos.reference import ReferenceEngine
 from chaos.history import pid_of, write_history
 from chaos.plan import provider_fault, receiver_fault
 from chaos.scenario import Expect, Faults, Run, load_scenario

@@ -1,7 +1,9 @@
 """Small builders for hand-made histories and snapshots, so checker tests read like stories."""
 from __future__ import annotations
 
-from chaos.adapter import pipeline_json as adapter_pipeline_json
+
+from chaos.reference import ReferenceEngine, backoff_bounds, chaos_pipeline
+from chaos.reference.observer import Mapper
 from engine import DOCUMENT
 
 W1 = "worker:host:101:aaaa"
@@ -11,7 +13,17 @@ OP = "operator:alice"
 
 
 def pipeline_json(pipeline=DOCUMENT) -> dict:
-    return adapter_pipeline_json(pipeline)
+    effects = ReferenceEngine().pipeline.effects if pipeline is DOCUMENT else ()
+    return chaos_pipeline(pipeline, effects).to_json()
+
+
+_MAPPER = Mapper(chaos_pipeline(DOCUMENT))
+
+
+def as_operation(row: dict) -> dict:
+    """An audit row of the reference engine's form, read as the history's operation by the
+    reference adapter's observer (the same reading a real run makes)."""
+    return _MAPPER.map({"seq": 0, **row})
 
 
 def snapshot(**overrides) -> dict:
@@ -20,8 +32,8 @@ def snapshot(**overrides) -> dict:
         "pipeline": pipeline_json(),
         "settings": {"lease": 2.0, "heartbeat": True, "heartbeat_interval": 0.0,
                      "call_timeout": 1.0, "max_attempts": 4, "max_claims": 8,
-                     "backoff_base": 0.1, "backoff_cap": 2.0, "outbox_max_attempts": 6,
-                     "keep_job": True},
+                     "backoff_bounds": [list(b) for b in backoff_bounds(0.1, 2.0, 4)],
+                     "outbox_max_attempts": 6, "keep_job": True},
         "jobs": {}, "memos": [], "outbox": [], "spend": [],
         "integrity": [{"t": 100.0, "after": "end", "result": "ok"}],
         "orphans": {"memos_without_job": 0, "outbox_without_job": 0, "spend_without_job": 0},
@@ -40,31 +52,35 @@ def snapshot(**overrides) -> dict:
 
 def job(t, job_id, frm, to, writer, token, *, op="update", old_token=None, claims=0,
         attempts=0, lease_until=0.0, next_run_at=None, last_error=None, payload_hash="h1"):
-    return {"t": t, "src": "audit", "type": "job", "op": op, "job": job_id, "from": frm,
-            "to": to, "writer": writer, "token": token,
-            "old_token": token if old_token is None else old_token, "claims": claims,
-            "attempts": attempts, "lease_until": lease_until,
-            "lease_owner": writer if to.endswith("ing") else None, "next_run_at": next_run_at,
-            "last_error": last_error, "payload_hash": payload_hash}
+    return as_operation({
+        "t": t, "table": "job", "op": op, "job": job_id, "from": frm,
+        "to": to, "writer": writer, "token": token,
+        "old_token": token if old_token is None else old_token, "claims": claims,
+        "attempts": attempts, "lease_until": lease_until,
+        "lease_owner": writer if to.endswith("ing") else None, "next_run_at": next_run_at,
+        "last_error": last_error, "payload_hash": payload_hash})
 
 
 def memo(t, job_id, step, writer, token, cost=0.01, op="insert"):
-    return {"t": t, "src": "audit", "type": "memo", "op": op, "job": job_id, "step": step,
-            "writer": writer, "token": token, "cost": cost}
+    return as_operation({"t": t, "table": "memo", "op": op, "job": job_id, "step": step,
+                         "writer": writer, "token": token, "cost": cost})
 
 
 def outbox(t, row, job_id, kind, writer, token, *, op="update", old_token=None, attempts=0,
-           sent_at=None, dead_at=None, last_error=None):
-    return {"t": t, "src": "audit", "type": "outbox", "op": op, "row": row, "job": job_id,
-            "kind": kind, "writer": writer, "token": token,
-            "old_token": token if old_token is None else old_token, "attempts": attempts,
-            "sent_at": sent_at, "dead_at": dead_at, "lease_owner": None, "last_error": last_error}
+           sent_at=None, dead_at=None, last_error=None, was_sent=None, lease_until=None):
+    return as_operation({
+        "t": t, "table": "outbox", "op": op, "row": row, "job": job_id,
+        "kind": kind, "writer": writer, "token": token, "key": f"{job_id}:{kind}",
+        "old_token": token if old_token is None else old_token, "attempts": attempts,
+        "sent_at": sent_at, "dead_at": dead_at, "lease_owner": None, "last_error": last_error,
+        "was_sent": was_sent, "lease_until": lease_until})
 
 
 def spend(t, job_id, step, worker, token, outcome="ok", cost=0.01, started=None, error=None):
-    return {"t": t, "src": "audit", "type": "spend", "job": job_id, "step": step,
-            "worker": worker, "token": token, "started": t - 0.1 if started is None else started,
-            "ended": t, "outcome": outcome, "cost": cost, "error": error}
+    return as_operation({
+        "t": t, "table": "spend", "op": "insert", "job": job_id, "step": step,
+        "worker": worker, "token": token, "started": t - 0.1 if started is None else started,
+        "ended": t, "outcome": outcome, "cost": cost, "error": error})
 
 
 def call(t_start, t_end, job_id, step, worker, *, n=1, status=200, outcome="ok", billed=0.01,
@@ -86,9 +102,12 @@ def nemesis(t, type_, **details):
     return {"t": t, "src": "nemesis", "type": type_, **details}
 
 
-def process(t, type_, name, pid, role="worker", code=None, signal=None):
-    return {"t": t, "src": "process", "type": type_, "name": name, "role": role, "pid": pid,
-            "code": code, "signal": signal}
+def process(t, type_, name, pid, role="worker", code=None, signal=None, killed=None):
+    event = {"t": t, "src": "process", "type": type_, "name": name, "role": role, "pid": pid,
+             "code": code, "signal": signal}
+    if type_ == "exit":
+        event["killed"] = signal is not None if killed is None else killed
+    return event
 
 
 def submit(t, job_id, result="created", payload_hash="h1", duplicate=False):
@@ -123,9 +142,8 @@ def delivered_job(job_id, t0=1.0, worker=W1, token=1):
 def sent_effect(t, job_id, kind, row, *, sender=S1, token=1, status=201, outcome="applied",
                 applied=True, key="auto", mark=True, lease_until=None):
     """A sender's claim of an outbox row, its receiver request and (mark) its sent_at mark."""
-    claim = outbox(t, row, job_id, kind, sender, token, old_token=token - 1, attempts=token)
-    if lease_until is not None:
-        claim["lease_until"] = lease_until
+    claim = outbox(t, row, job_id, kind, sender, token, old_token=token - 1, attempts=token,
+                   lease_until=lease_until)
     events = [claim, request(t + 0.01, t + 0.02, job_id, kind, key=key, worker=sender, n=token,
                              status=status, outcome=outcome, applied=applied)]
     if mark:
@@ -148,14 +166,14 @@ def snapshot_with_effects(history, **overrides) -> dict:
     rows, spends, applied = {}, [], []
     for e in history:
         kind = (e["src"], e["type"])
-        if kind == ("audit", "outbox"):
+        if e["src"] == "engine" and e["type"].startswith("effect_"):
             rows[(e["job"], e["kind"])] = {
                 "row": e["row"], "job": e["job"], "kind": e["kind"],
                 "key": f"{e['job']}:{e['kind']}", "sent_at": e["sent_at"], "dead_at": e["dead_at"],
                 "attempts": e["attempts"], "last_error": e["last_error"]}
-        elif kind == ("audit", "spend"):
+        elif kind == ("engine", "billed"):
             spends.append({"job": e["job"], "step": e["step"], "worker": e["worker"],
-                           "lease_token": e["token"], "started": e["started"],
+                           "pid": e["pid"], "token": e["token"], "started": e["started"],
                            "ended": e["ended"], "outcome": e["outcome"], "cost": e["cost"]})
         elif kind == ("receiver", "request") and e["applied"]:
             applied.append({"id": e["effect_id"] or f"eff_{len(applied) + 1}", "key": e["key"],
@@ -170,18 +188,18 @@ def snapshot_of(history, **overrides) -> dict:
     """A snapshot whose jobs, memos and submitted ids are what `history` leaves behind."""
     jobs, memos = {}, {}
     for e in history:
-        if e["src"] == "audit" and e["type"] == "job":
+        if e["src"] == "engine" and e["type"] in ("submitted", "claimed", "state"):
             jobs[e["job"]] = {"state": e["to"], "attempts": e.get("attempts", 0),
-                              "claims": e.get("claims", 0), "lease_token": e["token"],
-                              "last_error": e.get("last_error"),
+                              "claims": e.get("claims", 0), "token": e["token"],
+                              "last_error": e.get("last_error"), "cause": e.get("cause"),
                               "payload_hash": e.get("payload_hash"),
                               "next_run_at": e.get("next_run_at"),
                               "lease_until": e.get("lease_until", 0.0)}
-        elif e["src"] == "audit" and e["type"] == "memo":
+        elif e["src"] == "engine" and e["type"] == "memo":
             if e["op"] == "insert":
                 memos[(e["job"], e["step"])] = {"job": e["job"], "step": e["step"],
-                                                "cost": e["cost"], "worker": e["writer"],
-                                                "lease_token": e["token"], "at": e["t"]}
+                                                "cost": e["cost"], "worker": e["worker"],
+                                                "token": e["token"], "at": e["t"]}
             else:
                 memos.pop((e["job"], e["step"]), None)
     submitted = list(dict.fromkeys(e["job"] for e in history
@@ -235,10 +253,16 @@ def install_audit(store, clock) -> None:
 
 
 def audit_events(store) -> list[dict]:
-    """The events install_audit recorded, in commit order."""
+    """The events install_audit recorded, in commit order, as operations."""
     import json
     rows = store.conn.execute("SELECT event FROM audit_log ORDER BY seq").fetchall()
-    return [json.loads(r[0]) for r in rows]
+    events = []
+    for (text,) in rows:
+        row = json.loads(text)
+        row.pop("src")
+        row.setdefault("op", "insert")
+        events.append(as_operation({**row, "table": row.pop("type")}))
+    return events
 
 
 class Ledger:

@@ -57,7 +57,7 @@ CRASHED = ("unknown", "checker crashed")
 
 
 @pytest.mark.parametrize("malformed, readers", [
-    ({"t": 1.0, "src": "audit", "type": "job"}, MINE[:-1]),
+    ({"t": 1.0, "src": "engine", "type": "state"}, MINE[:-1]),
     ({"t": 1.0, "src": "provider", "type": "call", "job": "doc-1"},
      ("no-rebill-after-commit", "memo-consistent", "cost-accounted", "lease-exclusive")),
 ], ids=["audit-job-without-fields", "ledger-line-cut-short"])

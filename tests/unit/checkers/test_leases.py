@@ -80,7 +80,8 @@ def test_a_call_its_worker_abandoned_does_not_overlap_the_next_owners(gave_up):
     # In the ledger the hung call runs to 9.0, over W1's call at 1.11-1.15; W2 stopped
     # waiting at 1.05.
     hung = call(1.0, 9.0, DOC, "fetch", W2, outcome="hang")
-    verdict = run(check_lease_exclusive, delivered_job(DOC) + [hung, gave_up],
+    took = job(0.99, DOC, "pending", "fetching", W2, 1, old_token=0)  # W2's own claim
+    verdict = run(check_lease_exclusive, delivered_job(DOC) + [took, hung, gave_up],
                   plan=plan(exclusive=True))
     assert verdict.status == "pass", verdict.reason
     assert verdict.metrics["overlapping_pairs"] == 0
@@ -97,7 +98,7 @@ def test_a_clean_delivery_writes_only_under_its_own_lease():
     verdict = run(check_fenced_writes, delivered_job(DOC))
     assert verdict.status == "pass", verdict.reason
     assert verdict.checked == 9  # 7 job writes after the claim, 2 outbox inserts
-    assert verdict.metrics["token_bumps"] == 1
+    assert verdict.metrics["lease_takes"] == 1
 
 
 def taken_over():
@@ -190,5 +191,5 @@ def test_a_mutant_whose_completion_is_fenced_by_id_only_is_caught(store, clock, 
     verdict = check_fenced_writes(history, snapshot_of(history))
     assert verdict.status == "fail"
     zombie = verdict.failures[0].events[-1]
-    assert (zombie["writer"], zombie["from"], zombie["to"], zombie["token"]) == (
+    assert (zombie["worker"], zombie["from"], zombie["to"], zombie["token"]) == (
         W1, "fetching", "fetched", 2)

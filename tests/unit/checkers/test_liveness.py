@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from chaos.reference import backoff_bounds
 from builders import (OP, W1, W2, call, delivered_job, delivered_with_effects, job, nemesis,
                       process, snapshot_with_effects, spend)
 
@@ -53,8 +54,12 @@ def crashed_try(t, worker, token, job_id=J, frm="pending", **call_kw):
                           signal="SIGKILL")]
 
 
-def settings(**overrides):
-    return {**snapshot_with_effects([])["settings"], **overrides}
+def settings(backoff_base=None, **overrides):
+    """The builders' settings; `backoff_base` rewrites the declared full-jitter bounds."""
+    base = snapshot_with_effects([])["settings"]
+    if backoff_base is not None:
+        overrides["backoff_bounds"] = [list(b) for b in backoff_bounds(backoff_base, 2.0, 4)]
+    return {**base, **overrides}
 
 
 def retry_check(history, **overrides):
@@ -105,7 +110,7 @@ def test_an_unsent_outbox_row_is_pending():
     history = delivered_job(J)
     verdict = settle(history)
     assert verdict.by_type == {"outbox-pending": 2}
-    inserts = [e for e in history if e["type"] == "outbox"]
+    inserts = [e for e in history if e["type"] == "effect_queued"]
     assert [f.events for f in verdict.failures] == [[inserts[0]], [inserts[1]]]
 
 

@@ -154,7 +154,7 @@ def test_a_delivered_job_whose_effects_never_went_out_fails():
     history = delivered_job("doc-1")
     verdict = complete(history)
     assert verdict.by_type == {"not-applied": 2}
-    inserts = [e for e in history if e["src"] == "audit" and e["type"] == "outbox"]
+    inserts = [e for e in history if e["src"] == "engine" and e["type"].startswith("effect_")]
     assert [f.events for f in verdict.failures] == [[inserts[0]], [inserts[1]]]
 
 

@@ -86,7 +86,7 @@ def test_the_same_move_out_of_a_parked_state_by_a_worker_is_illegal():
 
 
 def test_a_deleted_job_fails():
-    bad = dict(job(9.0, DOC, "delivered", "delivered", W1, 1), op="delete")
+    bad = job(9.0, DOC, "delivered", "delivered", W1, 1, op="delete")
     assert_fails(legal(delivered_job(DOC) + [bad]), "job-deleted", bad)
 
 

@@ -14,10 +14,11 @@ from datetime import datetime, timezone
 from engine import DOCUMENT, open_store
 from engine.cli import print_rows
 
+from ..contract import ProcessContext
+from ..documents import make_documents
+from ..fakes import FakeProvider, FakeReceiver
+from ..supervisor import Supervisor
 from .adapter import REFERENCE
-from .documents import make_documents
-from .fakes import FakeProvider, FakeReceiver
-from .supervisor import Supervisor
 
 
 def run_demo(jobs: int = 300, workers: int = 2, seed: int = 1, out: str = "reports/demo",
@@ -31,10 +32,10 @@ def run_demo(jobs: int = 300, workers: int = 2, seed: int = 1, out: str = "repor
         store.submit(job_id, DOCUMENT, payload, time.time())
     with FakeProvider(os.path.join(run_dir, "provider.jsonl")) as provider, \
             FakeReceiver(os.path.join(run_dir, "receiver.jsonl")) as receiver, \
-            Supervisor(REFERENCE.command, {"db": db, "provider_url": provider.url,
-                                           "receiver_url": receiver.url, "lease": 10,
-                                           "call_timeout": 5}, log_dir=run_dir) as sup:
-        sup.keep({"worker": workers, "send": 1})
+            Supervisor(lambda role, slot, n: REFERENCE.command(role, ProcessContext(
+                db, provider.url, receiver.url, {"lease": 10, "call_timeout": 5}, slot)),
+                log_dir=run_dir) as sup:
+        sup.keep({"worker": workers, "sender": 1})
         done = wait_delivered(store, sup, time.monotonic() + deadline)
         print(f"ran {jobs} jobs with {workers} worker processes and 1 sender: "
               f"{'all delivered' if done else 'NOT all delivered before the deadline'}\n")

@@ -1,4 +1,4 @@
-"""The audit observer: triggers in the engine database that record every committed change to
+"""The reference engine's audit: triggers in the engine database that record every committed change to
 job state, memo, outbox and spend rows, in the same transaction as the change.
 
 Because the record commits with the change (or not at all), the audit cannot disagree with
@@ -11,18 +11,12 @@ import json
 import sqlite3
 from typing import Any
 
-from .history import Event
 
 NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
 # length:first 40:last 40 characters of the canonical payload; built-ins only, because the
 # triggers run inside engine processes that know nothing of the harness.
 PAYLOAD_HASH = "(length({p}) || ':' || substr({p}, 1, 40) || ':' || substr({p}, -40))"
-
-
-def payload_hash(canonical: str) -> str:
-    """The same fingerprint as the triggers compute, for a canonical JSON payload."""
-    return f"{len(canonical)}:{canonical[:40]}:{canonical[-40:]}"
 
 
 def _job(row: str, op: str, old: str | None) -> str:
@@ -41,7 +35,9 @@ def _memo(row: str) -> str:
 
 
 def _outbox(row: str, op: str) -> str:
-    return (f"json_object('row', {row}.id, 'job', {row}.job_id, 'kind', {row}.kind, 'writer',"
+    return (f"json_object('row', {row}.id, 'job', {row}.job_id, 'kind', {row}.kind, 'key',"
+            f" {row}.idempotency_key, 'was_sent', {'OLD.sent_at' if op == 'update' else 'NULL'},"
+            f" 'writer',"
             f" {row}.updated_by, 'token', {row}.lease_token, 'old_token',"
             f" {'OLD.lease_token' if op == 'update' else row + '.lease_token'},"
             f" 'attempts', {row}.attempts, 'sent_at', {row}.sent_at, 'dead_at', {row}.dead_at,"
@@ -85,12 +81,13 @@ def uninstall(conn: sqlite3.Connection) -> None:
         conn.execute(f"DROP TRIGGER IF EXISTS audit_{table}_{op}")
 
 
-def read_audit(conn: sqlite3.Connection, after_seq: int = 0) -> list[Event]:
-    """The audit rows after `after_seq` as history events, in commit order."""
-    events = []
+def read_audit(conn: sqlite3.Connection, after_seq: int = 0) -> list[dict[str, Any]]:
+    """The audit rows after `after_seq`, in commit order: {"t", "seq", "table", "op", ...}
+    (read as operations by `chaos.reference.observer`)."""
+    rows = []
     for seq, t, kind, op, data in conn.execute(
             "SELECT seq, t, kind, op, data FROM audit WHERE seq > ? ORDER BY seq", (after_seq,)):
-        event: dict[str, Any] = {"t": t, "src": "audit", "type": kind, "op": op, "seq": seq}
-        event.update(json.loads(data))
-        events.append(event)
-    return events
+        row: dict[str, Any] = {"t": t, "seq": seq, "table": kind, "op": op}
+        row.update(json.loads(data))
+        rows.append(row)
+    return rows

@@ -1,0 +1,79 @@
+"""The one reading of engine operations every checker shares: what kind of write an
+operation is and who made it, in the vocabulary of `chaos.history`, never in an engine's
+own column names or writer spellings.
+"""
+from __future__ import annotations
+
+from ..history import EFFECT_OPS, JOB_OPS, Event
+
+#: Operations come from different clocks of one machine (the engine's store, the fakes, the
+#: supervisor) and a store's clock may have millisecond resolution: an order between two
+#: sources closer than this (seconds) is not trusted. Engine operations among themselves
+#: need none: their order is commit order.
+TOL = 0.005
+
+
+def is_job(e: Event) -> bool:
+    """An engine operation that wrote a job (submitted, claimed, state, removed)."""
+    return e.get("src") == "engine" and e.get("type") in JOB_OPS
+
+
+def is_effect(e: Event) -> bool:
+    """An engine operation that wrote an outbox row."""
+    return e.get("src") == "engine" and e.get("type") in EFFECT_OPS
+
+
+def is_engine(e: Event, *types: str) -> bool:
+    return e.get("src") == "engine" and (not types or e.get("type") in types)
+
+
+def is_operator(e: Event | None) -> bool:
+    return e is not None and e.get("actor") == "operator"
+
+
+def is_worker(e: Event | None) -> bool:
+    """Written by a worker or sender process (not an operator, the harness or a submit)."""
+    return e is not None and e.get("actor") in ("worker", "sender")
+
+
+def takes_lease(e: Event) -> bool:
+    """A job write after which only its writer may write: a worker's claim (or a claim that
+    parked the job), or any operator write."""
+    if e.get("type") == "claimed":
+        return not e.get("continued")  # moving on under a lease held is not a new one
+    if e.get("took_lease"):
+        return True
+    return e.get("type") == "state" and is_operator(e)
+
+
+def is_heartbeat(e: Event) -> bool:
+    return e.get("type") == "state" and bool(e.get("heartbeat"))
+
+
+def ends_an_operation(e: Event) -> bool:
+    """Engine operations that close a worker's operation on a job: a state change, a claim,
+    a memo, a billed call, an effect queued; not a heartbeat or another lease-only write."""
+    t = e.get("type")
+    if t in ("submitted", "removed", "claimed"):
+        return True
+    if t == "state":
+        return e["from"] != e["to"] or bool(e.get("took_lease"))
+    return t in ("memo", "billed", "effect_queued")
+
+
+def pids_by_worker(history: list[Event]) -> dict[str, int]:
+    """worker id -> process id, from every engine operation that names both."""
+    pids = {}
+    for e in history:
+        if e.get("src") == "engine" and e.get("worker") and e.get("pid") is not None:
+            pids[e["worker"]] = e["pid"]
+    return pids
+
+
+def capable(snapshot: dict, capability: str) -> bool:
+    """Whether the run's engine declared `capability` (see chaos.contract.CAPABILITIES). A
+    snapshot that names no engine is judged as if every capability were declared."""
+    engine = snapshot.get("engine")
+    if not engine or "capabilities" not in engine:
+        return True
+    return capability in engine["capabilities"]

@@ -1,0 +1,47 @@
+"""What a run's checkers are told besides the history: the snapshot's harness part and the
+scenario's expectations. One definition, shared by `ninelives run` and `ninelives sim`."""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from .contract import EngineSettings, has
+from .plan import FaultPlan
+from .scenario import Scenario
+
+
+def expectations(scenario: Scenario, engine: Any, settings: EngineSettings) -> dict[str, Any]:
+    """What the invariants may expect of this scenario on this engine: leases exclusive only
+    with heartbeat on, a lease longer than the call timeout and no fault that takes leases."""
+    f, c = scenario.faults, settings
+    exclusive = (has(engine, "heartbeat") and c.heartbeat and c.lease is not None
+                 and c.call_timeout is not None and c.lease > c.call_timeout
+                 and not f.skewed_workers and not f.pause and not f.lease_expiry
+                 and not f.contention and not f.heartbeat_off_workers)
+    return {"duplicate_spend_allowance": scenario.expect.duplicate_spend_allowance,
+            "lease_exclusive": exclusive, "settle": True}
+
+
+def harness_snapshot(scenario: Scenario, plan: FaultPlan, engine: Any,
+                     settings: EngineSettings, *, integrity: list[dict],
+                     receiver_applied: Iterable[dict], phases: dict[str, Any],
+                     jobs: Iterable[str]) -> dict[str, Any]:
+    """The snapshot's keys that the harness, not the engine, knows (see chaos.checkers);
+    `jobs` are the ids that took part (a shrunk simulation keeps some)."""
+    kept = list(jobs)
+    keep = set(kept)
+    return {
+        "engine": {"name": engine.name, "capabilities": sorted(engine.capabilities)},
+        "pipeline": engine.pipeline.to_json(),
+        "settings": settings.to_json(),
+        "integrity": integrity,
+        "receiver_applied": [{"id": a["id"], "key": a["key"], "job": a["job"],
+                              "kind": a["kind"], "t": a["t"]} for a in receiver_applied],
+        "plan": {"poison": {j: v["kind"] for j, v in plan.poison.items() if j in keep},
+                 "crash_loop": [j for j in plan.crash_loop if j in keep],
+                 "needs_review": [j for j in plan.needs_review if j in keep],
+                 "duplicates": {k: [j for j in v if j in keep]
+                                for k, v in plan.duplicates.items()},
+                 "expect": expectations(scenario, engine, settings)},
+        "phases": phases,
+        "submitted": kept,
+    }

@@ -1,0 +1,245 @@
+"""The reference engine's adapter: the one place in the harness that knows the reference engine.
+
+It meets the contract of `chaos.contract` like any other adapter, with no privileged path:
+processes are started through the engine's own CLI (`python -m engine worker|send`), the
+observer is the audit triggers of `chaos.reference.audit` read by `chaos.reference.observer`,
+and the controls go through the engine's store. The broken variants of `ninelives mutants`
+are subclasses that start a patched engine.
+"""
+from __future__ import annotations
+
+import sqlite3
+import sys
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from engine import CRASHPOINTS, DOCUMENT, ConfigError, load_config, open_store
+from engine.states import Pipeline as EnginePipeline
+from engine.store import OperatorError, SubmissionConflict
+
+from ..contract import Command, EngineSettings, ProcessContext
+from ..history import Event
+from ..pipeline import Pipeline, Step
+from . import audit, observer
+
+#: The reference engine's CLI names the outbox role "send".
+ROLE_COMMANDS = {"worker": "worker", "sender": "send"}
+#: Settings whose values are secrets: they travel in the environment, never in argv.
+SECRET_SETTINGS = ("provider_key",)
+#: The effect kinds of the built-in document pipeline's delivery step.
+DOCUMENT_EFFECTS = ("charge", "notify")
+
+
+def chaos_pipeline(pipeline: EnginePipeline, effects: tuple[str, ...] = ()) -> Pipeline:
+    """The engine's state table as the harness's plain data. A step calls the model unless
+    it delivers (the document pipeline's last step posts effects through the outbox)."""
+    last = pipeline.steps[-1].name
+    return Pipeline(
+        name=pipeline.name, initial=pipeline.initial, effects=effects,
+        steps=tuple(Step(s.name, s.ready, s.working, s.done, s.parked,
+                         model=not (effects and s.name == last), alternate=s.alternate)
+                    for s in pipeline.steps),
+        edges=dict(pipeline.edges), operator_edges=dict(pipeline.operator_edges),
+        terminal=pipeline.terminal)
+
+
+def backoff_bounds(base: float, cap: float, attempts: int) -> tuple[tuple[float, float], ...]:
+    """Full jitter: after failed attempt n the wait is uniform in [0, min(cap, base * 2^(n-1))]."""
+    return tuple((0.0, min(cap, base * 2.0 ** (n - 1))) for n in range(1, attempts + 1))
+
+
+class ReferenceEngine:
+    """The reference engine, run through its own CLI."""
+
+    name = "reference"
+    module = "engine"
+    capabilities = frozenset({
+        "fencing", "spend_records", "crash_points", "outbox", "operator", "heartbeat",
+        "lease_expiry", "write_lock", "integrity", "crash_loop_cap", "attempt_cap", "backoff",
+        "clock_skew", "in_process"})
+    crashpoints = CRASHPOINTS
+    crash_loop_point = "worker.after_call"
+
+    def __init__(self, pipeline: EnginePipeline = DOCUMENT,
+                 effects: tuple[str, ...] = DOCUMENT_EFFECTS) -> None:
+        self.engine_pipeline = pipeline
+        self.pipeline = chaos_pipeline(pipeline, effects)
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def command(self, role: str, ctx: ProcessContext) -> Command:
+        """`python -m engine worker|send --exit-with-parent --setting value ...`; the provider
+        key goes in NINELIVES_PROVIDER_KEY."""
+        if role not in ROLE_COMMANDS:
+            raise ValueError(f"role must be one of {sorted(ROLE_COMMANDS)}, got {role!r}")
+        settings = {"poll_interval": ctx.poll_interval, **ctx.engine, "db": ctx.db,
+                    "provider_url": ctx.provider_url, "receiver_url": ctx.receiver_url}
+        env = {f"NINELIVES_{k.upper()}": str(settings.pop(k)) for k in SECRET_SETTINGS
+               if k in settings}
+        argv = [sys.executable, "-m", self.module, ROLE_COMMANDS[role], "--exit-with-parent"]
+        if role == "worker":
+            if ctx.clock_skew:
+                argv += ["--clock-skew", str(ctx.clock_skew)]
+            if ctx.heartbeat is False:
+                settings["heartbeat"] = False
+            if ctx.call_timeout is not None:
+                settings["call_timeout"] = ctx.call_timeout
+        for key, value in settings.items():
+            argv += [f"--{key.replace('_', '-')}", _flag(value)]
+        return Command(argv, env)
+
+    def settings(self, table: dict[str, Any]) -> EngineSettings:
+        """The scenario's [engine] table as the engine reads it (raises ValueError naming
+        the setting)."""
+        try:
+            c = load_config(env={}, overrides=table)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return EngineSettings(
+            lease=c.lease, heartbeat=c.heartbeat, heartbeat_interval=c.beat_every,
+            call_timeout=c.call_timeout, max_attempts=c.max_attempts, max_claims=c.max_claims,
+            backoff_bounds=backoff_bounds(c.backoff_base, c.backoff_cap, c.max_attempts),
+            outbox_max_attempts=c.outbox_max_attempts, outbox_lease=c.outbox_lease,
+            send_timeout=c.send_timeout, keep_job=c.keep_job)
+
+    # -- observer ----------------------------------------------------------------------------
+
+    def install(self, db: str) -> None:
+        store = open_store(db)
+        with store.write() as conn:
+            audit.install(conn)
+        store.close()
+
+    def operations(self, db: str) -> list[Event]:
+        conn = sqlite3.connect(db, timeout=10.0)
+        try:
+            return observer.operations(audit.read_audit(conn), self.pipeline)
+        finally:
+            conn.close()
+
+    def progress(self, db: str) -> dict[str, Any]:
+        conn = sqlite3.connect(db, timeout=10.0)
+        try:
+            states = dict(conn.execute("SELECT state, COUNT(*) FROM job GROUP BY state"))
+            unsent = conn.execute("SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL AND"
+                                  " dead_at IS NULL").fetchone()[0]
+            return {"states": states, "unsent": unsent}
+        finally:
+            conn.close()
+
+    def snapshot(self, db: str) -> dict[str, Any]:
+        store = open_store(db, read_only=True)
+        try:
+            return _snapshot(store)
+        finally:
+            store.close()
+
+    def simulate(self, scenario, seed: int, **kwargs):
+        """One simulated run of `scenario` at `seed` (see chaos.sim): the engine's worker and
+        sender classes as threads scheduled at its crash points, on virtual time."""
+        from ..sim import SeededChoices, SimSpec, simulate
+        return simulate(SimSpec(scenario, seed, self), SeededChoices(seed), **kwargs)
+
+    # -- controls ----------------------------------------------------------------------------
+
+    def _store(self, db: str):
+        return open_store(db, busy_timeout=10.0)
+
+    def submit(self, db: str, job_id: str, payload: Any) -> str:
+        return self.submit_with(self._store(db), job_id, payload)
+
+    def submit_with(self, store, job_id: str, payload: Any) -> str:
+        """Submit through `store` (then closed): "created", "exists" or "rejected"."""
+        try:
+            return "created" if store.submit(job_id, self.engine_pipeline, payload,
+                                             time.time()) else "exists"
+        except SubmissionConflict:
+            return "rejected"
+        finally:
+            store.close()
+
+    def operator(self, db: str, action: str, job_id: str) -> str:
+        store = self._store(db)
+        try:
+            getattr(store, action)(job_id, "operator:chaos", time.time())
+            return "done"
+        except OperatorError as exc:
+            return f"refused: {exc}"
+        finally:
+            store.close()
+
+    def expire_leases(self, db: str) -> int:
+        store = self._store(db)
+        try:
+            with store.write() as conn:
+                now = time.time()
+                return conn.execute(
+                    "UPDATE job SET lease_until=?, next_run_at=?, updated_by='nemesis'"
+                    " WHERE lease_until > ?", (now - 0.001, now - 0.001, now)).rowcount
+        finally:
+            store.close()
+
+    @contextmanager
+    def hold_write_lock(self, db: str) -> Iterator[None]:
+        conn = sqlite3.connect(db, timeout=10.0, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            finally:
+                conn.execute("ROLLBACK")
+        finally:
+            conn.close()
+
+    def integrity(self, db: str) -> str:
+        conn = sqlite3.connect(db, timeout=10.0)
+        try:
+            return "; ".join(r[0] for r in conn.execute("PRAGMA integrity_check"))
+        finally:
+            conn.close()
+
+
+def engine_cli(argv: list[str]) -> int:
+    """`ninelives engine ...`: the reference engine's own command line."""
+    from engine.cli import main
+    return main(argv)
+
+
+def _snapshot(store) -> dict[str, Any]:
+    jobs = {r["id"]: {
+        "state": r["state"], "attempts": r["attempts"], "claims": r["claims"],
+        "token": r["lease_token"], "last_error": r["last_error"],
+        "cause": observer.cause_of(r["last_error"]),
+        "payload_hash": _hash(r["payload"]), "next_run_at": r["next_run_at"],
+        "lease_until": r["lease_until"]} for r in store.query("SELECT * FROM job")}
+    memos = [{"job": r["job_id"], "step": r["step"], "cost": r["cost"], "worker": r["worker"],
+              "token": r["lease_token"], "at": r["at"]}
+             for r in store.query("SELECT * FROM step_result")]
+    outbox = [{"row": r["id"], "job": r["job_id"], "kind": r["kind"], "key": r["idempotency_key"],
+               "sent_at": r["sent_at"], "dead_at": r["dead_at"], "attempts": r["attempts"],
+               "last_error": r["last_error"]} for r in store.query("SELECT * FROM outbox")]
+    spend = [{"job": r["job_id"], "step": r["step"], "worker": r["worker"],
+              "pid": observer.pid_of(r["worker"]), "token": r["lease_token"],
+              "started": r["started"], "ended": r["ended"], "outcome": r["outcome"],
+              "cost": r["cost"]} for r in store.query("SELECT * FROM spend")]
+    orphans = {f"{name}_without_job": store.query(
+        f"SELECT COUNT(*) AS n FROM {table} WHERE job_id NOT IN (SELECT id FROM job)")[0]["n"]
+        for name, table in (("memos", "step_result"), ("outbox", "outbox"), ("spend", "spend"))}
+    return {"jobs": jobs, "memos": memos, "outbox": outbox, "spend": spend, "orphans": orphans}
+
+
+def _hash(canonical: str) -> str:
+    """The fingerprint of `chaos.history.payload_hash`, of the canonical text the engine stored."""
+    return f"{len(canonical)}:{canonical[:40]}:{canonical[-40:]}"
+
+
+def _flag(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+REFERENCE = ReferenceEngine()
+
+__all__ = ["REFERENCE", "ReferenceEngine", "backoff_bounds", "chaos_pipeline"]
