@@ -48,7 +48,8 @@ TRIGGERS = {
         "json_object('job', NEW.id, 'from', OLD.state, 'to', NEW.state, 'lease_until',"
         " NEW.lease_until, 'old_lease_until', OLD.lease_until, 'lease_owner', NEW.lease_owner)")),
     "job_delete": ("DELETE ON job", "job", "delete",
-                   f"json_object('job', OLD.id, 'from', OLD.state, 'actor', {ACTOR})"),
+                   f"json_object('job', OLD.id, 'from', OLD.state, 'payload_hash',"
+                   f" {HASH.format(p='OLD.payload')}, 'actor', {ACTOR})"),
     "memo_insert": ("INSERT ON step_result", "memo", "insert",
                     f"json_object('job', NEW.job_id, 'step', NEW.step, 'cost', NEW.cost,"
                     f" 'actor', {ACTOR})"),
@@ -166,11 +167,12 @@ def operations(rows: list[dict[str, Any]], parked: frozenset[str]) -> list[Event
 
 def _job_op(row: dict[str, Any], claim: bool, parked: frozenset[str]) -> dict[str, Any]:
     actor = row.get("actor") or "worker"
-    common = {"job": row["job"], "actor": actor, "attempts": row["attempts"], "claims": None,
-              "lease_until": row["lease_until"], "worker": None, "pid": None}
+    common = {"job": row["job"], "actor": actor, "attempts": row.get("attempts"),
+              "claims": None, "lease_until": row.get("lease_until"), "worker": None,
+              "pid": None, "payload_hash": row.get("payload_hash")}
     if row["op"] == "insert":
         return {**common, "type": "submitted", "state": row["to"], "from": None,
-                "to": row["to"], "payload_hash": row["payload_hash"]}
+                "to": row["to"]}
     if row["op"] == "delete":
         return {**common, "type": "removed", "from": row["from"], "to": None}
     frm, to, owner = row["from"], row["to"], row["lease_owner"]
@@ -185,7 +187,7 @@ def _job_op(row: dict[str, Any], claim: bool, parked: frozenset[str]) -> dict[st
                  and row["last_error"] == row["old_last_error"])
     if heartbeat:  # heartbeat() writes only where lease_owner is the writer
         common.update(worker=owner, pid=pid_of(owner))
-    return {**common, "type": "state", "from": frm, "to": to,
+    return {**common, "type": "state", "from": frm, "to": to, "lease_owner": owner,
             "next_run_at": row["next_run_at"], "last_error": row["last_error"],
             "cause": cause_of(row["last_error"]) if to in parked else None,
             "heartbeat": heartbeat}
