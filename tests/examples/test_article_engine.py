@@ -231,6 +231,32 @@ def test_controls_are_attributed_to_who_wrote(db):
     assert ARTICLE.integrity(db) == "ok"
 
 
+def test_the_memo_hit_path_asserts_an_edge_the_article_lacks(db):
+    """A job in its ready state with its step's memo (a stale worker's commit can leave one)
+    makes the published run_once assert pending -> fetched; the variant's claim, which moved
+    the job to fetching, advances it."""
+    (job, payload), = make_documents(1, seed=5)
+    ARTICLE.submit(db, job, payload)
+    conn = engine.connect(db)
+    try:
+        with conn:
+            conn.execute("INSERT INTO step_result (job_id, step, output, cost, at)"
+                         " VALUES (?, 'fetch', '{}', 0.001, 0)", (job,))
+        engine.configure(db=db, lease=0.2)
+        with pytest.raises(AssertionError, match="illegal transition pending -> fetched"):
+            engine.run_once(conn)
+        assert ARTICLE.expire_leases(db) == 1
+        engine.configure(db=db, lease=0.2, claim_moves=True)
+        assert engine.run_once(conn)
+    finally:
+        engine.configure(db=db)
+        conn.close()
+    writes = [(op["type"], op["from"], op["to"]) for op in ARTICLE.operations(db)
+              if op["type"] in ("claimed", "state") and op["actor"] == "worker"]
+    assert writes == [("claimed", "pending", "pending"), ("claimed", "pending", "fetching"),
+                      ("state", "fetching", "fetched")]
+
+
 def test_the_write_lock_is_held_until_released(db):
     with ARTICLE.hold_write_lock(db):
         with pytest.raises(sqlite3.OperationalError, match="locked"):
