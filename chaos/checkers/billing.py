@@ -373,6 +373,8 @@ def _check_memo_costs(verdict: Verdict, at, memos: Memos,
     "operator-discarded" for a memo an operator deleted since."""
     memoized: dict[int, str] = {}
     for memo, delete in memos.worker_inserts():
+        if memo.get("worker") is None:
+            continue  # nobody to match a call to: the observer could not say who wrote it
         verdict.checked += 1
         call = memoized_call(memo, calls.get((memo["job"], memo["step"]), ()))
         if call is not None:

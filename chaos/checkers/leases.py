@@ -115,7 +115,7 @@ def check_fenced_writes(history: list[Event], snapshot: dict[str, Any]) -> Verdi
     owners: dict[tuple, Event] = {}      # ("job", id) | ("row", id) -> the owner's write
     claims: dict[tuple, Event] = {}      # (thing, worker) -> the worker's last claim of it
     tokens: dict[tuple, int] = {}        # thing -> its last token, where the engine has one
-    bumps = fenced_memos = 0
+    bumps = fenced_memos = unattributed = 0
     for e in (e for e in history if is_engine(e)):
         if e["type"] == "memo":
             owner = owners.get(("job", e["job"]))
@@ -138,6 +138,9 @@ def check_fenced_writes(history: list[Event], snapshot: dict[str, Any]) -> Verdi
         fenced = fenced_by(e)
         if fenced is None:
             continue
+        if e.get("worker") is None:
+            unattributed += 1  # the observer cannot tell which worker wrote it
+            continue
         verdict.checked += 1
         owner = owners.get(fenced)
         if went_back or owner is None or owner.get("worker") != e.get("worker"):
@@ -146,7 +149,10 @@ def check_fenced_writes(history: list[Event], snapshot: dict[str, Any]) -> Verdi
         elif e.get("token") is not None and e["type"] != "effect_queued":
             tokens[thing] = e["token"]
     verdict.metrics = {"worker_writes": verdict.checked, "lease_takes": bumps,
-                       "fenced_memo_inserts": fenced_memos}
+                       "fenced_memo_inserts": fenced_memos, "unattributed_writes": unattributed}
+    if verdict.valid is True and unattributed and unattributed >= verdict.checked:
+        verdict.unknown(f"the engine's observer could not say who made {unattributed} of "
+                        f"{unattributed + verdict.checked} worker writes: they were not judged")
     return verdict
 
 
