@@ -252,8 +252,11 @@ class JsonHandler(BaseHTTPRequestHandler):
         leaves after this check and before the answer is written is not seen.
         """
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            poller = select.poll()  # not select(): it fails on descriptors past FD_SETSIZE
+            poller.register(self.connection, select.POLLIN)
+            if not poller.poll(0):
+                return False  # nothing to read: the client is still waiting
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
         except (OSError, ValueError):  # reset by the peer, or the socket already closed
             return True
 
