@@ -18,7 +18,7 @@ controls   `submit(db, job, payload)` -> "created" | "exists" | "rejected";
 
 The snapshot: {"jobs": {id: {"state", "attempts", "claims", "last_error", "payload_hash",
 "cause"}}, "memos": [{"job", "step", "cost"}], "outbox": [{"row", "job", "kind", "key",
-"sent", "dead", "attempts", "last_error"}], "spend": [{"job", "step", "worker", "pid",
+"sent_at", "dead_at", "attempts", "last_error"}] (times, or None), "spend": [{"job", "step", "worker", "pid",
 "started", "ended", "outcome", "cost"}] (with spend_records), "orphans": {name: count}}.
 A field an engine does not keep is None.
 

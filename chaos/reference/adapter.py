@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from engine import CRASHPOINTS, DOCUMENT, ConfigError, load_config, open_store
+from engine.config import FIELDS as CONFIG_FIELDS
 from engine.states import Pipeline as EnginePipeline
 from engine.store import OperatorError, SubmissionConflict
 
@@ -92,6 +93,10 @@ class ReferenceEngine:
     def settings(self, table: dict[str, Any]) -> EngineSettings:
         """The scenario's [engine] table as the engine reads it (raises ValueError naming
         the setting)."""
+        for key in table:
+            if key not in CONFIG_FIELDS:
+                raise ValueError(f"unknown field 'engine.{key}' (an engine setting: "
+                                 f"{', '.join(sorted(CONFIG_FIELDS))})")
         try:
             c = load_config(env={}, overrides=table)
         except ConfigError as exc:

@@ -119,7 +119,7 @@ class ToyEngine:
             "memos": [{"job": key, "step": step, "cost": memo["cost"]}
                       for key, d in docs for step, memo in d["memo"].items()],
             "outbox": [{"row": f"{key}/{e['kind']}", "job": key, "kind": e["kind"],
-                        "key": e["key"], "sent": e["sent"], "dead": e["dead"],
+                        "key": e["key"], "sent_at": e.get("sent_at"), "dead_at": e.get("dead_at"),
                         "attempts": e["attempts"], "last_error": e["error"]}
                        for key, d in docs for e in d["effects"]],
             "spend": None,
