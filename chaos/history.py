@@ -128,13 +128,3 @@ def of(events: Iterable[Event], src: str, type_: str | None = None) -> Iterator[
         if event["src"] == src and (type_ is None or event["type"] == type_):
             yield event
 
-
-def pid_of(worker_id: str | None) -> int | None:
-    """The process id inside a worker id (`role:host:pid:nonce`), or None."""
-    if not worker_id:
-        return None
-    parts = worker_id.split(":")
-    try:
-        return int(parts[-2])
-    except (IndexError, ValueError):
-        return None

@@ -18,7 +18,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .contract import load_engine
-from .history import Event, of, pid_of, read_history
+from .checkers.ops import is_job, takes_lease
+from .history import Event, of, read_history
 from .latency import parse_latency
 from .runner import run_campaign
 from .scenario import Scenario
@@ -52,22 +53,26 @@ def cell_scenario(base: Scenario, cell: Cell, latency: str | None) -> Scenario:
 
 
 def recovery_times(events: list[Event]) -> list[float]:
-    """Seconds from each kill of a worker to the next progress of a job it held."""
-    owner: dict[str, str | None] = {}
+    """Seconds from each kill of a worker to the next progress of a job it held: a job is
+    held from a worker's claim until it leaves the step (or someone else takes its lease)."""
+    owner: dict[str, tuple[str, int | None] | None] = {}
     waiting: dict[str, tuple[float, str]] = {}
     pid_of_name = {e["name"]: e["pid"] for e in of(events, "process", "spawn")}
     times = []
     for e in events:
         if e["src"] == "nemesis" and e["type"] == "kill":
             pid = e.get("pid") or pid_of_name.get(e.get("target"))
-            for job, worker in owner.items():
-                if worker and pid_of(worker) == pid:
-                    waiting[job] = (e["t"], worker)
-        elif e["src"] == "audit" and e["type"] == "job":
+            for job, held in owner.items():
+                if held and held[1] is not None and held[1] == pid:
+                    waiting[job] = (e["t"], held[0])
+        elif is_job(e):
             job = e["job"]
-            if job in waiting and e["writer"] != waiting[job][1]:
+            if job in waiting and e.get("worker") != waiting[job][1]:
                 times.append(e["t"] - waiting.pop(job)[0])
-            owner[job] = e.get("lease_owner")
+            if e["type"] == "claimed":
+                owner[job] = (e.get("worker"), e.get("pid"))
+            elif takes_lease(e) or e["type"] != "state" or e.get("from") != e.get("to"):
+                owner[job] = None  # it left the step, or is no worker's to wait for
     return times
 
 

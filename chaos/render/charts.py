@@ -1,12 +1,13 @@
 """The report's charts: job states over time (the article's status query, replayed from the
-audit), cost by step with waste by cause, and outbox attempts per effect kind. Each is data
-from the run plus an inline SVG drawing of it."""
+engine's job operations), cost by step with waste by cause, and outbox attempts per effect
+kind. Each is data from the run plus an inline SVG drawing of it."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from ..checkers.ops import is_job
 from ..history import Event
 from .svg import ERROR, STEP_COLOURS, el, nice_step, title
 
@@ -50,9 +51,10 @@ def state_order(pipeline: dict[str, Any], seen: set[str]) -> tuple[list[str], di
 
 def state_counts(history: list[Event], pipeline: dict[str, Any], t0: float, t1: float,
                  samples: int = MAX_SAMPLES) -> StateSeries:
-    """Jobs per state sampled at up to `samples` evenly spaced times, replaying the audit."""
-    changes = [e for e in history if e["src"] == "audit" and e["type"] == "job"]
-    seen = {e["to"] for e in changes if e.get("to")}
+    """Jobs per state sampled at up to `samples` evenly spaced times, replaying the engine's
+    job operations."""
+    changes = [e for e in history if is_job(e)]
+    seen = {s for s in map(_state_after, changes) if s}
     states, colours = state_order(pipeline, seen)
     n = max(2, min(samples, len(changes) + 2))
     times = [t0 + (t1 - t0) * i / (n - 1) for i in range(n)]
@@ -71,13 +73,23 @@ def state_counts(history: list[Event], pipeline: dict[str, Any], t0: float, t1: 
     return StateSeries([t - t0 for t in times], states, counts, colours, note)
 
 
+def _state_after(change: Event) -> str | None:
+    """The job's state after a job operation (None once it is removed)."""
+    if change["type"] == "removed":
+        return None
+    if change["type"] == "submitted":
+        return change.get("state") or change.get("to")
+    return change.get("to")
+
+
 def _apply(change: Event, current: dict[str, str], tally: Counter) -> None:
     job = change["job"]
     if job in current:
         tally[current.pop(job)] -= 1
-    if change.get("op") != "delete" and change.get("to"):
-        current[job] = change["to"]
-        tally[change["to"]] += 1
+    state = _state_after(change)
+    if state:
+        current[job] = state
+        tally[state] += 1
 
 
 def stacked_area(series: StateSeries, width: int = 1180, height: int = 190) -> str:

@@ -11,7 +11,7 @@ from markupsafe import Markup
 
 from ..history import Event
 from . import charts
-from .evidence import describe, event_key, ordered, witnesses
+from .evidence import describe, event_key, ordered, witnesses, writer_names
 from .svg import KIND_COLOURS, STEP_COLOURS, TimelineDrawing, palette
 from .timeline import build_timeline
 
@@ -37,7 +37,8 @@ def context(report: dict[str, Any], history: list[Event] | None,
     history, snapshot = history or [], snapshot or {}
     pipeline = snapshot.get("pipeline", {})
     t0 = min((e["t"] for e in history), default=report.get("started", 0.0))
-    verdicts = [verdict_view(v, t0) for v in ordered(report["verdicts"])]
+    names = writer_names(history)
+    verdicts = [verdict_view(v, t0, names) for v in ordered(report["verdicts"])]
     ctx = {"r": report, "m": report.get("metrics", {}), "verdicts": verdicts,
            "shown_errors": SHOWN_ERRORS,
            "counts": _counts(report), "t0": t0, "has_history": bool(history),
@@ -57,10 +58,12 @@ def _counts(report: dict[str, Any]) -> dict[str, int]:
     return counts
 
 
-def verdict_view(verdict: dict[str, Any], t0: float) -> dict[str, Any]:
-    """A verdict with its errors' events described and keyed for the timeline."""
+def verdict_view(verdict: dict[str, Any], t0: float,
+                 names: dict[str, str] | None = None) -> dict[str, Any]:
+    """A verdict with its errors' events described and keyed for the timeline (`names`: the
+    workers' names, from `writer_names`)."""
     errors = [{"type": e["type"], "message": e["message"],
-               "events": [{"key": event_key(ev), "text": describe(ev, t0),
+               "events": [{"key": event_key(ev), "text": describe(ev, t0, names),
                            "json": json.dumps(ev, sort_keys=True)} for ev in e.get("events", [])]}
               for e in verdict.get("errors") or []]
     metrics = json.dumps(verdict.get("metrics", {}), indent=1, sort_keys=True)

@@ -14,7 +14,7 @@ KIND_COLOURS = ("#8cd17d", "#499894", "#d4a6c8", "#f1ce63", "#a0cbe8", "#ffbe7d"
 ERROR = "#d62728"
 
 AXIS_H, LABEL_W = 34, 128
-LANE_H = {HARNESS: 24, "worker": 32, "send": 24}
+LANE_H = {HARNESS: 24, "worker": 32, "sender": 24}
 PX_PER_S, MIN_W, MAX_W = 80.0, 1180, 7000
 MAX_GUIDES = 40     # witnesses get a full-height guide line while there are this few
 

@@ -10,8 +10,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..history import Event, pid_of
-from .evidence import at, describe, event_key
+from ..checkers.ops import is_job, is_worker, pids_by_worker, takes_lease
+from ..history import Event
+from .evidence import at, describe, event_key, writer_names
 
 HARNESS = "harness"
 MAX_BARS = 700      # per lane and kind; beyond that bars are merged into time buckets
@@ -30,7 +31,7 @@ class Segment:
 @dataclass
 class Lane:
     key: str
-    role: str           # worker, send, harness
+    role: str           # worker, sender, harness
     segments: list[Segment] = field(default_factory=list)
 
 
@@ -91,7 +92,7 @@ def build_timeline(history: list[Event], pipeline: dict[str, Any],
     bars = held_steps(history, pipeline, lanes, t0, t1)
     bars += calls_and_sends(history, lanes, t0)
     marks, bands = faults(history, lanes, t0, t1)
-    marks += witness_marks(witnessed, lanes, t0)
+    marks += witness_marks(witnessed, lanes, t0, lanes.names)
     flag_witnesses(bars, witnessed)
     bars, notes = thin(bars, t0, t1)
     return Timeline(t0, max(t1, t0 + 1e-3), lanes.ordered(), bars, marks, bands,
@@ -100,11 +101,16 @@ def build_timeline(history: list[Event], pipeline: dict[str, Any],
 
 class Lanes:
     """Slots as lanes (`worker-0` holds worker-0.1, worker-0.7, ...), and which lane a pid,
-    a worker id or an event belongs to."""
+    a worker id or an event belongs to. A worker id is tied to its process by the engine
+    operations that name both (ledger events carry only the id)."""
 
     def __init__(self, history: list[Event], t0: float, t1: float) -> None:
         self.by_key: dict[str, Lane] = {HARNESS: Lane(HARNESS, HARNESS)}
         self.by_pid: dict[int, str] = {}
+        self.pids = pids_by_worker(history)
+        self.role_of = {e["worker"]: e.get("actor") or "worker" for e in history
+                        if e["src"] == "engine" and e.get("worker") in self.pids}
+        self.names = writer_names(history)
         exits = {e["pid"]: e for e in history if e["src"] == "process" and e["type"] == "exit"}
         for e in history:
             if e["src"] == "process" and e["type"] == "spawn":
@@ -125,16 +131,18 @@ class Lanes:
         return self.by_pid[pid]
 
     def of_worker(self, worker: str | None) -> str:
-        role = (worker or "worker").split(":", 1)[0]
-        return self.of_pid(pid_of(worker), "send" if role == "sender" else role)
+        worker = worker or ""
+        return self.of_pid(self.pids.get(worker), self.role_of.get(worker, "worker"))
 
     def of_event(self, e: Event) -> str:
         if e["src"] in ("process", "nemesis") and e.get("pid") is not None:
             return self.of_pid(e["pid"], e.get("role", "worker"))
-        return self.of_worker(e.get("worker") or e.get("writer"))
+        if e["src"] == "engine" and e.get("pid") is not None:
+            return self.of_pid(e["pid"], e.get("actor") or "worker")
+        return self.of_worker(e.get("worker"))
 
     def ordered(self) -> list[Lane]:
-        rank = {HARNESS: 0, "worker": 1, "send": 2}
+        rank = {HARNESS: 0, "worker": 1, "sender": 2}
         return sorted(self.by_key.values(), key=lambda l: (rank.get(l.role, 3), _natural(l.key)))
 
 
@@ -164,23 +172,26 @@ class _Held:
         self.parked = set(pipeline.get("parked", ()))
         self.lanes, self.t0 = lanes, t0
         self.open: dict[str, dict] = {}
-        self.token: dict[str, Any] = {}
+        self.holder: dict[str, Any] = {}    # job -> who took its lease last
         self.last: dict[tuple[str, str], float] = {}
         self.bars: list[Bar] = []
 
     def job_write(self, e: Event) -> None:
-        worker, job = e.get("writer"), e["job"]
+        worker, job = e.get("worker"), e["job"]
         bar = self.open.get(worker)
-        heartbeat = e.get("from") == e.get("to") and e.get("token") == e.get("old_token")
+        # A write that neither moves the job nor takes its lease (a heartbeat, a lease write)
+        heartbeat = e["type"] == "state" and e.get("from") == e.get("to") and not takes_lease(e)
         if bar is not None and not (heartbeat and bar["job"] == job):
             if bar["job"] == job:
                 self.close(worker, e["t"], self.outcome(e))
             else:
                 self.abandon(worker, e["t"])
-        if e.get("to") in self.step_of and pid_of(worker) is not None and not heartbeat:
-            self.open[worker] = {"job": job, "step": self.step_of[e["to"]], "start": e["t"],
-                                 "token": e.get("token")}
-        self.token[job] = e.get("token")
+        if takes_lease(e):
+            self.holder[job] = worker
+        if (e.get("to") in self.step_of and is_worker(e) and e.get("pid") is not None
+                and not heartbeat):
+            self.open[worker] = {"job": job, "step": e.get("step") or self.step_of[e["to"]],
+                                 "start": e["t"], "pid": e["pid"]}
 
     def outcome(self, e: Event) -> str:
         to = e.get("to")
@@ -192,7 +203,7 @@ class _Held:
         """The worker moved on without writing this job again: its lease was taken."""
         bar = self.open[worker]
         last = self.last.get((worker, bar["job"]), bar["start"])
-        taken = self.token.get(bar["job"]) != bar["token"]
+        taken = self.holder.get(bar["job"], worker) != worker
         self.close(worker, min(t, max(last, bar["start"])), "lost lease" if taken else "left")
 
     def close(self, worker: str, t: float, outcome: str) -> None:
@@ -203,7 +214,7 @@ class _Held:
                              bar["step"], outcome, title))
 
     def process_exit(self, e: Event) -> None:
-        for worker in [w for w in self.open if pid_of(w) == e.get("pid")]:
+        for worker in [w for w, bar in self.open.items() if bar["pid"] == e.get("pid")]:
             self.close(worker, e["t"], "killed" if e.get("signal") else "exited")
 
 
@@ -214,12 +225,12 @@ def held_steps(history: list[Event], pipeline: dict[str, Any], lanes: Lanes, t0:
     held = _Held(pipeline, lanes, t0)
     for e in history:
         src, type_ = e["src"], e["type"]
-        if src == "audit" and type_ == "job":
+        if is_job(e):
             held.job_write(e)
         elif src == "process" and type_ == "exit":
             held.process_exit(e)
-        elif src in ("audit", "provider") and e.get("job") is not None:
-            worker = e.get("worker") or e.get("writer")
+        elif src in ("engine", "provider") and e.get("job") is not None:
+            worker = e.get("worker")
             end = e.get("t_end") or e["t"]
             key = (worker, e["job"])
             held.last[key] = max(held.last.get(key, end), end)
@@ -241,7 +252,8 @@ def calls_and_sends(history: list[Event], lanes: Lanes, t0: float) -> list[Bar]:
         else:
             continue
         bars.append(Bar(lanes.of_worker(e.get("worker")), kind, e["t_start"],
-                        e.get("t_end") or e["t_start"], str(label), outcome, describe(e, t0),
+                        e.get("t_end") or e["t_start"], str(label), outcome,
+                        describe(e, t0, lanes.names),
                         witness=event_key(e)))
     return bars
 
@@ -262,11 +274,11 @@ def faults(history: list[Event], lanes: Lanes, t0: float,
         kind = MARKED.get((e["src"], e["type"]))
         if kind:
             lane = HARNESS if kind in ("operator", "submit") else lanes.of_event(e)
-            marks.append(Mark(lane, kind, e["t"], describe(e, t0)))
+            marks.append(Mark(lane, kind, e["t"], describe(e, t0, lanes.names)))
         elif e["src"] != "nemesis":
             continue
         elif e["type"] == "expire":
-            marks.append(Mark(None, "expire", e["t"], describe(e, t0)))
+            marks.append(Mark(None, "expire", e["t"], describe(e, t0, lanes.names)))
         elif e["type"] in WINDOW_END.values():
             opened[(e["type"], e.get("pid"))] = e
         elif e["type"] in WINDOW_END:
@@ -298,12 +310,13 @@ def phases(history: list[Event], t1: float) -> list[tuple[str, float, float]]:
 # -- witnesses --------------------------------------------------------------------------------
 
 def witness_marks(witnessed: dict[str, tuple[Event, list[str]]], lanes: Lanes,
-                  t0: float) -> list[Mark]:
+                  t0: float, names: dict[str, str] | None = None) -> list[Mark]:
     """A mark for every event that proves a violation, on the lane of whoever did it, in
     time order."""
     return sorted((Mark(lanes.of_event(e), "witness", e["t"],
-                 f"witness of {', '.join(names)}: {describe(e, t0)}", key, tuple(names))
-            for key, (e, names) in witnessed.items() if "t" in e), key=lambda m: m.t)
+                 f"witness of {', '.join(verdicts)}: {describe(e, t0, names)}", key,
+                 tuple(verdicts))
+            for key, (e, verdicts) in witnessed.items() if "t" in e), key=lambda m: m.t)
 
 
 def flag_witnesses(bars: list[Bar], witnessed: dict[str, tuple[Event, list[str]]]) -> None:

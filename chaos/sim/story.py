@@ -9,22 +9,28 @@ from __future__ import annotations
 from typing import Any
 
 from ..checkers import Verdict
+from ..checkers.ops import pids_by_worker
 from ..history import Event
 
 FAULTS = ("pause", "resume", "kill", "expire", "outage", "outage_end", "contention",
           "contention_end", "operator", "duplicate_submit")
 
 
-def who(writer: str | None) -> str:
-    """'worker 3' for worker:sim:3:1, 'sender 5', 'operator', 'the nemesis', ..."""
-    if not writer:
-        return "?"
-    parts = writer.split(":")
-    if len(parts) == 4 and parts[1] == "sim":
-        return f"{parts[0]} {parts[2]}"
-    if writer.startswith("operator:"):
-        return "the operator"
-    return {"nemesis": "the nemesis", "submit": "the submitter"}.get(writer, writer)
+def who(e: Event, pids: dict[str, int] | None = None) -> str:
+    """Who did `e`: 'worker 3', 'sender 5', 'the operator', 'the nemesis', 'the
+    submitter', from the operation's `actor` and `pid`; a ledger event (which names only its
+    worker id) through `pids` (worker id -> pid, see `chaos.checkers.ops.pids_by_worker`)."""
+    actor, worker = e.get("actor"), e.get("worker")
+    pid = e.get("pid")
+    if pid is None and pids and worker in pids:
+        pid, actor = pids[worker], actor or ("sender" if e.get("src") == "receiver"
+                                             else "worker")
+    if actor in ("worker", "sender") and pid is not None:
+        return f"{actor} {pid}"
+    named = {"operator": "the operator", "harness": "the nemesis", "submitter": "the submitter"}
+    if actor in named:
+        return named[actor]
+    return worker or actor or "?"
 
 
 def failure_of(verdicts: list[Verdict], target: str | None = None) -> Verdict | None:
@@ -49,9 +55,10 @@ def tell(history: list[Event], verdicts: list[Verdict], target: str | None = Non
     witnesses = {_key(e) for e in failure.failures[0].events} if failure and \
         failure.failures else set()
     t0 = history[0]["t"] if history else 0.0
+    pids = pids_by_worker(history)
     lines = []
     for event in history:
-        text = _line(event, jobs)
+        text = _line(event, jobs, pids)
         if text is None:
             continue
         mark = f"   <- {failure.name}" if _key(event) in witnesses else ""
@@ -88,24 +95,24 @@ def _key(event: dict[str, Any]) -> tuple:
     return (event.get("src"), event.get("type"), event.get("seq"), event.get("t"))
 
 
-def _line(e: Event, jobs: set[str]) -> str | None:
+def _line(e: Event, jobs: set[str], pids: dict[str, int]) -> str | None:
     src, type_ = e["src"], e["type"]
     if src == "nemesis" and type_ in FAULTS:
         return _fault(e)
     if src == "process" and type_ == "crashpoint":
-        role = "sender" if e.get("role") == "send" else e.get("role", "process")
-        return f"{role} {e['pid']} crashes at {e['point']} (its job: {e.get('job')})"
+        return (f"{e.get('role', 'process')} {e['pid']} crashes at {e['point']} "
+                f"(its job: {e.get('job')})")
     if e.get("job") not in jobs:
         return None
-    if src == "audit":
-        return _audit(e)
+    if src == "engine":
+        return _engine(e)
     if src == "provider":
         answer = e.get("outcome") if e.get("status") in (200, None) else e.get("status")
         fault = f", fault {e['fault']}" if e.get("fault") else ""
-        return (f"{who(e.get('worker'))} calls the provider for {e['job']}/{e['step']} "
+        return (f"{who(e, pids)} calls the provider for {e['job']}/{e['step']} "
                 f"(call {e['n']}): {answer}{fault}, billed {e.get('billed')}")
     if src == "receiver":
-        return (f"{who(e.get('worker'))} sends {e['kind']} of {e['job']} (request {e['n']}, "
+        return (f"{who(e, pids)} sends {e['kind']} of {e['job']} (request {e['n']}, "
                 f"key {e.get('key')}): {e.get('outcome')}")
     if src == "runner" and type_ == "submit" and e.get("duplicate"):
         return f"{e['job']} is submitted again: {e['result']}"
@@ -118,7 +125,7 @@ def _fault(e: Event) -> str:
         name = e.get("target", "?")
         role, _, rest = name.partition("-")
         pid = e.get("pid")
-        actor = f"{'sender' if role == 'send' else role} {pid}"
+        actor = f"{role} {pid}"
         return {"pause": f"{actor} is paused for {e.get('seconds')} s",
                 "resume": f"{actor} resumes", "kill": f"{actor} is killed"}[type_]
     if type_ == "expire":
@@ -132,27 +139,36 @@ def _fault(e: Event) -> str:
             "contention_end": "the write lock is free again"}[type_]
 
 
-def _audit(e: Event) -> str | None:
-    type_, writer = e["type"], who(e.get("writer") or e.get("worker"))
-    if type_ == "job":
-        if e["op"] == "insert":
-            return None
+def _engine(e: Event) -> str | None:
+    type_, writer = e["type"], who(e)
+    job, token = e.get("job"), e.get("token")
+    if type_ == "claimed":
+        if e.get("continued"):
+            return f"{writer} moves {job} {e.get('from')} -> {e.get('to')}"
+        verb = "takes over" if e.get("from") == e.get("to") else "claims"
+        return f"{writer} {verb} {job} at {e.get('to')} (lease token {token})"
+    if type_ == "state":
         frm, to = e.get("from"), e.get("to")
-        if e["token"] > e["old_token"]:
-            verb = "takes over" if frm == to else "claims"
-            return f"{writer} {verb} {e['job']} at {to} (lease token {e['token']})"
         if frm != to:
-            extra = f" ({e['last_error']})" if e.get("last_error") and to != frm else ""
-            return f"{writer} moves {e['job']} {frm} -> {to}{extra}"
+            extra = f" ({e['last_error']})" if e.get("last_error") else ""
+            took = " taking its lease" if e.get("took_lease") else ""
+            return f"{writer} moves {job} {frm} -> {to}{took}{extra}"
+        if e.get("took_lease"):
+            return f"{writer} takes {job} at {to} (lease token {token})"
         return None  # a heartbeat or lease write
     if type_ == "memo":
-        return f"{writer} commits the memo of {e['job']}/{e['step']} (token {e.get('token')})"
-    if type_ == "outbox":
-        if e["op"] == "insert":
-            return f"{writer} queues effect {e['kind']} of {e['job']}"
-        if e.get("sent_at") is not None:
-            return f"{writer} marks {e['kind']} of {e['job']} sent"
-        if e.get("dead_at") is not None:
-            return f"{writer} dead-letters {e['kind']} of {e['job']}"
-        return None
+        if e.get("op") == "delete":
+            return f"{writer} deletes the memo of {job}/{e.get('step')}"
+        return f"{writer} commits the memo of {job}/{e.get('step')} (token {token})"
+    if type_ == "billed":
+        return (f"{writer} records the call for {job}/{e.get('step')}: {e.get('outcome')}, "
+                f"cost {e.get('cost')}")
+    if type_ == "effect_queued":
+        return f"{writer} queues effect {e['kind']} of {job}"
+    if type_ == "effect_claimed":
+        return f"{writer} claims effect {e['kind']} of {job} (attempt {e.get('attempts')})"
+    if type_ == "effect_sent":
+        return f"{writer} marks {e['kind']} of {job} sent"
+    if type_ == "effect_state" and e.get("dead_at") is not None:
+        return f"{writer} dead-letters {e['kind']} of {job}"
     return None

@@ -4,7 +4,7 @@ verdict table and on the timeline; junit.xml has one test case per invariant wit
 failure count; summary.md carries the verdicts; the timeline model draws held steps, kills
 and witnesses where they happened and thins long histories; a rendering failure never loses
 a run. Fixture runs: tests/fixtures/runs/pass (a smoke run) and tests/fixtures/runs/fail (a
-broken engine that skips the memo check, trimmed to ten jobs)."""
+broken engine that skips the memo check)."""
 from __future__ import annotations
 
 import json
@@ -18,9 +18,9 @@ from html.parser import HTMLParser
 
 import pytest
 
-from chaos.adapter import pipeline_json
 from chaos.cli import main as cli_main
 from chaos.history import read_history
+from chaos.reference import chaos_pipeline
 from chaos.render import FILES, render_run
 from chaos.render.charts import MAX_SAMPLES, state_counts
 from chaos.render.evidence import event_key, witnesses
@@ -31,10 +31,11 @@ from chaos.render.timeline import MAX_BARS, build_timeline
 from engine import DOCUMENT
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "runs")
-PIPELINE = pipeline_json(DOCUMENT)
+PIPELINE = chaos_pipeline(DOCUMENT, ("charge", "notify")).to_json()
 VOID = {"meta", "link", "br", "hr", "img", "input", "col", "area", "base", "embed", "source",
         "track", "wbr", "param"}
-W1, W2 = "worker:h:101:a", "worker:h:102:b"
+W1, W2 = "w-1@h", "w-2@h"     # worker ids of any format: their pids come from the operations
+PID = {W1: 101, W2: 102}
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -295,10 +296,23 @@ def spawn(t, name, pid):
             "pid": pid}
 
 
-def job(t, job_id, frm, to, writer, token, old_token=None):
-    return {"t": t, "src": "audit", "type": "job", "op": "update", "job": job_id, "from": frm,
-            "to": to, "writer": writer, "token": token,
-            "old_token": token if old_token is None else old_token}
+def engine_op(t, type_, job_id, frm, to, worker, token, **fields):
+    return {"t": t, "src": "engine", "type": type_, "completion": "ok", "job": job_id,
+            "from": frm, "to": to, "worker": worker, "pid": PID.get(worker),
+            "actor": "worker" if worker in PID else "submitter", "token": token, **fields}
+
+
+def claim(t, job_id, frm, to, worker, token, step="fetch"):
+    return engine_op(t, "claimed", job_id, frm, to, worker, token, step=step, continued=False)
+
+
+def state(t, job_id, frm, to, worker, token, heartbeat=False):
+    return engine_op(t, "state", job_id, frm, to, worker, token, heartbeat=heartbeat,
+                     took_lease=False)
+
+
+def submitted(t, job_id):
+    return engine_op(t, "submitted", job_id, None, "pending", "submit", 0, state="pending")
 
 
 def call(t, t_end, job_id, worker, step="fetch"):
@@ -319,24 +333,24 @@ BOTH = [spawn(0.0, "worker-0.1", 101), spawn(0.0, "worker-1.2", 102)]
 
 
 def test_a_held_step_runs_from_claim_to_commit_and_heartbeats_do_not_split_it():
-    tl = timeline(BOTH + [job(1.0, "j", "pending", "fetching", W1, 1, 0),
-                          job(1.5, "j", "fetching", "fetching", W1, 1),
-                          job(2.0, "j", "fetching", "fetched", W1, 1)])
+    tl = timeline(BOTH + [claim(1.0, "j", "pending", "fetching", W1, 1),
+                          state(1.5, "j", "fetching", "fetching", W1, 1, heartbeat=True),
+                          state(2.0, "j", "fetching", "fetched", W1, 1)])
     assert steps(tl) == [("worker-0", "fetch", 1.0, 2.0, "ok")]
     assert [lane.key for lane in tl.lanes] == ["harness", "worker-0", "worker-1"]
 
 
 def test_a_step_whose_lease_was_taken_ends_at_its_owner_last_activity():
-    tl = timeline(BOTH + [job(1.0, "j", "pending", "fetching", W1, 1, 0),
+    tl = timeline(BOTH + [claim(1.0, "j", "pending", "fetching", W1, 1),
                           call(1.1, 1.4, "j", W1),
-                          job(3.0, "j", "fetching", "fetching", W2, 2, 1),
-                          job(5.0, "k", "pending", "fetching", W1, 1, 0)])
+                          claim(3.0, "j", "fetching", "fetching", W2, 2),
+                          claim(5.0, "k", "pending", "fetching", W1, 1)])
     assert ("worker-0", "fetch", 1.0, 1.4, "lost lease") in steps(tl)
     assert ("worker-1", "fetch", 3.0, tl.t1, "unfinished") in steps(tl)
 
 
 def test_a_killed_worker_step_ends_at_its_death_beside_the_kill_mark():
-    tl = timeline(BOTH + [job(1.0, "j", "pending", "fetching", W1, 1, 0),
+    tl = timeline(BOTH + [claim(1.0, "j", "pending", "fetching", W1, 1),
                           {"t": 2.0, "src": "nemesis", "type": "kill", "pid": 101},
                           {"t": 2.01, "src": "process", "type": "exit", "pid": 101,
                            "signal": "SIGKILL", "code": None}])
@@ -347,12 +361,14 @@ def test_a_killed_worker_step_ends_at_its_death_beside_the_kill_mark():
 
 def test_a_witness_is_marked_on_the_lane_of_the_worker_that_did_it():
     rebill = call(4.0, 4.2, "j", W2)
-    tl = timeline(BOTH + [call(1.0, 1.2, "j", W1), rebill],
+    tl = timeline(BOTH + [claim(0.9, "j", "pending", "fetching", W1, 1), call(1.0, 1.2, "j", W1),
+                          claim(3.9, "j", "fetching", "fetching", W2, 2), rebill],
                   {event_key(rebill): (rebill, ["no-rebill-after-commit"])})
     [mark] = [m for m in tl.marks if m.kind == "witness"]
     assert (mark.lane, mark.t, mark.verdicts) == ("worker-1", 4.0, ("no-rebill-after-commit",))
     flagged = [b for b in tl.bars if b.witness]
     assert [(b.start, b.verdicts) for b in flagged] == [(4.0, ("no-rebill-after-commit",))]
+    assert "by worker 102" in flagged[0].title and "by worker 102" in mark.title
 
 
 def test_a_long_history_is_thinned_per_lane_and_the_page_says_so():
@@ -367,12 +383,13 @@ def test_a_long_history_is_thinned_per_lane_and_the_page_says_so():
     assert tl.notes and "merged" in tl.notes[0]
 
 
-def test_state_counts_replay_the_audit_and_sample_long_runs():
-    changes = [job(float(t), f"j{t}", None, "pending", "submit", 0) for t in range(1000)]
+def test_state_counts_replay_the_job_operations_and_sample_long_runs():
+    changes = [submitted(float(t), f"j{t}") for t in range(1000)]
     series = state_counts(changes, PIPELINE, 0.0, 999.0)
     assert len(series.times) == MAX_SAMPLES and "sampled" in series.note
     assert series.counts["pending"][-1] == 1000 and series.counts["pending"][0] == 1
-    moved = changes[:2] + [job(5.0, "j0", "pending", "fetching", W1, 1, 0)]
+    moved = changes[:3] + [claim(5.0, "j0", "pending", "fetching", W1, 1),
+                           engine_op(6.0, "removed", "j2", "pending", None, "submit", 0)]
     short = state_counts(moved, PIPELINE, 0.0, 10.0)
     assert (short.counts["pending"][-1], short.counts["fetching"][-1]) == (1, 1)
 

@@ -52,7 +52,7 @@ EVENTS = [
     crash("worker.after_claim", LOOPING), crash("worker.before_call", OTHER),
     crash("sender.after_send", None),
     nemesis("skew"), nemesis("heartbeat_off"), nemesis("heartbeat_off"), nemesis("kill"),
-    {"t": 4.0, "src": "audit", "type": "spend", "job": OTHER, "step": "fetch",
+    {"t": 4.0, "src": "engine", "type": "billed", "job": OTHER, "step": "fetch",
      "outcome": "poison", "fault": "status"},  # not evidence: only ledgers and logs count
     {"t": 4.0, "src": "process", "type": "exit", "name": "w1", "role": "worker", "pid": 11,
      "code": None, "signal": "SIGKILL"},

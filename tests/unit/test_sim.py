@@ -14,7 +14,8 @@ from contextlib import contextmanager
 import pytest
 
 from chaos.reference import ReferenceEngine
-from chaos.history import pid_of, write_history
+from chaos.checkers.ops import is_worker, pids_by_worker
+from chaos.history import write_history
 from chaos.plan import provider_fault, receiver_fault
 from chaos.scenario import Expect, Faults, Run, load_scenario
 from chaos.sim import (ReplayChoices, ReplayDiverged, SeededChoices, SimSpec, load_schedule,
@@ -122,6 +123,7 @@ def keyless_sender(original):
 
 class Broken(ReferenceEngine):
     def __init__(self, name: str, *patches) -> None:
+        super().__init__()
         self.name, self.patches = name, patches
 
     @contextmanager
@@ -155,7 +157,7 @@ def test_the_same_seed_gives_a_byte_identical_history(name, seed, tmp_path):
     assert a == b
     assert first.choices == second.choices and first.turns == second.turns
     sources = {e["src"] for e in first.history}
-    assert {"audit", "provider", "runner", "process"} <= sources
+    assert {"engine", "provider", "runner", "process"} <= sources
 
 
 @pytest.mark.parametrize("scen", [ZOMBIES, AMBIGUOUS], ids=["zombies", "ambiguous"])
@@ -179,11 +181,12 @@ def test_the_history_has_virtual_times_and_simulated_worker_ids():
     result = run(ZOMBIES, 4)
     times = [t for e in result.history for t in (e["t"], e.get("t_end")) if t is not None]
     assert START <= min(times) and max(times) < START + 3600
-    writers = {e.get("writer") or e.get("worker") for e in result.history
-               if e["src"] in ("audit", "provider")} - {None, "submit", "nemesis"}
+    writers = {e["worker"] for e in result.history
+               if e["src"] == "provider" or (e["src"] == "engine" and is_worker(e))}
     assert writers and all(re.fullmatch(r"(worker|sender):sim:\d+:\d+", w) for w in writers)
     spawned = {e["pid"] for e in result.history if e["type"] == "spawn"}
-    assert {pid_of(w) for w in writers} <= spawned
+    pids = pids_by_worker(result.history)
+    assert writers <= set(pids) and {pids[w] for w in writers} <= spawned
 
 
 # -- the reference engine holds ----------------------------------------------------------------

@@ -42,17 +42,48 @@ def test_a_cell_fits_the_call_timeout_to_the_latency_and_measures_duplicates():
     assert safe.engine["unsafe_long_calls"] is False
 
 
+def engine_op(t, type_, job, frm, to, worker, pid, actor="worker", **fields):
+    return {"t": t, "src": "engine", "type": type_, "job": job, "from": frm, "to": to,
+            "worker": worker, "pid": pid, "actor": actor, **fields}
+
+
 def test_recovery_is_from_the_kill_to_the_next_write_by_another_worker():
-    w1, w2 = "worker:h:11:a", "worker:h:12:b"
+    w1, w2 = "w1@h", "w2@h"     # worker ids of any format: the pid is the operation's
     events = [
-        {"t": 1.0, "src": "audit", "type": "job", "job": "j", "writer": w1, "lease_owner": w1},
-        {"t": 1.2, "src": "audit", "type": "job", "job": "k", "writer": w1, "lease_owner": None},
+        engine_op(1.0, "claimed", "j", "pending", "fetching", w1, 11, step="fetch",
+                  continued=False),
+        engine_op(1.1, "claimed", "k", "pending", "fetching", w1, 11, step="fetch",
+                  continued=False),
+        engine_op(1.2, "state", "k", "fetching", "fetched", w1, 11),
         {"t": 2.0, "src": "nemesis", "type": "kill", "pid": 11, "target": "worker-0.1"},
-        {"t": 2.5, "src": "audit", "type": "job", "job": "j", "writer": "nemesis",
-         "lease_owner": w1},
-        {"t": 3.5, "src": "audit", "type": "job", "job": "j", "writer": w2, "lease_owner": w2},
+        engine_op(2.5, "state", "j", "fetching", "fetching", "nemesis", None, actor="harness"),
+        engine_op(3.5, "claimed", "j", "fetching", "fetching", w2, 12, step="fetch",
+                  continued=False),
     ]
     assert recovery_times(events) == [0.5]  # the nemesis's write is progress by another hand
+
+
+def test_a_job_that_left_its_step_or_moved_on_is_waited_for_only_while_held():
+    w1, w2 = "w1@h", "w2@h"
+    events = [
+        engine_op(1.0, "claimed", "j", "pending", "fetching", w1, 11, step="fetch",
+                  continued=False),
+        engine_op(1.2, "state", "j", "fetching", "fetched", w1, 11),
+        engine_op(1.3, "claimed", "j", "fetched", "extracting", w1, 11, step="extract",
+                  continued=True),
+        engine_op(1.4, "claimed", "k", "pending", "fetching", w2, 12, step="fetch",
+                  continued=False),
+        engine_op(1.5, "state", "k", "fetching", "pending", w2, 12),
+        {"t": 2.0, "src": "nemesis", "type": "kill", "target": "worker-0.1"},
+        {"t": 2.0, "src": "nemesis", "type": "kill", "target": "worker-1.2"},
+        engine_op(3.0, "claimed", "k", "pending", "fetching", "w3@h", 13, step="fetch",
+                  continued=False),
+        engine_op(4.0, "claimed", "j", "extracting", "extracting", "w4@h", 14,
+                  step="extract", continued=False),
+    ]
+    spawns = [{"t": 0.0, "src": "process", "type": "spawn", "name": name, "pid": pid}
+              for name, pid in (("worker-0.1", 11), ("worker-1.2", 12))]
+    assert recovery_times(spawns + events) == [2.0]  # j, held under its continued lease
 
 
 def test_the_recommendation_is_the_shortest_lease_without_duplicate_spend():
