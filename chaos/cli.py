@@ -100,10 +100,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from .runner import run_campaign
     from .scenario import load_scenario
     report = load_report(args.run)
-    engine_for_scenario = load_engine(report["engine"])
-    scenario = load_scenario(report["scenario"]["path"], report["profile"], engine_for_scenario)
-    plan = FaultPlan.from_json(report["plan"])
     engine = load_engine(report["engine"])
+    scenario = load_scenario(report["scenario"]["path"], report["profile"], engine)
+    plan = FaultPlan.from_json(report["plan"])
     out = args.out or os.path.join(os.path.dirname(os.path.dirname(args.run.rstrip("/"))),
                                    "replays")
     want = [(v["name"], v["verdict"]) for v in report["verdicts"]]

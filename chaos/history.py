@@ -78,10 +78,15 @@ def canonical_json(value: Any) -> str:
 
 
 def payload_hash(payload: Any) -> str:
-    """The fingerprint `submitted` operations and snapshots carry for a payload: length,
-    first and last 40 characters of its canonical JSON (cheap enough to compute in SQL)."""
-    text = canonical_json(payload)
-    return f"{len(text)}:{text[:40]}:{text[-40:]}"
+    """The fingerprint `submitted` operations and snapshots carry for a payload (see
+    `fingerprint`)."""
+    return fingerprint(canonical_json(payload))
+
+
+def fingerprint(canonical: str) -> str:
+    """Length, first and last 40 characters of a payload's canonical JSON text: cheap enough
+    for an observer to compute in SQL from the text an engine stored."""
+    return f"{len(canonical)}:{canonical[:40]}:{canonical[-40:]}"
 
 
 def sort_key(event: Event) -> tuple:

@@ -12,8 +12,8 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from ..history import Event
-from .ops import capable, is_engine, is_job, is_operator, is_worker, takes_lease
-from .transitions import EPS, JobIndex, clock_of, is_update, job_ops
+from .ops import TOL, capable, is_engine, is_job, is_operator, is_worker, takes_lease
+from .transitions import JobIndex, clock_of, is_update, job_ops
 from .verdict import Verdict
 
 COST_TOLERANCE = 1e-9
@@ -71,10 +71,10 @@ class Memos:
 
 def memoized_call(memo: Event, calls: list[Event]) -> Event | None:
     """The call a worker's memo holds the result of: the memo writer's call for that
-    (job, step) that ended last before the memo committed (EPS: ledger vs audit clocks)."""
+    (job, step) that ended last before the memo committed (TOL: ledger vs audit clocks)."""
     found = None
     for call in calls:
-        if call["worker"] == memo["worker"] and call["t_end"] <= memo["t"] + EPS:
+        if call["worker"] == memo["worker"] and call["t_end"] <= memo["t"] + TOL:
             if found is None or call["t_end"] > found["t_end"]:
                 found = call
     return found
@@ -98,9 +98,9 @@ def match_spends(history: list[Event], calls: dict[Key, list[Event]]) -> dict[in
     for key, group in by_worker.items():
         pending = list(spends.get(key, ()))
         for i, call in enumerate(group):
-            until = group[i + 1]["t_start"] + EPS if i + 1 < len(group) else math.inf
+            until = group[i + 1]["t_start"] + TOL if i + 1 < len(group) else math.inf
             for j, spend in enumerate(pending):
-                if call["t_start"] - EPS <= spend["t"] <= until:
+                if call["t_start"] - TOL <= spend["t"] <= until:
                     matched[id(call)] = pending.pop(j)
                     break
     return matched
@@ -122,7 +122,7 @@ def needs_ledger(history: list[Event], calls: dict[Key, list[Event]]) -> str | N
 def check_no_rebill_after_commit(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     """No provider call for (job, step) starts after that step's memo committed.
 
-    A call violates when memo.t + EPS < call.t_start < (operator's memo delete).t - EPS. A call
+    A call violates when memo.t + TOL < call.t_start < (operator's memo delete).t - TOL. A call
     that started before the memo committed and ended after it is duplicate spend, not a
     re-bill: counted as overlapping_duplicate_calls and left to lease-exclusive/cost-accounted.
 
@@ -153,7 +153,7 @@ def check_no_rebill_after_commit(history: list[Event], snapshot: dict[str, Any])
             began = min(call["t_start"], spend["started"]) if spend else call["t_start"]
             for insert, delete in periods:
                 committed, ends = insert["t"], delete["t"] if delete else math.inf
-                if committed + EPS < began < ends - EPS:
+                if committed + TOL < began < ends - TOL:
                     claim = index.claim_of(call["worker"], key[0], call["t_start"])
                     stale = claim is not None and claim["t"] < committed
                     if stale and _zombie_race(insert, claim, began):
@@ -168,7 +168,7 @@ def check_no_rebill_after_commit(history: list[Event], snapshot: dict[str, Any])
                     stale_reads += stale
                     _rebilled(verdict, at, call, insert, claim if stale else None)
                     break
-                if call["t_start"] <= committed + EPS < call["t_end"]:
+                if call["t_start"] <= committed + TOL < call["t_end"]:
                     overlapping += 1
                     break
     verdict.metrics = {"calls": verdict.checked, "calls_after_commit": after,
@@ -306,7 +306,7 @@ def _check_memo_hits(verdict: Verdict, at, snapshot: dict, jobs: list[Event], me
             entries += 1
             until = events[i + 1]["t"] if i + 1 < len(events) else math.inf
             for call in calls.get((job, step), ()):
-                if call["worker"] == worker and e["t"] - EPS <= call["t_start"] <= until + EPS:
+                if call["worker"] == worker and e["t"] - TOL <= call["t_start"] <= until + TOL:
                     verdict.fail("memo-hit-called", f"job {job}: {worker} entered {step!r} at "
                                  f"{at(e['t'])} holding the memo committed at {at(memo['t'])}, "
                                  f"yet called the provider at {at(call['t_start'])}",

@@ -11,10 +11,9 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from ..history import Event
-from .ops import TOL, ends_an_operation, is_job, is_operator, is_worker, pids_by_worker, takes_lease
+from .ops import TOL, ends_an_operation, is_job, is_operator, pids_by_worker, takes_lease
 from .verdict import Verdict
 
-EPS = TOL
 
 
 def clock_of(history: list[Event]):
@@ -56,10 +55,10 @@ class JobIndex:
                 self.exits[e["pid"]].append(e)
 
     def claim_of(self, worker: str, job: str, t: float) -> Event | None:
-        """The worker's latest lease-taking write on the job at (or within EPS after) t."""
+        """The worker's latest lease-taking write on the job at (or within TOL after) t."""
         found = None
         for bump in self.bumps.get(job, ()):
-            if bump["t"] > t + EPS:
+            if bump["t"] > t + TOL:
                 break
             if bump.get("worker") == worker:
                 found = bump
@@ -83,9 +82,9 @@ class JobIndex:
         return times[i] if i < len(times) else None
 
     def exit_after(self, worker: str, t: float) -> Event | None:
-        """The first exit of the worker's process at or after t (within EPS: the supervisor
+        """The first exit of the worker's process at or after t (within TOL: the supervisor
         stamps exits with another clock than the provider's ledger)."""
-        return next((x for x in self.exits.get(self.pids.get(worker), ()) if x["t"] >= t - EPS),
+        return next((x for x in self.exits.get(self.pids.get(worker), ()) if x["t"] >= t - TOL),
                     None)
 
     def died_before_writing(self, worker: str, job: str, t: float) -> Event | None:

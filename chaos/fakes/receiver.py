@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 
-from .attribution import KEY_HEADER, KIND_HEADER, effect_attribution  # noqa: F401 (importable here)
+from .attribution import effect_attribution
 from .server import FAIL, INFO, OK, Deliver, FakeServer, JsonHandler
 
 RECEIVER_FAULTS = frozenset({"status", "timeout", "drop"})

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .attribution import JOB_HEADER, STEP_HEADER, WORKER_HEADER  # noqa: F401 (importable here too)
 from .ledger import Ledger
 
 #: A ledger entry's `completion`, Jepsen's three outcomes from the caller's point of view: it got

@@ -11,16 +11,16 @@ from __future__ import annotations
 import sqlite3
 import sys
 import time
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, ContextManager
 
 from engine import CRASHPOINTS, DOCUMENT, ConfigError, load_config, open_store
 from engine.config import FIELDS as CONFIG_FIELDS
 from engine.states import Pipeline as EnginePipeline
 from engine.store import OperatorError, SubmissionConflict
 
+from .. import sqlite
 from ..contract import Command, EngineSettings, ProcessContext
-from ..history import Event
+from ..history import Event, fingerprint
 from ..pipeline import Pipeline, Step
 from . import audit, observer
 
@@ -185,24 +185,11 @@ class ReferenceEngine:
         finally:
             store.close()
 
-    @contextmanager
-    def hold_write_lock(self, db: str) -> Iterator[None]:
-        conn = sqlite3.connect(db, timeout=10.0, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield
-            finally:
-                conn.execute("ROLLBACK")
-        finally:
-            conn.close()
+    def hold_write_lock(self, db: str) -> ContextManager[None]:
+        return sqlite.hold_write_lock(db)
 
     def integrity(self, db: str) -> str:
-        conn = sqlite3.connect(db, timeout=10.0)
-        try:
-            return "; ".join(r[0] for r in conn.execute("PRAGMA integrity_check"))
-        finally:
-            conn.close()
+        return sqlite.integrity(db)
 
 
 def engine_cli(argv: list[str]) -> int:
@@ -216,7 +203,7 @@ def _snapshot(store) -> dict[str, Any]:
         "state": r["state"], "attempts": r["attempts"], "claims": r["claims"],
         "token": r["lease_token"], "last_error": r["last_error"],
         "cause": observer.cause_of(r["last_error"]),
-        "payload_hash": _hash(r["payload"]), "next_run_at": r["next_run_at"],
+        "payload_hash": fingerprint(r["payload"]), "next_run_at": r["next_run_at"],
         "lease_until": r["lease_until"]} for r in store.query("SELECT * FROM job")}
     memos = [{"job": r["job_id"], "step": r["step"], "cost": r["cost"], "worker": r["worker"],
               "token": r["lease_token"], "at": r["at"]}
@@ -232,11 +219,6 @@ def _snapshot(store) -> dict[str, Any]:
         f"SELECT COUNT(*) AS n FROM {table} WHERE job_id NOT IN (SELECT id FROM job)")[0]["n"]
         for name, table in (("memos", "step_result"), ("outbox", "outbox"), ("spend", "spend"))}
     return {"jobs": jobs, "memos": memos, "outbox": outbox, "spend": spend, "orphans": orphans}
-
-
-def _hash(canonical: str) -> str:
-    """The fingerprint of `chaos.history.payload_hash`, of the canonical text the engine stored."""
-    return f"{len(canonical)}:{canonical[:40]}:{canonical[-40:]}"
 
 
 def _flag(value: Any) -> str:

@@ -31,7 +31,6 @@ from ..expect import harness_snapshot
 from ..reference import audit, observer
 from ..checkers import run_checkers
 from ..nemesis import FaultPolicy
-from ..scenario import Scenario
 from .choices import Choices, everything
 from .engines import in_process
 from .nemesis import SimNemesis

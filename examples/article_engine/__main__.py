@@ -5,7 +5,6 @@ The provider key comes from the environment (ARTICLE_PROVIDER_KEY), never from a
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import logging
 import os
@@ -70,20 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds this process's clock is off by")
         p.add_argument("--claim-moves", action="store_true",
                        help="the variant: the claim moves the job into its working state")
-        p.add_argument("--exit-with-parent", action="store_true",
-                       help="Linux: die when the parent process dies")
     return parser
-
-
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies, so no worker is orphaned."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() == 1:  # the parent died before the request took effect
-        os._exit(1)
 
 
 def stop_on_signals() -> threading.Event:
@@ -124,8 +110,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=os.environ.get("ARTICLE_LOG", "WARNING"),
                         format="%(asctime)s %(name)s %(message)s")
-    if getattr(args, "exit_with_parent", False):
-        die_with_parent()
     try:
         probe.arm_from_env(engine.POINTS)
         if args.command == "init":

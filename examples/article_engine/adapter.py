@@ -11,22 +11,20 @@ the engine to observe it lives beside the article's tables (see `observer`).
 """
 from __future__ import annotations
 
-import os
 import sqlite3
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Iterator
+from typing import Any, ContextManager
 
+from chaos import sqlite
 from chaos.contract import Command, EngineSettings, ProcessContext
-from chaos.history import Event
+from chaos.history import Event, fingerprint
 from chaos.pipeline import Pipeline, Step
 
 from . import calls, engine, observer
 
 #: The repository root, so `python -m examples.article_engine` imports from any directory.
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODULE = "examples.article_engine"
 
 # -- the pipeline, from the article's STATES ----------------------------------------------------
@@ -159,7 +157,7 @@ class ArticleEngine:
     # -- processes ------------------------------------------------------------------------
 
     def command(self, role: str, ctx: ProcessContext) -> Command:
-        """`python -m examples.article_engine worker|sender --exit-with-parent ...`; the
+        """`python -m examples.article_engine worker|sender ...`; the
         provider key, if the harness has one, stays in the environment."""
         if role not in ("worker", "sender"):
             raise ValueError(f"role must be 'worker' or 'sender', got {role!r}")
@@ -168,7 +166,7 @@ class ArticleEngine:
             s = replace(s, heartbeat=False)
         if role == "worker" and ctx.call_timeout is not None:
             s = replace(s, call_timeout=float(ctx.call_timeout))
-        argv = [sys.executable, "-m", MODULE, role, "--exit-with-parent", "--db", ctx.db,
+        argv = [sys.executable, "-m", MODULE, role, "--db", ctx.db,
                 "--provider-url", ctx.provider_url, "--receiver-url", ctx.receiver_url,
                 "--poll", str(ctx.poll_interval)]
         for key, value in vars(s).items():
@@ -179,8 +177,7 @@ class ArticleEngine:
             argv += ["--clock-skew", str(ctx.clock_skew)]
         if self.claim_moves:
             argv.append("--claim-moves")
-        path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
-        return Command(argv, {"PYTHONPATH": path})
+        return Command(argv)
 
     def settings(self, table: dict[str, Any]) -> EngineSettings:
         s = read_settings(table)
@@ -279,24 +276,11 @@ class ArticleEngine:
         finally:
             conn.close()
 
-    @contextmanager
-    def hold_write_lock(self, db: str) -> Iterator[None]:
-        conn = _connect(db)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield
-            finally:
-                conn.execute("ROLLBACK")
-        finally:
-            conn.close()
+    def hold_write_lock(self, db: str) -> ContextManager[None]:
+        return sqlite.hold_write_lock(db)
 
     def integrity(self, db: str) -> str:
-        conn = _connect(db)
-        try:
-            return "; ".join(r[0] for r in conn.execute("PRAGMA integrity_check"))
-        finally:
-            conn.close()
+        return sqlite.integrity(db)
 
 
 def _connect(db: str) -> sqlite3.Connection:
@@ -307,7 +291,7 @@ def _connect(db: str) -> sqlite3.Connection:
 def _snapshot(conn: sqlite3.Connection) -> dict[str, Any]:
     jobs = {job_id: {
         "state": state, "attempts": attempts, "claims": None, "last_error": last_error,
-        "payload_hash": f"{len(payload)}:{payload[:40]}:{payload[-40:]}",
+        "payload_hash": fingerprint(payload),
         "cause": observer.cause_of(last_error) if state in PIPELINE.parked_states else None,
         "next_run_at": next_run_at, "lease_until": lease_until, "lease_owner": owner}
         for job_id, state, attempts, last_error, payload, next_run_at, lease_until, owner

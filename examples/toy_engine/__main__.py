@@ -5,7 +5,6 @@ Settings are flags (`--lease 10`, ...); the provider key comes only from TOY_PRO
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import signal
@@ -29,23 +28,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--db", required=True)
     parser.add_argument("--provider-url", default="http://127.0.0.1:8000/v1")
     parser.add_argument("--receiver-url", default="http://127.0.0.1:8001/v1/effects")
-    parser.add_argument("--exit-with-parent", action="store_true",
-                        help="die when the process that started this one dies")
     parser.add_argument("--key", help="submit: the job's key")
     parser.add_argument("--payload", help="submit: the job's JSON payload")
     for name, kind in flag_names():
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_TYPES[kind])
     return parser
-
-
-def die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent dies (PR_SET_PDEATHSIG)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() == 1:  # the parent was already gone when the request took effect
-        os._exit(1)
 
 
 def stop_on_signals() -> threading.Event:
@@ -57,8 +44,6 @@ def stop_on_signals() -> threading.Event:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.exit_with_parent:
-        die_with_parent()
     table = {name: getattr(args, name) for name, _ in flag_names()
              if getattr(args, name) is not None}
     try:

@@ -8,15 +8,14 @@ the cost of the call whose output it memoized).
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import sys
 import time
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, ContextManager, Iterator
 
-from chaos.contract import Command, EngineSettings, ProcessContext, ROLES
+from chaos import sqlite
+from chaos.contract import ROLES, Command, EngineSettings, ProcessContext
 from chaos.history import Event
 from chaos.pipeline import Pipeline, Step
 
@@ -24,7 +23,6 @@ from . import jobs, observer, store
 from .settings import KEY_VARIABLE, SECRETS, Settings
 from .worker import CRASH_LOOP_POINT, POINTS
 
-_ROOT = Path(__file__).resolve().parents[2]   # where `examples` is importable from
 _LIVE = ("queued", "summarizing", "summarized", "publishing", "stuck")
 
 PIPELINE = Pipeline(
@@ -65,14 +63,12 @@ class ToyEngine:
             table["call_timeout"] = ctx.call_timeout
         table["poll"] = ctx.poll_interval
         settings = Settings.from_table(table)
-        argv = [sys.executable, "-m", "examples.toy_engine", role, "--exit-with-parent",
-                "--db", ctx.db, "--provider-url", ctx.provider_url,
+        argv = [sys.executable, "-m", "examples.toy_engine", role, "--db", ctx.db, "--provider-url", ctx.provider_url,
                 "--receiver-url", ctx.receiver_url]
         for name, value in sorted(table.items()):
             if name not in SECRETS:
                 argv += [f"--{name.replace('_', '-')}", str(getattr(settings, name))]
-        path = os.pathsep.join(filter(None, (str(_ROOT), os.environ.get("PYTHONPATH"))))
-        env = {"PYTHONPATH": path}
+        env = {}
         if settings.provider_key:
             env[KEY_VARIABLE] = settings.provider_key
         return Command(argv, env)
@@ -157,15 +153,8 @@ class ToyEngine:
                     expired += n
         return expired
 
-    @contextmanager
-    def hold_write_lock(self, db: str) -> Iterator[None]:
-        """Hold the database's write lock (BEGIN IMMEDIATE) until the block ends."""
-        with _connection(db) as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield
-            finally:
-                conn.execute("ROLLBACK")
+    def hold_write_lock(self, db: str) -> ContextManager[None]:
+        return sqlite.hold_write_lock(db)
 
     def integrity(self, db: str) -> str:
         with _connection(db) as conn:

@@ -1,12 +1,10 @@
 """Contract-suite fixtures: every adapter present, a fresh store per test, the fakes on
 127.0.0.1, and one real run per adapter (a worker and a sender started with the adapter's own
-command line) whose every process is ended in a finally."""
+command line, under the harness's own supervisor) whose every process is ended in a
+finally."""
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,12 +12,9 @@ from typing import Any, Callable
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # `examples` lives at the top of the repository
-    sys.path.insert(0, str(ROOT))
-
-from chaos.contract import ProcessContext, load_engine  # noqa: E402
-from chaos.fakes import FakeProvider, FakeReceiver  # noqa: E402
+from chaos.contract import ProcessContext, load_engine
+from chaos.fakes import FakeProvider, FakeReceiver
+from chaos.supervisor import Supervisor
 
 #: name -> the --engine spec of every adapter the suite knows.
 KNOWN = {"reference": "reference",
@@ -81,43 +76,10 @@ def installed(engine, db) -> str:
     return db
 
 
-def child_env(extra: dict[str, str]) -> dict[str, str]:
-    """The parent's environment without the harness's crash arming, plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NINELIVES_")}
-    return {**env, **extra}
-
-
-class Processes:
-    """Starts engine processes from Commands; `close()` terminates, then kills, and reaps
-    every one of them."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.log_dir = log_dir
-        self.started: list[tuple[str, subprocess.Popen]] = []
-
-    def start(self, role: str, command) -> subprocess.Popen:
-        stem = self.log_dir / f"{len(self.started) + 1:02d}-{role}"
-        with open(f"{stem}.log", "wb") as out:
-            proc = subprocess.Popen(command.argv, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, env=child_env(command.env),
-                                    cwd=ROOT)
-        self.started.append((role, proc))
-        return proc
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2000:]}"
-                         for p in sorted(self.log_dir.glob("*.log")))
-
-    def close(self) -> None:
-        for _, proc in self.started:
-            if proc.poll() is None:
-                proc.terminate()
-        for _, proc in self.started:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+def logs(log_dir: Path) -> str:
+    """The tail of every process log in `log_dir`."""
+    return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2000:]}"
+                     for p in sorted(log_dir.glob("*.log")))
 
 
 @dataclass
@@ -148,22 +110,22 @@ def run(engine, tmp_path_factory) -> Run:
     db, job = str(here / "store.db"), "contract-run-1"
     terminal = engine.pipeline.steps[-1].done
     result = Run(engine, db, job, {"worker": set(), "sender": set()}, terminal, False)
-    processes = Processes(here)
     provider = FakeProvider(here / "provider.jsonl").start()
     receiver = FakeReceiver(here / "receiver.jsonl").start()
+    ctx = ProcessContext(db=db, provider_url=provider.url, receiver_url=receiver.url,
+                         engine={}, poll_interval=0.02)
+    processes = Supervisor(lambda role, slot, n: engine.command(role, ctx), log_dir=str(here))
     try:
         engine.install(db)
         engine.submit(db, job, PAYLOAD)
-        ctx = ProcessContext(db=db, provider_url=provider.url, receiver_url=receiver.url,
-                             engine={}, poll_interval=0.02)
         for role in ("worker", "sender"):
-            result.pids[role].add(processes.start(role, engine.command(role, ctx)).pid)
+            result.pids[role].add(processes.spawn(role).pid)
         end = time.monotonic() + DEADLINE
         while time.monotonic() < end and not result.reached:
             progress = engine.progress(db)
             result.reached = (progress["states"].get(terminal, 0) == 1
                               and not progress.get("unsent"))
-            if any(p.poll() is not None for _, p in processes.started):
+            if len(processes.alive()) < 2:
                 break  # a process died on its own: no point waiting
             time.sleep(0.02)  # condition poll
     except Exception as exc:  # the tests report it; the fixture must still clean up
@@ -172,7 +134,7 @@ def run(engine, tmp_path_factory) -> Run:
         processes.close()
         provider.close()
         receiver.close()
-    result.logs = processes.logs()
+    result.logs = logs(here)
     try:
         result.operations = engine.operations(db)
         result.progress = engine.progress(db)

@@ -7,23 +7,18 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # examples/ is not an installed package
-    sys.path.insert(0, str(ROOT))
-
-from chaos.contract import ProcessContext, validate  # noqa: E402
-from chaos.documents import make_documents  # noqa: E402
-from chaos.fakes import FakeProvider, FakeReceiver, ScriptedFaults  # noqa: E402
-from examples.article_engine import engine  # noqa: E402
-from examples.article_engine.adapter import (ARTICLE, ARTICLE_CLAIM_MOVES, PIPELINE,  # noqa: E402
-                                             read_settings)
+from chaos.contract import Command, ProcessContext, validate
+from chaos.documents import make_documents
+from chaos.fakes import FakeProvider, FakeReceiver, ScriptedFaults
+from chaos.supervisor import Supervisor
+from examples.article_engine import engine
+from examples.article_engine.adapter import ARTICLE, ARTICLE_CLAIM_MOVES, PIPELINE, read_settings
 
 #: Short enough for a test run, in the article's formula: uniform(base, min(cap, base * 2^n)).
 FAST = {"lease": 3.0, "call_timeout": 1.0, "max_attempts": 3, "backoff_base": 0.05,
@@ -44,46 +39,33 @@ def wait_for(condition, timeout: float, what: str):
 
 
 class Processes:
-    """Engine processes started from the adapter's commands; `close()` ends every one of them
-    (terminate, then kill) and reaps it."""
+    """Engine processes started from an adapter's commands under the harness's own
+    supervisor; `close()` ends every one of them (terminate, then kill) and reaps it."""
 
     def __init__(self, log_dir: Path) -> None:
-        self.log_dir = log_dir
-        self.started: list[tuple[subprocess.Popen, Path]] = []
         log_dir.mkdir(parents=True, exist_ok=True)
+        self.supervisor = Supervisor(lambda role, slot, n: self._next, log_dir=str(log_dir))
+        self._next: Command | None = None
 
     def start(self, adapter, role: str, ctx: ProcessContext, env: dict | None = None):
         command = adapter.command(role, ctx)
-        base = {k: v for k, v in os.environ.items() if not k.startswith("NINELIVES_")}
-        log = self.log_dir / f"{len(self.started) + 1:02d}-{role}.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(command.argv, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=out, env={**base, **command.env, **(env or {})},
-                                    cwd=self.log_dir)
-        self.started.append((proc, log))
-        return proc
+        self._next = Command(command.argv, {**command.env, **(env or {})})
+        return self.supervisor.spawn(role, len(self.supervisor.children)).proc
 
     def log(self, proc: subprocess.Popen) -> str:
-        return next(log for p, log in self.started if p is proc).read_text(errors="replace")
+        child = next(c for c in self.supervisor.children if c.proc is proc)
+        return Path(child.log_path).read_text(errors="replace")
 
     def alive(self) -> bool:
         """True while every process runs; fails the test with the log of one that died."""
-        for proc, log in self.started:
-            if proc.poll() is not None:
-                pytest.fail(f"{proc.args[3]} exited with {proc.returncode}:\n"
-                            f"{log.read_text(errors='replace')}")
+        for child in self.supervisor.children:
+            if child.proc.poll() is not None:
+                pytest.fail(f"{child.name} exited with {child.proc.returncode}:\n"
+                            f"{self.log(child.proc)}")
         return True
 
     def close(self) -> None:
-        for proc, _ in self.started:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc, _ in self.started:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        self.supervisor.close()
 
 
 @pytest.fixture
@@ -184,7 +166,7 @@ def test_command_maps_the_context_to_flags_and_keeps_secrets_out_of_argv(db, mon
                          engine=FAST, heartbeat=False, call_timeout=0.5, clock_skew=2.0)
     argv = ARTICLE.command("worker", ctx).argv
     assert argv[1:4] == ["-m", "examples.article_engine", "worker"]
-    flags = dict(zip(argv[5::2], argv[6::2]))
+    flags = dict(zip(argv[4::2], argv[5::2]))
     assert flags["--heartbeat"] == "off" and flags["--call-timeout"] == "0.5"
     assert flags["--clock-skew"] == "2.0" and flags["--lease"] == "3.0"
     assert "--claim-moves" not in argv and "sk-secret" not in " ".join(argv)

@@ -1,0 +1,106 @@
+"""Honest verdicts: a check whose evidence the engine does not declare is `unknown` with the
+reason, a check that examined nothing while its faults fired is `unknown`, and what evidence
+there is still fails a violation."""
+from __future__ import annotations
+
+from builders import W1, call, delivered_with_effects, job, snapshot_with_effects
+
+from chaos.checkers.billing import check_cost_accounted
+from chaos.checkers.integrity import check_db_intact
+from chaos.checkers.leases import check_fenced_writes
+from chaos.checkers.liveness import check_bounded_work, check_retry_discipline
+from chaos.checkers.outbox import check_effects_complete, check_outbox_bounded
+from chaos.contract import CAPABILITIES
+from chaos.report import not_applicable
+from chaos.scenario import load_scenario
+
+DOC = "doc-1"
+
+
+def without(*missing: str) -> dict:
+    """The snapshot's engine entry for an engine lacking `missing` capabilities."""
+    return {"name": "partial", "capabilities": sorted(set(CAPABILITIES) - set(missing))}
+
+
+def check(checker, history, *missing, **overrides):
+    return checker(history, snapshot_with_effects(history, engine=without(*missing),
+                                                  **overrides))
+
+
+def test_without_spend_records_cost_accounted_is_unknown_and_says_why():
+    history = delivered_with_effects(DOC)
+    history = [e for e in history if e["type"] != "billed"]  # nothing recorded them
+    assert check(check_cost_accounted, history).status == "fail"  # the engine promised them
+    verdict = check(check_cost_accounted, history, "spend_records")
+    assert verdict.status == "unknown"
+    assert "no per-call spend record" in verdict.reason
+
+
+def test_without_spend_records_a_memo_cost_off_its_bill_still_fails():
+    history = delivered_with_effects(DOC)
+    history = [dict(e, billed=0.02) if e["type"] == "call" and e["step"] == "fetch" else e
+               for e in history if e["type"] != "billed"]
+    verdict = check(check_cost_accounted, history, "spend_records")
+    assert verdict.status == "fail" and set(verdict.by_type) == {"cost-mismatch"}
+
+
+def test_without_an_outbox_the_outbox_checks_are_unknown():
+    history = delivered_with_effects(DOC)
+    for checker in (check_outbox_bounded, check_effects_complete):
+        assert check(checker, history).status == "pass"
+        assert check(checker, history, "outbox").status == "unknown"
+
+
+def test_without_an_integrity_control_db_intact_is_unknown_not_a_pass():
+    history = delivered_with_effects(DOC)
+    assert check(check_db_intact, history).status == "pass"
+    verdict = check(check_db_intact, history, "integrity", integrity=[])
+    assert verdict.status == "unknown" and "integrity" in verdict.reason
+
+
+def crash_loop_unparked():
+    claims = [job(1.0, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1)]
+    claims += [job(1.0 + i, DOC, "fetching", "fetching", W1, i + 1, old_token=i, claims=i + 1)
+               for i in range(1, 12)]
+    return claims
+
+
+def test_without_a_crash_loop_cap_a_crash_loop_must_still_end_parked():
+    history = crash_loop_unparked()
+    plan = {**snapshot_with_effects([])["plan"], "crash_loop": [DOC]}
+    verdict = check(check_bounded_work, history, "crash_loop_cap", plan=plan)
+    assert verdict.status == "fail" and set(verdict.by_type) == {"crash-loop-not-parked"}
+    # With no crash-loop job, an engine that declares no cap gives no verdict on claims.
+    verdict = check(check_bounded_work, history, "crash_loop_cap")
+    assert verdict.status == "unknown" and "no crash-loop cap" in verdict.reason
+    assert check(check_bounded_work, history).status == "fail"  # a declared cap of 8
+
+
+def test_retryable_failures_with_no_retry_seen_are_unknown():
+    history = [job(1.0, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1),
+               call(1.01, 1.02, DOC, "fetch", W1, status=429, outcome="error", billed=0.0)]
+    verdict = check_retry_discipline(history, snapshot_with_effects(history))
+    assert verdict.status == "unknown"
+    assert "0 retries observed while 1 retryable" in verdict.reason
+
+
+def test_writes_nobody_can_attribute_are_counted_not_judged():
+    claim = job(1.0, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1)
+    anonymous = dict(job(2.0, DOC, "fetching", "fetched", W1, 1), worker=None)
+    verdict = check_fenced_writes([claim, anonymous], snapshot_with_effects([claim, anonymous]))
+    assert verdict.status == "unknown" and verdict.metrics["unattributed_writes"] == 1
+    stranger = dict(anonymous, worker="worker:host:999:zzzz")
+    verdict = check_fenced_writes([claim, stranger], snapshot_with_effects([claim, stranger]))
+    assert verdict.status == "fail"
+
+
+def test_a_fault_the_engine_cannot_undergo_is_not_applicable():
+    scenario = load_scenario("everything")
+
+    class NoControls:
+        capabilities = frozenset({"outbox"})
+
+    skipped = not_applicable(scenario, NoControls())
+    assert {"lease_expiry", "contention", "operator", "crash_loop"} <= set(skipped)
+    assert not_applicable(scenario, type("All", (), {"capabilities": set(CAPABILITIES)})()) == []
+
