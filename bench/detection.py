@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from chaos.mutants.catalog import Mutant  # noqa: E402
+from chaos.reference.mutants.catalog import Mutant  # noqa: E402
 from chaos.mutants.matrix import REFERENCE, Task, caught_by, run_task, select  # noqa: E402
 
 

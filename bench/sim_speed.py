@@ -81,7 +81,7 @@ def detect_worker(task: tuple) -> dict:
     fail one of the expected invariants (any invariant, for the reference), and the wall
     time until the first did."""
     name, scenario_name, profile, expect, seeds = task
-    from chaos.mutants.catalog import ENGINES
+    from chaos.reference.mutants.catalog import ENGINES
     from chaos.reference import REFERENCE
     scenario = load_scenario(scenario_name, profile)
     engine, spec = (ENGINES[name], f"chaos.mutants:{name}") if name else (REFERENCE,
@@ -102,7 +102,7 @@ def detect_worker(task: tuple) -> dict:
 
 def detection(args: argparse.Namespace) -> None:
     try:
-        from chaos.mutants.catalog import CATALOG
+        from chaos.reference.mutants.catalog import CATALOG
     except ImportError:
         print("detection: no mutant catalog (chaos.mutants) in this tree")
         return

@@ -65,7 +65,8 @@ CAPABILITIES: dict[str, tuple[str, str]] = {
                 "retry-discipline's backoff and jitter checks"),
     "clock_skew": ("a worker can be started with a skewed clock (ProcessContext.clock_skew)",
                    "the skew fault"),
-    "in_process": ("`simulate()` runs the engine's loops in threads for `ninelives sim`",
+    "in_process": ("`simulate(spec, choices, keep_db=None)` runs one schedule of the engine's "
+                   "loops as scheduled threads (chaos.sim) and returns its SimResult",
                    "ninelives sim"),
 }
 

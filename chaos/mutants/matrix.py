@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
 from ..checkers import INVARIANTS
-from .catalog import BY_NAME, CATALOG, Mutant
+from ..reference.mutants.catalog import BY_NAME, CATALOG, Mutant
 
 SCHEMA = "ninelives.mutants/1"
 REFERENCE = "reference"

@@ -140,11 +140,11 @@ class ReferenceEngine:
         finally:
             store.close()
 
-    def simulate(self, scenario, seed: int, **kwargs):
-        """One simulated run of `scenario` at `seed` (see chaos.sim): the engine's worker and
-        sender classes as threads scheduled at its crash points, on virtual time."""
-        from ..sim import SeededChoices, SimSpec, simulate
-        return simulate(SimSpec(scenario, seed, self), SeededChoices(seed), **kwargs)
+    def simulate(self, spec, choices, *, keep_db: str | None = None):
+        """One schedule of a simulation (see chaos.sim): the engine's worker and sender
+        classes as threads scheduled at its crash points, on virtual time."""
+        from .inprocess.run import simulate
+        return simulate(spec, choices, keep_db=keep_db)
 
     # -- controls ----------------------------------------------------------------------------
 

@@ -8,8 +8,10 @@ schedule shrinks (with Hypothesis) to a minimal one that replays exactly.
     result.failed            # the verdicts that did not pass (the same checkers as a real run)
     shrunk = shrink(result)  # when it failed: the smallest schedule failing the same way
 
-`ninelives sim` is the command line (chaos.sim.cli). How a run is simulated: chaos.sim.run;
-the scheduler and the virtual clock: chaos.sim.scheduler; the fakes: chaos.sim.world.
+`ninelives sim` is the command line (chaos.sim.cli). An engine takes part through the
+contract's in_process capability (its adapter's `simulate`; the reference engine's driver is
+chaos.reference.inprocess); the scheduler and the virtual clock: chaos.sim.scheduler; the
+fakes: chaos.sim.world.
 """
 from .choices import DrawnChoices, ReplayChoices, ReplayDiverged, SeededChoices
 from .run import simulate

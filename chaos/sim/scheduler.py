@@ -30,12 +30,32 @@ import heapq
 import threading
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
-from engine import hooks
+from .. import probe
 
 INF = float("inf")
 US = 1_000_000
+
+
+class PointHook(Protocol):
+    """Where an engine's scheduling points report to: `install(handler)` makes every point
+    call `handler(name)` and returns what `restore` puts back."""
+
+    def install(self, handler: Callable[[str], None]) -> Any: ...
+    def restore(self, saved: Any) -> None: ...
+
+
+class ProbeHook:
+    """The points of an engine that marks them with `chaos.probe`."""
+
+    @staticmethod
+    def install(handler: Callable[[str], None]) -> Any:
+        return probe.set_handler(lambda name, job: handler(name))
+
+    @staticmethod
+    def restore(saved: Any) -> None:
+        probe.set_handler(saved)
 
 
 class SimCrash(BaseException):
@@ -157,12 +177,14 @@ class Scheduler:
     `on_exit(actor)` hears of every actor that ended in a turn, `on_exit_process(process)` of
     every killed process once its actors have unwound; `may_crash(actor)` says whether a
     crash could land where the actor stands (inside a transaction, one that cannot goes on
-    without a pick)."""
+    without a pick); `hooks` are where the engine's scheduling points report (PointHook)."""
 
     def __init__(self, start: float, tick: float, stall: float, chooser: Chooser,
                  on_exit: Callable[[Actor], None] = lambda actor: None,
                  on_exit_process: Callable[[Process], None] = lambda process: None,
-                 may_crash: Callable[[Actor], bool] = lambda actor: True) -> None:
+                 may_crash: Callable[[Actor], bool] = lambda actor: True,
+                 hooks: tuple[PointHook, ...] = (ProbeHook(),)) -> None:
+        self.hooks = hooks
         self.start, self.tick_us, self.stall_us = start, round(tick * US), round(stall * US)
         self.chooser, self.on_exit, self.on_exit_process = chooser, on_exit, on_exit_process
         self.may_crash = may_crash
@@ -264,7 +286,7 @@ class Scheduler:
 
     def run(self, max_turns: int) -> None:
         """Run turns until `finished` is set, nothing can ever run again, or `max_turns`."""
-        hooks_before = hooks.set_crash_handler(self.crashpoint)
+        saved = self._install()
         try:
             while not self.finished and self.turns < max_turns:
                 self._fire_timers()
@@ -286,17 +308,24 @@ class Scheduler:
                 self.turns += 1
                 self._turn(actor, SimCrash if how == CRASH else None)
         finally:
-            hooks.set_crash_handler(hooks_before)
+            self._restore(saved)
 
     def stop_all(self) -> None:
         """End every actor still alive (SimStop unwinds each thread)."""
-        hooks_before = hooks.set_crash_handler(self.crashpoint)
+        saved = self._install()
         try:
             for actor in list(self.actors):
                 if actor.alive:
                     self._turn(actor, SimStop)
         finally:
-            hooks.set_crash_handler(hooks_before)
+            self._restore(saved)
+
+    def _install(self) -> list:
+        return [hook.install(self.crashpoint) for hook in self.hooks]
+
+    def _restore(self, saved: list) -> None:
+        for hook, before in zip(self.hooks, saved):
+            hook.restore(before)
 
     def _eligible(self) -> list[Actor]:
         atomic, self._atomic = self._atomic, None

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import history as hist
-from ..reference import REFERENCE
 from ..checkers import Verdict
+from ..contract import load_engine
 from ..plan import FaultPlan, documents_for, make_plan
 from ..scenario import Scenario
 
@@ -20,13 +20,12 @@ START = 1_000_000.0   # the virtual epoch (seconds)
 
 @dataclass(frozen=True)
 class SimSpec:
-    """What a simulated run simulates: a scenario, a seed, and the engine (an adapter; one
-    other than the reference must offer `patch()`, a context manager that applies its change
-    to the engine in this process)."""
+    """What a simulated run simulates: a scenario, a seed, and the engine (an adapter that
+    declares the in_process capability)."""
 
     scenario: Scenario
     seed: int
-    engine: Any = REFERENCE
+    engine: Any = field(default_factory=lambda: load_engine("reference"))
     engine_spec: str = "reference"
 
 

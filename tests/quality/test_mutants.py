@@ -8,8 +8,8 @@ import pytest
 
 from chaos.contract import load_engine
 from chaos.checkers import INVARIANTS
-from chaos.mutants.catalog import BY_NAME, CATALOG, REPLACING_SUBMIT
-from chaos.mutants.patches import PATCHES, MutantOutOfDate, SQLEdit
+from chaos.reference.mutants.catalog import BY_NAME, CATALOG, REPLACING_SUBMIT
+from chaos.reference.mutants.patches import PATCHES, MutantOutOfDate, SQLEdit
 from chaos.report import verdict_table
 from chaos.runner import run_campaign
 from chaos.scenario import load_scenario

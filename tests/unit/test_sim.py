@@ -20,7 +20,8 @@ from chaos.plan import provider_fault, receiver_fault
 from chaos.scenario import Expect, Faults, Run, load_scenario
 from chaos.sim import (ReplayChoices, ReplayDiverged, SeededChoices, SimSpec, load_schedule,
                        save_schedule, shrink, simulate, tell)
-from chaos.sim.engines import restored
+from chaos.reference.inprocess.patches import restored
+from chaos.reference.inprocess.world import EngineHooks
 from chaos.sim.spec import START
 from chaos.sim.scheduler import CRASH, RUN, STALL, Process, Scheduler
 from engine import hooks
@@ -272,7 +273,7 @@ def test_an_adapter_without_an_in_process_patch_cannot_be_simulated():
 
 
 def test_a_catalog_mutant_runs_in_simulation_and_leaves_the_engine_as_it_found_it():
-    from chaos.mutants.catalog import ENGINES
+    from chaos.reference.mutants.catalog import ENGINES
     before = dict(vars(SQLiteStore)), dict(vars(Worker))
     result = run(ZOMBIES, 1, ENGINES["no_token_on_complete"])
     assert "fenced-writes" in {name for name, _ in result.signature()}
@@ -327,7 +328,7 @@ class Script:
 
 
 def scheduler(chooser) -> Scheduler:
-    return Scheduler(0.0, 0.01, 0.1, chooser)
+    return Scheduler(0.0, 0.01, 0.1, chooser, hooks=(EngineHooks(),))
 
 
 def actor(sched: Scheduler, name: str, body, store=None):

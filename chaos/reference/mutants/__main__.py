@@ -1,5 +1,5 @@
-"""`python -m chaos.mutants NAME ROLE [flags...]`: one engine process (`worker`, `send`, ...)
-of the reference engine broken as mutant NAME (see chaos.mutants.patches)."""
+"""`python -m chaos.reference.mutants NAME ROLE [flags...]`: one engine process (`worker`, `send`, ...)
+of the reference engine broken as mutant NAME (see chaos.reference.mutants.patches)."""
 from __future__ import annotations
 
 import sys
@@ -11,7 +11,7 @@ from .patches import PATCHES, apply
 
 def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[0] not in PATCHES:
-        print(f"usage: python -m chaos.mutants NAME ROLE [flags...]; NAME is one of: "
+        print(f"usage: python -m chaos.reference.mutants NAME ROLE [flags...]; NAME is one of: "
               f"{', '.join(sorted(PATCHES))}", file=sys.stderr)
         return 2
     apply(argv[0])

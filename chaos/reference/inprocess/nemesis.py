@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.store import OperatorError, SubmissionConflict
 
-from ..history import payload_hash
+from ...history import payload_hash
 
 if TYPE_CHECKING:
     from .run import Simulation

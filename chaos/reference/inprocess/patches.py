@@ -14,7 +14,7 @@ import importlib
 from contextlib import contextmanager, nullcontext
 from typing import Any, ContextManager, Iterator
 
-from ..reference import ReferenceEngine
+from ..adapter import ReferenceEngine
 
 #: The engine modules a patch may touch; `restored()` puts their contents back.
 ENGINE_MODULES = ("engine.worker", "engine.outbox", "engine.retry", "engine.steps",

@@ -1,6 +1,6 @@
 """The broken engines: each patch removes ONE safety mechanism from the reference engine.
 
-A patch runs inside an engine process started by `python -m chaos.mutants NAME ROLE ...`,
+A patch runs inside an engine process started by `python -m chaos.reference.mutants NAME ROLE ...`,
 before the engine's CLI starts, and changes that process only. Where the mechanism is a
 guard in a SQL statement, the patch rewrites that statement as it is executed (`SQLEdit`):
 the mutant is then literally the reference engine's SQL minus the guard, and a statement
@@ -8,7 +8,7 @@ that no longer reads as the patch expects stops the process with `MutantOutOfDat
 of running an engine that is silently not broken. Where the mechanism is Python, the patch
 wraps or replaces the one method that carries it.
 
-Submission mutants change the harness's own call (see chaos.mutants.catalog); they have no
+Submission mutants change the harness's own call (see chaos.reference.mutants.catalog); they have no
 patch here.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 scenario (with profile and seed) that provokes it; and their adapters for `--engine`.
 
 Each mutant is the reference engine's adapter whose worker and sender processes start as
-`python -m chaos.mutants NAME ROLE` (the patch of chaos.mutants.patches applied, then the
+`python -m chaos.reference.mutants NAME ROLE` (the patch of chaos.reference.mutants.patches applied, then the
 engine's CLI). A mutant of submission changes the adapter's own `submit` instead, in the
 harness process, for that call only.
 """
@@ -12,8 +12,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ..contract import Command, ProcessContext
-from ..reference import ReferenceEngine
+from ...contract import Command, ProcessContext
+from ..adapter import ReferenceEngine
 from .patches import EditingConnection, SQLEdit
 
 
@@ -109,10 +109,10 @@ class MutantEngine(ReferenceEngine):
         self.name = f"mutant:{mutant.name}"
 
     def command(self, role: str, ctx: ProcessContext) -> Command:
-        """The reference's command, run through `python -m chaos.mutants NAME`."""
+        """The reference's command, run through `python -m chaos.reference.mutants NAME`."""
         command = ReferenceEngine.command(self, role, ctx)
         module_end = command.argv.index(self.module) + 1
-        return Command([sys.executable, "-m", "chaos.mutants", self.mutant.name,
+        return Command([sys.executable, "-m", "chaos.reference.mutants", self.mutant.name,
                         *command.argv[module_end:]], command.env)
 
 
