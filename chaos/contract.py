@@ -16,6 +16,12 @@ controls   `submit(db, job, payload)` -> "created" | "exists" | "rejected";
            "refused: why"; `expire_leases(db)` -> how many; `hold_write_lock(db)` a context
            manager holding the store's write lock; `integrity(db)` -> "ok" or the problems.
 
+Optional: `pid_of(worker_id) -> int | None`, the process id inside the engine's own worker
+ids, so that calls and effects in the fakes' ledgers (which name only the worker id) are
+tied to their processes; and `write_points`, the probe points after which a process writes to the job it names
+(with crash_points), for an engine whose rows do not say who wrote: the harness traces every
+point and attributes such writes itself (`chaos.writers`).
+
 The snapshot: {"jobs": {id: {"state", "attempts", "claims", "last_error", "payload_hash",
 "cause"}}, "memos": [{"job", "step", "cost"}], "outbox": [{"row", "job", "kind", "key",
 "sent_at", "dead_at", "attempts", "last_error"}] (times, or None), "spend": [{"job", "step", "worker", "pid",

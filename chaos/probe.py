@@ -13,6 +13,9 @@ The harness arms the probe through the environment of each process it spawns:
                              time they pass NINELIVES_CRASH_JOBS_AT (a crash loop)
   NINELIVES_CRASH_JOBS_AT    the point where such jobs die
   NINELIVES_CRASH_LOG        a file to append {"t","pid","point","job"} to before dying
+  NINELIVES_TRACE            a file to append {"t","pid","point","job"} to at every point
+                             (how the harness tells which process made a write, for an
+                             engine whose rows do not say)
 
 The simulation installs a handler instead (`set_handler`) and uses the points as the moments
 it may hand the turn to another thread.
@@ -102,10 +105,31 @@ def _known(name: str, known: set[str], variable: str) -> None:
                          f"known: {', '.join(sorted(known))}")
 
 
+class Trace:
+    """A handler that appends every point passed to a trace file, then hands the point on."""
+
+    def __init__(self, path: str, then: Handler | None = None) -> None:
+        self.path, self.then, self.fd = path, then, None
+        self.pid = os.getpid()
+
+    def __call__(self, name: str, job: str | None) -> None:
+        if self.fd is None:
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        line = json.dumps({"t": time.time(), "pid": self.pid, "point": name, "job": job})
+        os.write(self.fd, (line + "\n").encode())  # one short write(): appends stay whole
+        if self.then is not None:
+            self.then(name, job)
+
+
 def arm_from_env(points: Iterable[str], environ: dict[str, str] | None = None) -> bool:
     """Arm the probe from the environment if it asks for anything; True when armed."""
     env = os.environ if environ is None else environ
-    if not (env.get("NINELIVES_CRASH_AT") or env.get("NINELIVES_CRASH_JOBS")):
+    handler: Handler | None = None
+    if env.get("NINELIVES_CRASH_AT") or env.get("NINELIVES_CRASH_JOBS"):
+        handler = Armed(dict(env), points)
+    if env.get("NINELIVES_TRACE"):
+        handler = Trace(env["NINELIVES_TRACE"], then=handler)
+    if handler is None:
         return False
-    set_handler(Armed(dict(env), points))
+    set_handler(handler)
     return True

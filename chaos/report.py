@@ -17,6 +17,7 @@ from typing import Any, Iterable
 from .checkers import Verdict
 from .history import Event, of
 from .plan import FaultPlan
+from .progress import progress_latency
 from .scenario import Scenario
 
 REPORT_SCHEMA = "ninelives.report/1"
@@ -143,6 +144,7 @@ def metrics(scenario: Scenario, events: list[Event], snapshot: dict[str, Any],
         "wasted": round(billed - committed, 6),
         "processes_spawned": sum(1 for _ in of(events, "process", "spawn")),
         "history_events": len(events),
+        "progress_latency": progress_latency(events),
     }
 
 
@@ -212,6 +214,15 @@ def verdict_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _progress_line(progress: dict | None) -> list[str]:
+    """One line on the time lost to leases nobody used (see chaos.progress)."""
+    held = (progress or {}).get("after_held_lease") or {}
+    if not held.get("count"):
+        return []
+    return [f"claims that waited for a lease nobody used: {held['count']} (median "
+            f"{held['median']} s, max {held['max']} s, {held['total']} s in all)"]
+
+
 def summary(report: dict) -> str:
     """What the terminal shows at the end of a run."""
     m = report["metrics"]
@@ -223,6 +234,7 @@ def summary(report: dict) -> str:
         f"faults applied: {applied}",
         f"kills {m['kills']} ({m['kills_per_minute']}/min), provider calls "
         f"{m['provider_calls']}, billed {m['billed']}, wasted {m['wasted']}",
+        *_progress_line(m.get("progress_latency")),
         "", verdict_table(report), "",
     ]
     if report["faults_unfired"]:

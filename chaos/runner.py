@@ -26,6 +26,7 @@ from .render import render_run
 from .report import build_report, faults_applied, write_report
 from .scenario import Scenario, ScenarioError, check_for_engine
 from .supervisor import Supervisor
+from .writers import attribute_writes
 
 POLL = 0.02
 
@@ -141,11 +142,15 @@ class Campaign:
         """Start the chaos clock once the workers work: on a loaded machine, starting the
         interpreters can take longer than a short chaos phase."""
         initial = self.engine.pipeline.initial
-        deadline = time.time() + timeout
+        deadline, looked = time.time() + timeout, 0.0
         while time.time() < deadline:
             states = self.engine.progress(self.db)["states"]
             if set(states) - {initial}:
                 return
+            if time.time() - looked > 0.2:  # an engine whose claim leaves the state as it was
+                looked = time.time()
+                if any(e["type"] == "claimed" for e in self.engine.operations(self.db)):
+                    return
             if not sup.alive("worker"):
                 sup.reap()
                 sup.keep({"worker": self.scenario.run.workers})
@@ -233,6 +238,8 @@ class Campaign:
         if not has(self.engine, "crash_points"):
             return {}
         env = {"NINELIVES_CRASH_LOG": os.path.join(self.run_dir, "crashes.jsonl")}
+        if getattr(self.engine, "write_points", None):  # its rows do not say who wrote
+            env["NINELIVES_TRACE"] = os.path.join(self.run_dir, "trace.jsonl")
         if self.plan.crash_loop:
             env["NINELIVES_CRASH_JOBS"] = ",".join(self.plan.crash_loop)
             env["NINELIVES_CRASH_JOBS_AT"] = self.engine.crash_loop_point
@@ -268,10 +275,18 @@ class Campaign:
                     for e in read_ledger(os.path.join(self.run_dir, "receiver.jsonl"))]
         crashes = [{**e, "src": "process", "type": "crashpoint"}
                    for e in read_ledger(os.path.join(self.run_dir, "crashes.jsonl"))]
+        trace = [{**e, "src": "process", "type": "point"}
+                 for e in read_ledger(os.path.join(self.run_dir, "trace.jsonl"))]
+        pid_of = getattr(self.engine, "pid_of", None)
         for e in provider + receiver:
             e.pop("server", None)
-        return hist.merge(self.engine.operations(self.db), provider, receiver, crashes,
-                          self.record.events)
+            if pid_of is not None and e.get("worker"):
+                e["pid"] = pid_of(e["worker"])  # the ledgers name the worker, not its process
+        events = hist.merge(self.engine.operations(self.db), provider, receiver, crashes,
+                            trace, self.record.events)
+        if trace:
+            attribute_writes(events, self.engine.write_points)
+        return events
 
 
 def run_campaign(scenario: Scenario, seed: int, engine: Engine, out: str, *,

@@ -115,7 +115,10 @@ def check_fenced_writes(history: list[Event], snapshot: dict[str, Any]) -> Verdi
     owners: dict[tuple, Event] = {}      # ("job", id) | ("row", id) -> the owner's write
     claims: dict[tuple, Event] = {}      # (thing, worker) -> the worker's last claim of it
     tokens: dict[tuple, int] = {}        # thing -> its last token, where the engine has one
-    bumps = fenced_memos = unattributed = 0
+    bumps = fenced_memos = unattributed = unleased = 0
+    # An engine that never leases an outbox row sends without a fence to hold: its row
+    # writes are counted, not judged.
+    leases_rows = any(is_engine(e, "effect_claimed") for e in history)
     for e in (e for e in history if is_engine(e)):
         if e["type"] == "memo":
             owner = owners.get(("job", e["job"]))
@@ -138,6 +141,9 @@ def check_fenced_writes(history: list[Event], snapshot: dict[str, Any]) -> Verdi
         fenced = fenced_by(e)
         if fenced is None:
             continue
+        if fenced[0] == "row" and not leases_rows:
+            unleased += 1
+            continue
         if e.get("worker") is None:
             unattributed += 1  # the observer cannot tell which worker wrote it
             continue
@@ -149,7 +155,8 @@ def check_fenced_writes(history: list[Event], snapshot: dict[str, Any]) -> Verdi
         elif e.get("token") is not None and e["type"] != "effect_queued":
             tokens[thing] = e["token"]
     verdict.metrics = {"worker_writes": verdict.checked, "lease_takes": bumps,
-                       "fenced_memo_inserts": fenced_memos, "unattributed_writes": unattributed}
+                       "fenced_memo_inserts": fenced_memos, "unattributed_writes": unattributed,
+                       "unleased_row_writes": unleased}
     if verdict.valid is True and unattributed and unattributed >= verdict.checked:
         verdict.unknown(f"the engine's observer could not say who made {unattributed} of "
                         f"{unattributed + verdict.checked} worker writes: they were not judged")

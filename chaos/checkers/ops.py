@@ -62,10 +62,11 @@ def ends_an_operation(e: Event) -> bool:
 
 
 def pids_by_worker(history: list[Event]) -> dict[str, int]:
-    """worker id -> process id, from every engine operation that names both."""
+    """worker id -> process id, from every operation that names both (engine operations,
+    and ledger entries the runner tied to a process through the adapter's `pid_of`)."""
     pids = {}
     for e in history:
-        if e.get("src") == "engine" and e.get("worker") and e.get("pid") is not None:
+        if e.get("worker") and e.get("pid") is not None and e.get("src") != "process":
             pids[e["worker"]] = e["pid"]
     return pids
 

@@ -61,6 +61,7 @@ class ReferenceEngine:
         "clock_skew", "in_process"})
     crashpoints = CRASHPOINTS
     crash_loop_point = "worker.after_call"
+    pid_of = staticmethod(observer.pid_of)
 
     def __init__(self, pipeline: EnginePipeline = DOCUMENT,
                  effects: tuple[str, ...] = DOCUMENT_EFFECTS) -> None:

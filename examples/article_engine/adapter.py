@@ -148,6 +148,12 @@ class ArticleEngine:
         "crash_points", "outbox", "operator", "heartbeat", "lease_expiry", "write_lock",
         "integrity", "attempt_cap", "backoff", "clock_skew"})
     crashpoints = engine.POINTS
+    pid_of = staticmethod(observer.pid_of)   # WORKER is hostname:pid
+    #: After these points a process writes to the job (a step without a call writes right
+    #: after its claim): the article's rows keep no writer, so
+    #: the harness attributes those writes from the probe's trace (chaos.writers).
+    write_points = frozenset({"worker.after_claim", "worker.after_call", "worker.memo_hit",
+                              "worker.before_fail", "worker.heartbeat", "sender.after_send"})
     crash_loop_point = engine.CRASH_LOOP_POINT
     pipeline = PIPELINE
 

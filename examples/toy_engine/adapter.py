@@ -49,6 +49,7 @@ class ToyEngine:
                               "write_lock", "integrity", "crash_loop_cap", "attempt_cap",
                               "backoff"})
     crashpoints = POINTS
+    pid_of = staticmethod(observer.pid_of)   # worker ids are toy-<pid>-<random>
     crash_loop_point = CRASH_LOOP_POINT
 
     # --- processes -------------------------------------------------------------------------
