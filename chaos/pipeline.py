@@ -14,7 +14,8 @@ from typing import Any, Mapping
 class Step:
     """One step: the ready state it waits in, the working state it runs in, the state it
     reaches when done, and the state it parks in when it gives up. `model` is False for a
-    step that calls no model (delivery through the outbox, say)."""
+    step that calls no model (delivery through the outbox, say); `memo` False for a step
+    that records no memo when it completes."""
 
     name: str
     ready: str
@@ -23,6 +24,7 @@ class Step:
     parked: str
     model: bool = True
     alternate: str | None = None     # another state the step may reach (e.g. needs_human)
+    memo: bool = True
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,8 @@ class Pipeline:
         return {
             "name": self.name, "initial": self.initial, "effects": list(self.effects),
             "steps": [{"name": s.name, "ready": s.ready, "working": s.working, "done": s.done,
-                       "parked": s.parked, "alternate": s.alternate, "model": s.model}
+                       "parked": s.parked, "alternate": s.alternate, "model": s.model,
+                       "memo": s.memo}
                       for s in self.steps],
             "edges": {k: list(v) for k, v in self.edges.items()},
             "operator_edges": {k: list(v) for k, v in self.operator_edges.items()},
@@ -103,7 +106,8 @@ class Pipeline:
         return cls(name=data["name"], initial=data.get("initial", ""),
                    effects=tuple(data.get("effects", ())),
                    steps=tuple(Step(s["name"], s["ready"], s["working"], s["done"], s["parked"],
-                                    s.get("model", True), s.get("alternate"))
+                                    s.get("model", True), s.get("alternate"),
+                                    s.get("memo", True))
                                for s in data["steps"]),
                    edges=data["edges"], terminal=frozenset(data["terminal"]),
                    operator_edges=data.get("operator_edges", {}))

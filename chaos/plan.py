@@ -15,12 +15,11 @@ from typing import Any
 
 from .documents import make_documents
 from .latency import parse_latency
+from .pipeline import Pipeline
 from .scenario import Scenario
 
 PLAN_VERSION = 1
 POISON_KINDS = ("status400", "bad_content", "schema")
-MODEL_STEPS = ("fetch", "extract", "verify")
-EFFECT_KINDS = ("charge", "notify")
 
 
 @dataclass
@@ -79,13 +78,16 @@ def _arrivals(rng: random.Random, rate: float, duration: float) -> list[float]:
     return times or [min(round(rng.uniform(0, duration), 4), duration * 0.999)]
 
 
-def make_plan(scenario: Scenario, seed: int) -> FaultPlan:
-    """The plan for `scenario` and `seed`. Pure: the same inputs give an equal plan."""
+def make_plan(scenario: Scenario, seed: int, pipeline: Pipeline) -> FaultPlan:
+    """The plan for `scenario` and `seed` on an engine with `pipeline` (its model steps are
+    what poison and forced provider faults land on, its effect kinds what forced receiver
+    faults land on). Pure: the same inputs give an equal plan."""
     rng = random.Random(f"plan:{scenario.name}:{scenario.profile}:{seed}")
+    model_steps = pipeline.model_steps or tuple(s.name for s in pipeline.steps)
     run, f = scenario.run, scenario.faults
     jobs = [job_id for job_id, _ in make_documents(run.jobs, seed)]
     taken: set[str] = set()
-    poison = {j: {"step": rng.choice(MODEL_STEPS), "kind": rng.choice(POISON_KINDS)}
+    poison = {j: {"step": rng.choice(model_steps), "kind": rng.choice(POISON_KINDS)}
               for j in _share(rng, jobs, f.poison, taken)}
     crash_loop = _share(rng, jobs, f.crash_loop, taken)
     needs_review = _share(rng, jobs, run.needs_review, taken)
@@ -107,7 +109,8 @@ def make_plan(scenario: Scenario, seed: int) -> FaultPlan:
     timeline.sort(key=lambda e: (e["at"], e["fault"], e["pick"]))
     skewed = [f.skew_seconds if i < f.skewed_workers else 0.0 for i in range(run.workers)]
     crash_seeds = [rng.randrange(1 << 30) for _ in range(64)]
-    forced_provider, forced_receiver = _forced(rng, scenario, [j for j in jobs if j not in taken])
+    forced_provider, forced_receiver = _forced(rng, scenario, [j for j in jobs if j not in taken],
+                                               model_steps[0], pipeline.effects)
     return FaultPlan(seed=seed, scenario=scenario.name, profile=scenario.profile, jobs=jobs,
                      poison=poison, crash_loop=crash_loop, needs_review=needs_review,
                      duplicates=duplicates, timeline=timeline, skewed=skewed,
@@ -207,7 +210,8 @@ def receiver_fault(scenario: Scenario, plan: FaultPlan, job: str, kind: str,
         table, unit(plan.seed, "receiver", job, kind, n))
 
 
-def _forced(rng: random.Random, scenario: Scenario, clean: list[str]) -> tuple[list, list]:
+def _forced(rng: random.Random, scenario: Scenario, clean: list[str], first_step: str,
+            effects: tuple[str, ...]) -> tuple[list, list]:
     """One call per configured share fault that is sure to get it: (job, step|kind, fault).
 
     They land on the first calls of the earliest clean jobs, which workers take first, so
@@ -215,10 +219,10 @@ def _forced(rng: random.Random, scenario: Scenario, clean: list[str]) -> tuple[l
     """
     f = scenario.faults
     provider = [name for name, share, _ in _provider_faults(f, 1) if share > 0]
-    receiver = [name for name, share, _ in _receiver_faults(f, 1) if share > 0]
+    receiver = [name for name, share, _ in _receiver_faults(f, 1) if share > 0] if effects else []
     early = clean[:max(len(provider), len(receiver))]
-    return ([[j, "fetch", name] for j, name in zip(early, provider)],
-            [[j, rng.choice(EFFECT_KINDS), name] for j, name in zip(early, receiver)])
+    return ([[j, first_step, name] for j, name in zip(early, provider)],
+            [[j, rng.choice(effects), name] for j, name in zip(early, receiver)])
 
 
 def documents_for(plan: FaultPlan) -> list[tuple[str, dict]]:

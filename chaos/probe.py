@@ -13,7 +13,7 @@ The harness arms the probe through the environment of each process it spawns:
                              time they pass NINELIVES_CRASH_JOBS_AT (a crash loop)
   NINELIVES_CRASH_JOBS_AT    the point where such jobs die
   NINELIVES_CRASH_LOG        a file to append {"t","pid","point","job"} to before dying
-  NINELIVES_TRACE            a file to append {"t","pid","point","job"} to at every point
+  NINELIVES_TRACE            a file to append {"t","pid","thread","point","job"} to at every point
                              (how the harness tells which process made a write, for an
                              engine whose rows do not say)
 
@@ -27,6 +27,7 @@ import json
 import os
 import random
 import signal
+import threading
 import time
 from typing import Callable, Iterable
 
@@ -115,7 +116,8 @@ class Trace:
     def __call__(self, name: str, job: str | None) -> None:
         if self.fd is None:
             self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        line = json.dumps({"t": time.time(), "pid": self.pid, "point": name, "job": job})
+        line = json.dumps({"t": time.time(), "pid": self.pid, "thread": threading.get_ident(),
+                           "point": name, "job": job})
         os.write(self.fd, (line + "\n").encode())  # one short write(): appends stay whole
         if self.then is not None:
             self.then(name, job)

@@ -294,7 +294,7 @@ def run_campaign(scenario: Scenario, seed: int, engine: Engine, out: str, *,
                  progress: bool = True) -> RunResult:
     """Run one scenario end to end and write its reports. Raises HarnessError when the run
     itself could not be carried out."""
-    plan = plan or make_plan(scenario, seed)
+    plan = plan or make_plan(scenario, seed, engine.pipeline)
     run_dir = run_dir_for(out, scenario, seed)
     campaign = Campaign(scenario, plan, engine, run_dir, progress=progress)
     started = time.time()

@@ -257,15 +257,16 @@ def deleted_by(history: list[Event]) -> list[tuple[Event, Event | None]]:
 
 
 def required_memos(pipeline: dict) -> dict[str, list[str]]:
-    """state -> the steps whose memos a job in that state must have."""
+    """state -> the steps whose memos a job in that state must have: the steps before it
+    that the pipeline says record one."""
     steps = pipeline["steps"]
     needed: dict[str, list[str]] = {}
     for i, step in enumerate(steps):
-        before = [s["name"] for s in steps[:i]]
+        before = [s["name"] for s in steps[:i] if s.get("memo", True)]
         for state in (step["ready"], step["working"], step["parked"], step.get("alternate")):
             if state and state not in needed:
                 needed[state] = before
-        needed[step["done"]] = before + [step["name"]]
+        needed[step["done"]] = before + ([step["name"]] if step.get("memo", True) else [])
     return needed
 
 

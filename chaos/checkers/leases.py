@@ -26,7 +26,8 @@ def check_lease_exclusive(history: list[Event], snapshot: dict[str, Any]) -> Ver
     exit. Exclusive (plan.expect.lease_exclusive): every overlapping pair of calls by
     different workers fails ("concurrent-calls"). Otherwise: duplicate calls are a
     (job, step)'s calls with provider outcome "ok" other than the memoized one (or, with no
-    memoized call, the first); their billed sum must not exceed
+    memoized call, the first), leaving out those of a worker that died before it could write
+    (a crash's waste, not a lease's); their billed sum must not exceed
     plan.expect.duplicate_spend_allowance.
     """
     verdict = Verdict("lease-exclusive")
@@ -49,7 +50,9 @@ def check_lease_exclusive(history: list[Event], snapshot: dict[str, Any]) -> Ver
                              f"both called the provider for {key[1]!r}: "
                              f"{at(a['t_start'])}..{at(a['t_end'])} and "
                              f"{at(b['t_start'])}..{at(b['t_end'])}", a, b)
-        duplicates += duplicate_calls(group, memos.periods.get(key, ()))
+        duplicates += [c for c in duplicate_calls(group, memos.periods.get(key, ()))
+                       if not (c["worker"] and index.died_before_writing(c["worker"], key[0],
+                                                                        c["t_start"]))]
     spend = sum(c["billed"] or 0.0 for c in duplicates)
     if not exclusive and spend > allowance + COST_TOLERANCE:
         worst = sorted(duplicates, key=lambda c: -(c["billed"] or 0.0))[:MAX_WITNESS_CALLS]
@@ -177,9 +180,12 @@ def fenced_by(e: Event) -> tuple | None:
 
 def _zombie(verdict: Verdict, at, e: Event, owner: Event | None, own_claim: Event | None,
             back_from: int | None) -> None:
-    if is_job(e):
-        what = (f"{e['from']} -> {e['to']}" if e["from"] != e["to"] else "a lease write "
-                f"(heartbeat) in {e['to']!r}")
+    if is_job(e) and e["from"] != e["to"]:
+        what = f"{e['from']} -> {e['to']}"
+    elif is_job(e):
+        what = (f"a heartbeat in {e['to']!r}" if e.get("heartbeat")
+                else f"the job (staying {e['to']!r}: attempts {e.get('attempts')}, lease until "
+                     f"{at(e['lease_until']) if e.get('lease_until') else 'none'})")
     elif e["type"] == "effect_queued":
         what = f"an outbox row {e['kind']!r}"
     else:

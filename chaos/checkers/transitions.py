@@ -217,7 +217,7 @@ def _check_inserts(verdict: Verdict, at, jobs: list[Event]) -> dict[str, list[Ev
         elif e.get("actor") == "submitter":
             verdict.fail("duplicate-changed-job", f"job {job}: a submit changed the existing "
                          f"job at {at(e['t'])} ({e['from']} -> {e['to']})", first, e)
-        elif e.get("payload_hash") != first.get("payload_hash"):
+        elif e.get("payload_hash") is not None and e["payload_hash"] != first.get("payload_hash"):
             verdict.fail("payload-changed", f"job {job}: payload hash became "
                          f"{e.get('payload_hash')!r} at {at(e['t'])} by {e.get('worker')}, was "
                          f"{first.get('payload_hash')!r}", first, e)

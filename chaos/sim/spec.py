@@ -12,6 +12,7 @@ from typing import Any
 from .. import history as hist
 from ..checkers import Verdict
 from ..contract import load_engine
+from ..pipeline import Pipeline
 from ..plan import FaultPlan, documents_for, make_plan
 from ..scenario import Scenario
 
@@ -69,14 +70,16 @@ class SimResult:
 _PLANS: dict[tuple[str, int], tuple[FaultPlan, list]] = {}
 
 
-def plan_for(scenario: Scenario, seed: int) -> tuple[FaultPlan, list[tuple[str, dict]]]:
+def plan_for(scenario: Scenario, seed: int,
+             pipeline: Pipeline) -> tuple[FaultPlan, list[tuple[str, dict]]]:
     """The run's fault plan and documents, cached (a shrink replays one seed many times).
     Both are read, never changed, by a simulation."""
-    key = (json.dumps(scenario.to_json(), sort_keys=True), seed)
+    key = (json.dumps(scenario.to_json(), sort_keys=True), seed,
+           json.dumps(pipeline.to_json(), sort_keys=True))
     if key not in _PLANS:
         if len(_PLANS) >= 16:
             _PLANS.clear()
-        plan = make_plan(scenario, seed)
+        plan = make_plan(scenario, seed, pipeline)
         _PLANS[key] = (plan, documents_for(plan))
     return _PLANS[key]
 

@@ -74,7 +74,10 @@ def summarize(provider_url: str, key: str, model: str, job: str, worker: str,
     return output, float(cost) if isinstance(cost, (int, float)) else 0.0
 
 
-def send_effect(receiver_url: str, key: str, body: dict, timeout: float) -> int:
-    """Deliver one effect with its idempotency key; the 2xx status. Raises Retryable/Poison."""
-    status, _ = post(receiver_url, body, {"Idempotency-Key": key}, timeout)
+def send_effect(receiver_url: str, key: str, body: dict, timeout: float,
+                sender: str | None = None) -> int:
+    """Deliver one effect with its idempotency key; the 2xx status. Raises Retryable/Poison.
+    The sender's id travels in a header: in the body it would change what the key names."""
+    headers = {"Idempotency-Key": key, **({"X-Ninelives-Worker": sender} if sender else {})}
+    status, _ = post(receiver_url, body, headers, timeout)
     return status

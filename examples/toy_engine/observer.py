@@ -55,10 +55,10 @@ def diff(key: str, old: dict | None, new: dict | None) -> list[dict[str, Any]]:
     """The operations one document write stands for: memos and effects first (they commit
     with the state change that follows them), then the job's own change."""
     if old is None:
-        return [{"type": "submitted", "state": new["status"],
-                 "payload_hash": new["payload_hash"]}]
+        return [{"type": "submitted", "state": new["status"], "from": None,
+                 "to": new["status"], "payload_hash": new["payload_hash"]}]
     if new is None:
-        return [{"type": "removed"}]
+        return [{"type": "removed", "from": old["status"], "to": None}]
     ops = [_memo(step, memo) for step, memo in new["memo"].items() if step not in old["memo"]]
     ops += _effects(key, old, new)
     if any(old.get(f) != new.get(f) for f in JOB_FIELDS):

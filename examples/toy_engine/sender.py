@@ -41,7 +41,7 @@ class Sender:
         probe.point("before_send", key)
         try:
             calls.send_effect(self.receiver_url, effect["key"], effect["body"],
-                              self.settings.send_timeout)
+                              self.settings.send_timeout, sender=self.id)
         except calls.Retryable as exc:
             self.failed += 1
             self.settle(key, kind, self.retry_change(effect, str(exc), exc.retry_after))

@@ -15,9 +15,13 @@ import pytest
 
 from chaos.documents import make_documents
 from chaos.nemesis import FaultPolicy
-from chaos.plan import (MODEL_STEPS, POISON_KINDS, FaultPlan, documents_for, make_plan,
+from chaos.plan import (POISON_KINDS, FaultPlan, documents_for, make_plan,
                         provider_fault, receiver_fault)
+from chaos.reference import REFERENCE
 from chaos.scenario import RATES, SCENARIO_DIR, load_scenario
+
+PIPELINE = REFERENCE.pipeline
+MODEL_STEPS = PIPELINE.model_steps
 
 SHIPPED = sorted(p.stem for p in pathlib.Path(SCENARIO_DIR).glob("*.toml")
                  if p.name != "profiles.toml")
@@ -33,7 +37,7 @@ def scenario(name: str, profile: str = "ci"):
 @functools.lru_cache(maxsize=None)
 def plan(name: str, seed: int = 1, profile: str = "ci") -> FaultPlan:
     """A cached plan: tests only read it."""
-    return make_plan(scenario(name, profile), seed)
+    return make_plan(scenario(name, profile), seed, PIPELINE)
 
 
 def with_changes(name: str, run: dict | None = None, faults: dict | None = None):
@@ -71,8 +75,8 @@ def differences(pairs, limit: int = 5) -> list:
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_the_same_scenario_and_seed_give_an_equal_plan(name):
-    first = make_plan(scenario(name), 11).to_json()
-    again = make_plan(load_scenario(name), 11).to_json()
+    first = make_plan(scenario(name), 11, PIPELINE).to_json()
+    again = make_plan(load_scenario(name), 11, PIPELINE).to_json()
     assert first == again
     assert json.dumps(first, sort_keys=True) == json.dumps(again, sort_keys=True)
 
@@ -125,7 +129,7 @@ def test_the_timeline_stays_inside_the_chaos_phase_at_extreme_rates():
     # Thousands of arrivals per second put some within rounding distance of the phase end.
     s = with_changes("kill-storm", run={"jobs": 2, "chaos": 1.0}, faults={"kill": 2000.0})
     for seed in range(20):
-        assert_inside_chaos(make_plan(s, seed), 1.0)
+        assert_inside_chaos(make_plan(s, seed, PIPELINE), 1.0)
 
 
 SEEDS = range(8)
@@ -200,7 +204,7 @@ def test_shares_pick_about_share_times_jobs(name, profile):
 
 def test_a_small_positive_share_still_picks_one_job():
     s = with_changes("everything", run={"jobs": 4})  # 4 x 0.04..0.1 rounds to 0
-    p = make_plan(s, 5)
+    p = make_plan(s, 5, PIPELINE)
     assert_shares_followed(s, p)
     assert all(len(chosen) == 1 for chosen in picks(p).values())
 
@@ -226,7 +230,7 @@ def test_skewed_workers_get_the_skew_in_the_first_slots():
 @pytest.mark.parametrize("name", ["everything", "provider-outage", "outbox-ambiguous"])
 def test_call_faults_are_pure_functions_of_seed_job_step_and_n(name):
     s, p = scenario(name), plan(name)
-    twin = FaultPlan.from_json(json.loads(json.dumps(make_plan(load_scenario(name), 1).to_json())))
+    twin = FaultPlan.from_json(json.loads(json.dumps(make_plan(load_scenario(name), 1, PIPELINE).to_json())))
     for job, step, n in provider_calls(p, 10):
         assert provider_fault(s, p, job, step, n) == provider_fault(s, twin, job, step, n)
     for job in p.jobs:
@@ -375,7 +379,7 @@ def test_after_heal_only_poison_and_forced_faults_remain(name):
 
 def test_every_configured_share_fault_is_forced_onto_one_early_call():
     s = scenario("everything")
-    p = make_plan(s, 1)
+    p = make_plan(s, 1, PIPELINE)
     assert {name for _, _, name in p.forced_provider} == {
         "provider_429", "provider_5xx", "hang", "reset", "slow"}
     assert {name for _, _, name in p.forced_receiver} == {

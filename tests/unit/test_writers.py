@@ -68,3 +68,11 @@ def test_a_write_stamped_to_the_millisecond_before_its_own_write_point_is_still_
     history = [point(1.0, 11, "before_call"), point(1.20026, 11, "after_call"),
                point(1.20058, 11, "before_commit"), write(1.2)]
     assert attribute_writes(history, WRITE_POINTS) == 1
+
+
+def test_a_process_s_threads_are_followed_apart():
+    # The heartbeat thread passed its write point; the main thread then started a call.
+    beat = dict(point(1.1, 11, "after_call"), thread=2)
+    call = dict(point(1.15, 11, "before_call"), thread=1)
+    history = [beat, call, write(1.2)]
+    assert attribute_writes(history, WRITE_POINTS) == 1

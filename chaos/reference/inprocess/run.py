@@ -63,7 +63,7 @@ class Simulation:
 
     def __init__(self, spec: SimSpec, choices: Choices, workdir: str) -> None:
         self.spec, self.scenario, self.choices = spec, spec.scenario, choices
-        self.plan, self.all_documents = plan_for(spec.scenario, spec.seed)
+        self.plan, self.all_documents = plan_for(spec.scenario, spec.seed, spec.engine.pipeline)
         self.db = os.path.join(workdir, "engine.db")
         self.pipeline = spec.engine.engine_pipeline  # the engine's own, for its classes
         self.config = load_config(env={}, overrides={

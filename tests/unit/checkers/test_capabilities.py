@@ -3,7 +3,7 @@ reason, a check that examined nothing while its faults fired is `unknown`, and w
 there is still fails a violation."""
 from __future__ import annotations
 
-from builders import W1, call, delivered_with_effects, job, snapshot_with_effects
+from builders import W1, call, delivered_with_effects, job, process, snapshot_with_effects
 
 from chaos.checkers.billing import check_cost_accounted
 from chaos.checkers.integrity import check_db_intact
@@ -104,3 +104,39 @@ def test_a_fault_the_engine_cannot_undergo_is_not_applicable():
     assert {"lease_expiry", "contention", "operator", "crash_loop"} <= set(skipped)
     assert not_applicable(scenario, type("All", (), {"capabilities": set(CAPABILITIES)})()) == []
 
+
+
+def test_a_step_the_pipeline_says_keeps_no_memo_is_not_owed_one():
+    from chaos.checkers.billing import check_memo_consistent
+    history = delivered_with_effects(DOC)
+    history = [e for e in history if not (e["type"] == "memo" and e["step"] == "deliver")]
+    assert check_memo_consistent(history, snapshot_with_effects(history)).status == "fail"
+    snap = snapshot_with_effects(history)
+    snap["pipeline"]["steps"][-1]["memo"] = False
+    assert check_memo_consistent(history, snap).status == "pass"
+
+
+def test_a_write_that_carries_no_payload_hash_is_not_a_payload_change():
+    from chaos.checkers.transitions import check_submissions_idempotent
+    history = delivered_with_effects(DOC)
+    blind = [dict(e, payload_hash=None) if e["type"] == "state" else e for e in history]
+    assert check_submissions_idempotent(blind, snapshot_with_effects(history)).status == "pass"
+    changed = [dict(e, payload_hash="other") if e["type"] == "state" else e for e in history]
+    assert check_submissions_idempotent(changed, snapshot_with_effects(history)).status == "fail"
+
+
+def test_without_leases_that_exclude_a_crashed_caller_s_repeat_is_not_duplicate_spend():
+    from chaos.checkers.leases import check_lease_exclusive
+    plan = {**snapshot_with_effects([])["plan"],
+            "expect": {"duplicate_spend_allowance": 0.0, "lease_exclusive": False,
+                       "settle": True}}
+    W3 = "worker:host:103:cccc"
+    base = delivered_with_effects(DOC)
+    took = job(0.9, DOC, "pending", "fetching", W3, 1, old_token=0, claims=1)
+    lost = call(0.91, 0.95, DOC, "fetch", W3)   # a good answer nobody committed
+    died = process(0.96, "exit", "w3", 103, signal="SIGKILL")
+    verdict = check_lease_exclusive(base + [took, lost, died],
+                                    snapshot_with_effects(base, plan=plan))
+    assert verdict.status == "pass", verdict.reason
+    verdict = check_lease_exclusive(base + [took, lost], snapshot_with_effects(base, plan=plan))
+    assert verdict.by_type == {"duplicate-spend-over-allowance": 1}
