@@ -12,6 +12,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from ..history import Event
+from .index import readings
 from .ops import TOL, capable, is_engine, is_job, is_operator, is_worker, takes_lease
 from .transitions import JobIndex, clock_of, is_update, job_ops
 from .verdict import Verdict
@@ -136,12 +137,13 @@ def check_no_rebill_after_commit(history: list[Event], snapshot: dict[str, Any])
     and cost-accounted (lost-lease waste).
     """
     verdict = Verdict("no-rebill-after-commit")
-    calls = provider_calls(history)
+    shared = readings(history)
+    calls = shared.calls
     why = needs_ledger(history, calls)
     if why:
         return verdict.unknown(why)
-    memos, index, at = Memos(history), JobIndex(history), clock_of(history)
-    spends = match_spends(history, calls)
+    memos, index, at = shared.memos, shared.jobs, clock_of(history)
+    spends = shared.spends
     after, billed_after, overlapping, stale_reads, races, zombies = 0, 0.0, 0, 0, 0, 0
     for key, group in calls.items():
         periods = memos.periods.get(key, ())
@@ -216,7 +218,7 @@ def check_memo_consistent(history: list[Event], snapshot: dict[str, Any]) -> Ver
       and its next job write for J.
     """
     verdict = Verdict("memo-consistent")
-    memos, at = Memos(history), clock_of(history)
+    memos, at = readings(history).memos, clock_of(history)
     if not memos.count and snapshot["memos"]:
         return verdict.unknown("no memo operations, yet the snapshot has memos")
     verdict.checked = memos.count
@@ -233,7 +235,7 @@ def check_memo_consistent(history: list[Event], snapshot: dict[str, Any]) -> Ver
                          "operator's resolve", *[e for e in (delete, by) if e])
     jobs = job_ops(history)
     _check_implied_memos(verdict, snapshot, jobs)
-    hits = _check_memo_hits(verdict, at, snapshot, jobs, memos, provider_calls(history))
+    hits = _check_memo_hits(verdict, at, snapshot, jobs, memos, readings(history).calls)
     verdict.metrics = {"memo_events": memos.count, "second_memos": len(memos.conflicts),
                        "snapshot_jobs": len(snapshot["jobs"]), "memo_hit_entries": hits}
     return verdict
@@ -330,15 +332,16 @@ def check_cost_accounted(history: list[Event], snapshot: dict[str, Any]) -> Verd
     its next write for the job. Waste = billed - committed, by cause of each other call.
     """
     verdict = Verdict("cost-accounted")
-    calls = provider_calls(history)
+    shared = readings(history)
+    calls = shared.calls
     why = needs_ledger(history, calls)
     if why:
         return verdict.unknown(why)
     at = clock_of(history)
-    memoized = _check_memo_costs(verdict, at, Memos(history), calls)
+    memoized = _check_memo_costs(verdict, at, shared.memos, calls)
     waste: Counter[str] = Counter()
     counted: Counter[str] = Counter()
-    spends, index = match_spends(history, calls), JobIndex(history)
+    spends, index = shared.spends, shared.jobs
     records = capable(snapshot, "spend_records")
     for call in (c for group in calls.values() for c in group):
         verdict.checked += 1

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..history import Event
-from .billing import (COST_TOLERANCE, Memos, match_spends, memoized_call, needs_ledger,
-                      provider_calls)
+from .billing import COST_TOLERANCE, memoized_call, needs_ledger
+from .index import readings
 from .ops import is_effect, is_engine, is_job, is_worker, takes_lease
 from .transitions import JobIndex, clock_of, job_ops
 from .verdict import Verdict
@@ -31,14 +31,15 @@ def check_lease_exclusive(history: list[Event], snapshot: dict[str, Any]) -> Ver
     plan.expect.duplicate_spend_allowance.
     """
     verdict = Verdict("lease-exclusive")
-    calls = provider_calls(history)
+    shared = readings(history)
+    calls = shared.calls
     why = needs_ledger(history, calls)
     if why:
         return verdict.unknown(why)
     expect = snapshot["plan"]["expect"]
     exclusive = bool(expect.get("lease_exclusive"))
     allowance = float(expect.get("duplicate_spend_allowance") or 0.0)
-    spends, index, memos = match_spends(history, calls), JobIndex(history), Memos(history)
+    spends, index, memos = shared.spends, shared.jobs, shared.memos
     at = clock_of(history)
     pairs, duplicates = 0, []
     for key, group in calls.items():

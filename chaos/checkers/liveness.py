@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..history import Event
+from .index import readings
 from .ops import (TOL, capable, is_engine, is_heartbeat, is_job, is_operator, is_worker,
                   pids_by_worker)
 from .verdict import Verdict
@@ -237,7 +238,7 @@ def check_retry_discipline(history: list[Event], snapshot: dict[str, Any]) -> Ve
                                "but the history has no provider call (provider ledger missing)")
     if _unknown_without_audit(verdict, history, snapshot):
         return verdict
-    tl = read_timeline(history, snapshot["pipeline"])
+    tl = readings(history).timeline(snapshot["pipeline"])
     settings = snapshot["settings"]
     _check_poison(verdict, tl)
     _check_caps(verdict, tl, settings)
@@ -498,7 +499,7 @@ def check_bounded_work(history: list[Event], snapshot: dict[str, Any]) -> Verdic
     verdict = Verdict("bounded-work")
     if _unknown_without_audit(verdict, history, snapshot):
         return verdict
-    tl = read_timeline(history, snapshot["pipeline"])
+    tl = readings(history).timeline(snapshot["pipeline"])
     # Without a declared cap, only the end of crash loops is judged: they must end parked.
     cap = snapshot["settings"].get("max_claims") if capable(snapshot, "crash_loop_cap") \
         else None

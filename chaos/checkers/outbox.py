@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..history import Event
+from .index import readings
 from .ops import TOL, capable, is_effect, is_engine, is_job, pids_by_worker
 from .verdict import Verdict
 
@@ -36,7 +37,7 @@ class _Index:
     unattributed: int = 0
 
 
-def _index(history: list[Event]) -> _Index:
+def read_outbox(history: list[Event]) -> _Index:
     idx = _Index(t0=history[0]["t"] if history else 0.0, pids=pids_by_worker(history))
     by_key = {e["key"]: (e["job"], e["kind"]) for e in history
               if is_engine(e, "effect_queued") and e.get("key") is not None}
@@ -163,7 +164,7 @@ def check_outbox_bounded(history: list[Event], snapshot: dict[str, Any]) -> Verd
     if not capable(snapshot, "outbox"):
         return verdict.unknown("the engine declares no outbox: receiver requests cannot be "
                                "held to the rows that sent them")
-    idx = _index(history)
+    idx = readings(history).outbox
     rows = snapshot["outbox"]
     if not idx.requests and (any(r.get("sent_at") is not None for r in rows)
                              or snapshot["receiver_applied"]):
@@ -228,7 +229,7 @@ def check_effects_complete(history: list[Event], snapshot: dict[str, Any]) -> Ve
     verdict = Verdict("effects-complete")
     if not capable(snapshot, "outbox"):
         return verdict.unknown("the engine declares no outbox: no rows to hold the receiver to")
-    idx = _index(history)
+    idx = readings(history).outbox
     pipeline = snapshot["pipeline"]
     final = pipeline["steps"][-1]["done"]
     delivered = sorted(j for j, row in snapshot["jobs"].items() if row["state"] == final)

@@ -1,7 +1,7 @@
 """Checkers of the job table's life: every state change walks the state table
 (legal-transitions) and submissions are idempotent on the caller's id (submissions-idempotent).
 
-Also owns the shared reading of who holds a job when (`JobIndex`: token bumps, each worker's
+Also owns the reading of who holds a job when (`JobIndex`: lease-taking writes, each worker's
 writes, process exits), which the billing and lease checkers build on.
 """
 from __future__ import annotations

@@ -1,0 +1,63 @@
+"""The readings of a history the checkers share, built once per history: the provider's
+calls per (job, step), memo lifetimes, who held each job when (JobIndex), the engine's spend
+record of each call, the holdings timeline, and the outbox's requests and rows. Checkers
+stay pure functions of (history, snapshot); they only stop reading the same history five
+times over."""
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+from ..history import Event
+
+
+class Readings:
+    """Every shared reading of one history, each built the first time it is asked for."""
+
+    def __init__(self, history: list[Event]) -> None:
+        self.history = history
+        self._timelines: dict[str, Any] = {}
+
+    @cached_property
+    def calls(self):
+        from .billing import provider_calls
+        return provider_calls(self.history)
+
+    @cached_property
+    def memos(self):
+        from .billing import Memos
+        return Memos(self.history)
+
+    @cached_property
+    def jobs(self):
+        from .transitions import JobIndex
+        return JobIndex(self.history)
+
+    @cached_property
+    def spends(self):
+        from .billing import match_spends
+        return match_spends(self.history, self.calls)
+
+    @cached_property
+    def outbox(self):
+        from .outbox import read_outbox
+        return read_outbox(self.history)
+
+    def timeline(self, pipeline: dict[str, Any]):
+        from .liveness import read_timeline
+        key = repr(pipeline.get("steps"))
+        if key not in self._timelines:
+            self._timelines[key] = read_timeline(self.history, pipeline)
+        return self._timelines[key]
+
+
+_last: tuple[list[Event], int, Readings] | None = None
+
+
+def readings(history: list[Event]) -> Readings:
+    """The shared readings of `history` (the same object for the same, unchanged list)."""
+    global _last
+    if _last is not None and _last[0] is history and _last[1] == len(history):
+        return _last[2]
+    _last = (history, len(history), Readings(history))
+    return _last[2]
