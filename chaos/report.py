@@ -18,7 +18,7 @@ from .checkers import Verdict
 from .history import Event, of
 from .plan import FaultPlan
 from .progress import progress_latency
-from .scenario import Scenario
+from .scenario import Scenario, crash_points_for
 
 REPORT_SCHEMA = "ninelives.report/1"
 VERSION = "0.1.0"
@@ -98,8 +98,12 @@ NEEDS_CAPABILITY = {
 def not_applicable(scenario: Scenario, engine: Any) -> list[str]:
     """The scenario's configured faults the engine cannot undergo (it lacks the capability)."""
     caps = set(getattr(engine, "capabilities", ()))
-    return [setting for setting, cap in NEEDS_CAPABILITY.items()
-            if getattr(scenario.faults, setting) and cap not in caps]
+    skipped = [setting for setting, cap in NEEDS_CAPABILITY.items()
+               if getattr(scenario.faults, setting) and cap not in caps]
+    if scenario.faults.crash_points and "crash_points" not in skipped \
+            and not crash_points_for(scenario, engine)[0]:
+        skipped.append("crash_points")  # none of the points it names is the engine's
+    return skipped
 
 
 def unfired(scenario: Scenario, applied: dict[str, int], skip: Iterable[str] = ()) -> list[str]:
@@ -182,6 +186,7 @@ def build_report(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str |
         "versions": {"ninelives": VERSION, "python": platform.python_version(),
                      "sqlite": sqlite3.sqlite_version, "platform": platform.platform()},
         "faults_applied": applied, "faults_unfired": missing, "faults_not_applicable": skip,
+        "crash_points_not_declared": list(crash_points_for(scenario, engine)[1]),
         "capabilities": sorted(getattr(engine, "capabilities", ())),
         "crashpoint_coverage": crashpoint_coverage(getattr(engine, "crashpoints", ()), events),
         "verdicts": [v.to_json() for v in verdicts],
@@ -241,8 +246,12 @@ def summary(report: dict) -> str:
         lines.append(("ERROR" if report["result"] == "error" else "also")
                      + ": these configured faults never fired: "
                      + ", ".join(report["faults_unfired"]))
+    if report.get("crash_points_not_declared"):
+        lines.append("crash points the engine does not declare (not armed): "
+                     + ", ".join(report["crash_points_not_declared"]))
     if report.get("faults_not_applicable"):
-        lines.append("not applicable to this engine (it lacks the capability): "
+        lines.append("not applicable to this engine (a capability it lacks, or points it does "
+                     "not declare): "
                      + ", ".join(report["faults_not_applicable"]))
     unknown = [v["name"] for v in report["verdicts"] if v["verdict"] == "unknown"]
     if unknown:

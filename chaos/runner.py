@@ -24,7 +24,7 @@ from .nemesis import FaultPolicy, Nemesis
 from .plan import FaultPlan, documents_for, make_plan
 from .render import render_run
 from .report import build_report, faults_applied, write_report
-from .scenario import Scenario, ScenarioError, check_for_engine
+from .scenario import Scenario, ScenarioError, check_for_engine, crash_points_for
 from .supervisor import Supervisor
 from .writers import attribute_writes
 
@@ -244,9 +244,10 @@ class Campaign:
             env["NINELIVES_CRASH_JOBS"] = ",".join(self.plan.crash_loop)
             env["NINELIVES_CRASH_JOBS_AT"] = self.engine.crash_loop_point
         f = self.scenario.faults
-        if self.chaos_on and f.crash_points:
+        points, _ = crash_points_for(self.scenario, self.engine)
+        if self.chaos_on and points:
             env["NINELIVES_CRASH_AT"] = ",".join(
-                f"{p}@{f.crash_point_probability}" for p in f.crash_points)
+                f"{p}@{f.crash_point_probability}" for p in points)
             env["NINELIVES_CRASH_SEED"] = str(self.plan.crash_seeds[n % len(self.plan.crash_seeds)])
         return env
 

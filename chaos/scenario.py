@@ -149,9 +149,10 @@ def load_scenario(name: str, profile: str | None = None, engine: Any = None) -> 
 
 
 def check_for_engine(scenario: Scenario, engine: Any = None) -> Any:
-    """The scenario's [engine] table as `engine` reads it (its EngineSettings), after
-    checking its crash points against the ones the engine declares. Raises ScenarioError
-    naming the file and the field."""
+    """The scenario's [engine] table as `engine` reads it (its EngineSettings). Raises
+    ScenarioError naming the file and the field. (Crash points the engine does not declare
+    are not an error: a scenario written for one engine names that engine's points; see
+    `crash_points_for`.)"""
     from .contract import load_engine
     engine = engine if engine is not None else load_engine("reference")
     where = os.path.relpath(scenario.path)
@@ -159,13 +160,17 @@ def check_for_engine(scenario: Scenario, engine: Any = None) -> Any:
         settings = engine.settings(scenario.engine)
     except ValueError as exc:
         raise ScenarioError(f"{where}: [engine] {exc}") from None
-    known = tuple(getattr(engine, "crashpoints", ()))
-    for point in scenario.faults.crash_points:
-        if point != "*" and point not in known:
-            raise ScenarioError(f"{where}: field 'faults.crash_points' names unknown point "
-                                f"{point!r} (engine {engine.name!r} declares: "
-                                f"{', '.join(known) or 'none'})")
     return settings
+
+
+def crash_points_for(scenario: Scenario, engine: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the scenario's crash points the engine declares, those it does not). Only the first
+    are armed; the second are reported, so a point named for another engine, or misspelt,
+    is seen rather than silently armed nowhere."""
+    known = set(getattr(engine, "crashpoints", ()))
+    points = scenario.faults.crash_points
+    return (tuple(p for p in points if p == "*" or p in known),
+            tuple(p for p in points if p != "*" and p not in known))
 
 
 def _read_toml(path: str) -> dict:

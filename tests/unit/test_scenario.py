@@ -103,8 +103,6 @@ BAD = [
      ["faults.operator", "rate"]),
     ("too-many-unhappy-jobs", 'name = "x"\n[run]\nneeds_review = 0.2\n[faults]\npoison = 0.2\n'
      'crash_loop = 0.2\n', ["faults.poison", "faults.crash_loop", "run.needs_review", "half"]),
-    ("unknown-crash-point", 'name = "x"\n[faults]\ncrash_points = ["worker.nowhere"]\n'
-     'crash_point_probability = 0.1\n', ["faults.crash_points", "'worker.nowhere'", "unknown"]),
     ("crash-points-never-fire", 'name = "x"\n[faults]\ncrash_points = ["*"]\n',
      ["faults.crash_points", "crash_point_probability", "0"]),
     ("outage-past-chaos", 'name = "x"\n[run]\nchaos = 4.0\n[faults]\noutages = [[3.0, 5.0]]\n',
@@ -170,3 +168,18 @@ def test_an_unknown_scenario_name_is_refused_listing_the_known_ones():
     for path in SCENARIO_FILES:
         assert path.stem in message
     assert "profiles" not in message  # the profile table is not a scenario
+
+
+def test_crash_points_the_engine_does_not_declare_are_set_apart_not_armed(tmp_path):
+    from chaos.reference import REFERENCE
+    from chaos.report import not_applicable
+    from chaos.scenario import crash_points_for
+    path = tmp_path / "points.toml"
+    path.write_text('name = "x"\n[faults]\ncrash_points = ["worker.nowhere", '
+                    '"worker.before_call"]\ncrash_point_probability = 0.1\n')
+    scenario = load_scenario(str(path))
+    assert crash_points_for(scenario, REFERENCE) == (("worker.before_call",), ("worker.nowhere",))
+    assert "crash_points" not in not_applicable(scenario, REFERENCE)
+    path.write_text('name = "x"\n[faults]\ncrash_points = ["worker.nowhere"]\n'
+                    'crash_point_probability = 0.1\n')
+    assert "crash_points" in not_applicable(load_scenario(str(path)), REFERENCE)
