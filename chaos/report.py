@@ -220,12 +220,16 @@ def verdict_table(report: dict) -> str:
 
 
 def _progress_line(progress: dict | None) -> list[str]:
-    """One line on the time lost to leases nobody used (see chaos.progress)."""
-    held = (progress or {}).get("after_held_lease") or {}
-    if not held.get("count"):
-        return []
-    return [f"claims that waited for a lease nobody used: {held['count']} (median "
-            f"{held['median']} s, max {held['max']} s, {held['total']} s in all)"]
+    """The time lost to leases nobody used (see chaos.progress), by whether the holder lived."""
+    progress = progress or {}
+    lines = []
+    for key, what in (("after_holder_alive", "a live holder kept"),
+                      ("after_holder_died", "a dead holder left")):
+        held = progress.get(key) or {}
+        if held.get("count"):
+            lines.append(f"claims that waited out a lease {what}: {held['count']} (median "
+                         f"{held['median']} s, max {held['max']} s, {held['total']} s in all)")
+    return lines
 
 
 def summary(report: dict) -> str:

@@ -16,6 +16,7 @@ import pytest
 from chaos.contract import Command, ProcessContext, validate
 from chaos.documents import make_documents
 from chaos.fakes import FakeProvider, FakeReceiver, ScriptedFaults
+from chaos.progress import progress_latency
 from chaos.supervisor import Supervisor
 from examples.article_engine import engine
 from examples.article_engine.adapter import ARTICLE, ARTICLE_CLAIM_MOVES, PIPELINE, read_settings
@@ -211,6 +212,28 @@ def test_controls_are_attributed_to_who_wrote(db):
     assert expiry["actor"] == "harness" and not expiry["heartbeat"]
     assert (cancel["actor"], cancel["from"], cancel["to"]) == ("operator", "pending", "cancelled")
     assert ARTICLE.integrity(db) == "ok"
+
+
+def test_the_memo_hit_path_keeps_its_lease_and_the_report_shows_the_wait(db):
+    """After the memo-hit assert the worker lives on but keeps the job's lease: the next claim
+    waits the lease out, and progress latency counts it as a wait a live holder caused."""
+    (job, payload), = make_documents(1, seed=6)
+    ARTICLE.submit(db, job, payload)
+    conn = engine.connect(db)
+    try:
+        with conn:
+            conn.execute("INSERT INTO step_result (job_id, step, output, cost, at)"
+                         " VALUES (?, 'fetch', '{}', 0.001, 0)", (job,))
+        engine.configure(db=db, lease=0.3)
+        with pytest.raises(AssertionError):
+            engine.run_once(conn)
+        engine.configure(db=db, lease=0.3, claim_moves=True)
+        wait_for(lambda: engine.run_once(conn), timeout=10, what="the lease to run out")
+    finally:
+        engine.configure(db=db)
+        conn.close()
+    alive = progress_latency(ARTICLE.operations(db))["after_holder_alive"]
+    assert alive["count"] == 1 and 0.25 <= alive["max"] < 5.0, alive
 
 
 def test_the_memo_hit_path_asserts_an_edge_the_article_lacks(db):

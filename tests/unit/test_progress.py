@@ -16,7 +16,17 @@ def test_a_memo_hit_that_keeps_its_lease_shows_as_a_wait_of_a_whole_lease():
                op(31.2, "claimed", "pending", "pending", worker="w2", lease_until=61.2)]
     held = progress_latency(history)["after_held_lease"]
     assert held["count"] == 1 and held["max"] == 30.2
+    assert progress_latency(history)["after_holder_alive"]["count"] == 1
     assert progress_latency(history)["slowest"][0]["job"] == "j"
+
+
+def test_a_lease_left_by_a_holder_that_died_is_a_crash_s_price_not_a_live_holder_s():
+    history = [op(1.0, "claimed", "pending", "pending", lease_until=31.0, pid=7),
+               {"t": 2.0, "src": "process", "type": "exit", "pid": 7, "killed": True},
+               op(31.2, "claimed", "pending", "pending", worker="w2", lease_until=61.2)]
+    result = progress_latency(history)
+    assert result["after_holder_died"]["count"] == 1
+    assert result["after_holder_alive"] == {"count": 0} and result["slowest"] == []
 
 
 def test_a_claim_after_a_release_or_a_retry_time_waits_only_its_own_latency():
