@@ -214,16 +214,23 @@ def test_controls_are_attributed_to_who_wrote(db):
     assert ARTICLE.integrity(db) == "ok"
 
 
+def with_stale_memo(db: str, seed: int):
+    """A pending job whose fetch memo exists already (a stale worker's commit can leave one),
+    and a connection of the engine's to it."""
+    (job, payload), = make_documents(1, seed=seed)
+    ARTICLE.submit(db, job, payload)
+    conn = engine.connect(db)
+    with conn:
+        conn.execute("INSERT INTO step_result (job_id, step, output, cost, at)"
+                     " VALUES (?, 'fetch', '{}', 0.001, 0)", (job,))
+    return conn
+
+
 def test_the_memo_hit_path_keeps_its_lease_and_the_report_shows_the_wait(db):
     """After the memo-hit assert the worker lives on but keeps the job's lease: the next claim
     waits the lease out, and progress latency counts it as a wait a live holder caused."""
-    (job, payload), = make_documents(1, seed=6)
-    ARTICLE.submit(db, job, payload)
-    conn = engine.connect(db)
+    conn = with_stale_memo(db, seed=6)
     try:
-        with conn:
-            conn.execute("INSERT INTO step_result (job_id, step, output, cost, at)"
-                         " VALUES (?, 'fetch', '{}', 0.001, 0)", (job,))
         engine.configure(db=db, lease=0.3)
         with pytest.raises(AssertionError):
             engine.run_once(conn)
@@ -240,13 +247,8 @@ def test_the_memo_hit_path_asserts_an_edge_the_article_lacks(db):
     """A job in its ready state with its step's memo (a stale worker's commit can leave one)
     makes the published run_once assert pending -> fetched; the variant's claim, which moved
     the job to fetching, advances it."""
-    (job, payload), = make_documents(1, seed=5)
-    ARTICLE.submit(db, job, payload)
-    conn = engine.connect(db)
+    conn = with_stale_memo(db, seed=5)
     try:
-        with conn:
-            conn.execute("INSERT INTO step_result (job_id, step, output, cost, at)"
-                         " VALUES (?, 'fetch', '{}', 0.001, 0)", (job,))
         engine.configure(db=db, lease=0.2)
         with pytest.raises(AssertionError, match="illegal transition pending -> fetched"):
             engine.run_once(conn)
