@@ -4,28 +4,23 @@ The same timeline as a real run (`chaos.nemesis`), with the same target picks an
 history events; a kill unwinds the target's threads at once, a pause keeps its threads off
 the schedule for the pause's virtual length, a contention holds the write lock for virtual
 seconds. It runs as an actor of its own, so where its writes land among the workers' is a
-scheduling choice like any other.
+scheduling choice like any other. What it writes to the engine's store goes through the
+simulation's controls (`chaos.sim.driver.Simulation`), never its tables.
 """
 from __future__ import annotations
 
-import sqlite3
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from engine.store import OperatorError, SubmissionConflict
-
-from ...history import payload_hash
-
 if TYPE_CHECKING:
-    from .run import Simulation
+    from .driver import Simulation
 
 
 class SimNemesis:
-    """Applies `timeline` (the plan's events this schedule kept) for `sim`, writing through
-    `store` (the harness's own, unchanged by the engine under test)."""
+    """Applies `timeline` (the plan's events this schedule kept) for `sim`."""
 
-    def __init__(self, sim: "Simulation", timeline: list[dict], store) -> None:
-        self.sim, self.timeline, self.store = sim, timeline, store
+    def __init__(self, sim: "Simulation", timeline: list[dict]) -> None:
+        self.sim, self.timeline = sim, timeline
         self.applied: Counter[str] = Counter()
         self.healed = False
         self.paused: dict[int, int] = {}  # pid -> virtual time its pause ends
@@ -98,11 +93,7 @@ class SimNemesis:
             self._log("resume", target=process.name, pid=pid)
 
     def _lease_expiry(self, event: dict) -> None:
-        now = self.sim.sched.now()
-        with self.store.write() as conn:
-            expired = conn.execute(
-                "UPDATE job SET lease_until=?, next_run_at=?, updated_by='nemesis'"
-                " WHERE lease_until > ?", (now - 0.001, now - 0.001, now)).rowcount
+        expired = self.sim.expire_leases()
         self._log("expire", leases=expired)
         if expired:
             self.applied["lease_expiry"] += 1
@@ -130,22 +121,11 @@ class SimNemesis:
 
     def _hold_lock(self, seconds: float) -> None:
         """A process holding the write lock for `seconds` (its own actor)."""
-        sched = self.sim.sched
-        conn = sqlite3.connect(self.sim.db, timeout=0, isolation_level=None)
-        try:
-            while True:
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
-                    break
-                except sqlite3.OperationalError:
-                    sched.sleep(0.002)
+        def held() -> None:
             self._log("contention", seconds=seconds)
             self.applied["contention"] += 1
-            sched.sleep(seconds)
-            conn.execute("ROLLBACK")
-            self._log("contention_end")
-        finally:
-            conn.close()
+
+        self.sim.hold_write_lock(seconds, held, lambda: self._log("contention_end"))
 
     def _duplicate_submit(self, event: dict) -> None:
         sim = self.sim
@@ -153,26 +133,16 @@ class SimNemesis:
         payload = sim.documents[job]
         if event["kind"] == "different":
             payload = {**payload, "revision": 2}
-        try:
-            created = self.store.submit(job, sim.pipeline, payload, sim.sched.now())
-            result = "created" if created else "exists"
-        except SubmissionConflict:
-            result = "rejected"
+        result = sim.submit(job, payload)
         self._log("duplicate_submit", job=job, kind=event["kind"], result=result)
         self.applied[f"duplicate_{event['kind']}"] += 1
-        sim.record({"t": sim.sched.now(), "src": "runner", "type": "submit", "job": job,
-                    "payload_hash": payload_hash(payload), "result": result,
-                    "duplicate": True})
+        sim.record_submit(job, payload, result, duplicate=True)
 
     def _operator(self, event: dict) -> None:
         sim = self.sim
         jobs = sim.job_ids
         job = jobs[event["pick"] % len(jobs)]
-        try:
-            getattr(self.store, event["action"])(job, "operator:chaos", sim.sched.now())
-            result = "done"
-        except OperatorError as exc:
-            result = f"refused: {exc}"
+        result = sim.operate(event["action"], job)
         self._log("operator", action=event["action"], job=job, result=result)
         if result == "done":
             self.applied[f"operator_{event['action']}"] += 1

@@ -1,0 +1,366 @@
+"""One simulated run, engine-neutral: the schedule's shape, its processes and their respawns,
+the crash and stall picks, the phases (chaos, heal, drain, check) and the collected result.
+
+`Simulation` is the part every engine shares. What is the engine's own comes through a
+subclass: how a worker or sender runs in a thread (`_worker_body`, `_sender_body`), the
+observer and the submissions (`_prepare`), the controls the nemesis uses (`expire_leases`,
+`hold_write_lock`, `submit`, `operate`), whether the store has settled (`_settled`), its
+integrity check and its operations. `chaos.sim.threads` is that subclass for any adapter with
+the contract's in-process hooks; the reference engine has its own in `chaos.reference`.
+
+A schedule is fixed by (scenario, seed, engine) and the choices it made (see `choices`):
+first which jobs, worker slots, sender slots and timeline faults take part (a seeded run
+keeps them all; the shrinker leaves some out), then at every turn which thread runs and
+whether an armed crash point fires where it stands.
+"""
+from __future__ import annotations
+
+import random
+import time
+from typing import Any, Callable
+
+from .. import history as hist
+from ..checkers import run_checkers
+from ..contract import EngineSettings
+from ..expect import harness_snapshot
+from ..nemesis import FaultPolicy
+from .choices import Choices, everything
+from .nemesis import SimNemesis
+from .scheduler import CRASH, RUN, STALL as STALLED, Actor, PointHook, Process, Scheduler
+from .spec import START, SimResult, SimSpec, plan_for
+from .world import ClientErrors, SimProvider, SimReceiver
+
+TICK = 0.01           # virtual seconds a turn takes: more than the checkers' 5 ms tolerance
+STALL = 0.1           # virtual seconds a stalled thread is left waiting
+STALL_CHANCE = 0.02   # a seeded schedule stalls a thread at this share of its picks
+POLL = 0.02           # how often the drain looks for a settled store (as the runner does)
+RESPAWN = 0.05        # virtual seconds before a dead process's slot is filled again
+MAX_TURNS = 300_000   # a schedule that runs longer is cut (and reported as not drained)
+
+
+class Simulation:
+    """Builds and runs one schedule; `result()` collects it. Subclasses supply the engine's
+    part (see the module docstring); `settings` is the engine's, in the harness's terms."""
+
+    def __init__(self, spec: SimSpec, choices: Choices, db: str, settings: EngineSettings,
+                 hooks: tuple[PointHook, ...], errors: ClientErrors) -> None:
+        self.spec, self.scenario, self.choices = spec, spec.scenario, choices
+        self.engine = spec.engine
+        self.plan, self.all_documents = plan_for(spec.scenario, spec.seed, spec.engine.pipeline)
+        self.db, self.settings = db, settings
+        self.sched = Scheduler(START, TICK, STALL, self._choose, self._actor_ended,
+                               self._process_ended, lambda a: self._crash_chance(a) > 0,
+                               hooks=hooks)
+        self.policy = FaultPolicy(self.scenario, self.plan, settings.send_timeout)
+        self.provider = SimProvider(self.sched, self.policy, errors)
+        self.receiver = SimReceiver(self.sched, self.policy, errors)
+        self.events: list[hist.Event] = []
+        self.processes: dict[int, Process] = {}
+        self.integrity: list[dict] = []
+        self.phases: dict[str, Any] = {}
+        self.errors: list[dict] = []
+        self.spawned = 0
+        self.chaos_on = True
+        self.ended = False
+        run = self.scenario.run
+        self.chaos_start_us = 0
+        self.heal_us = self.sched.us(run.chaos)
+        self.drain_us = self.heal_us + self.sched.us(run.heal)
+
+    # -- the engine's part (subclasses) ---------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Install the observer and submit `self.documents`, recording each submit."""
+        raise NotImplementedError
+
+    def _worker_body(self, process: Process) -> Callable[[], None]:
+        raise NotImplementedError
+
+    def _sender_body(self, process: Process) -> Callable[[], None]:
+        raise NotImplementedError
+
+    def _settled(self) -> bool:
+        raise NotImplementedError
+
+    def _integrity(self) -> str:
+        raise NotImplementedError
+
+    def operations(self) -> list[hist.Event]:
+        """The engine's operations, on the virtual clock."""
+        raise NotImplementedError
+
+    def expire_leases(self) -> int:
+        """The lease_expiry fault: every held lease lapses now; how many."""
+        raise NotImplementedError
+
+    def hold_write_lock(self, seconds: float, held: Callable[[], None],
+                        released: Callable[[], None]) -> None:
+        """The contention fault, in its own actor: take the write lock, call `held()`, keep
+        it `seconds` virtual seconds, let it go, call `released()`."""
+        raise NotImplementedError
+
+    def submit(self, job: str, payload: Any) -> str:
+        """Submit again (a duplicate): "created", "exists" or "rejected"."""
+        raise NotImplementedError
+
+    def operate(self, action: str, job: str) -> str:
+        """An operator action: "done" or "refused: why"."""
+        raise NotImplementedError
+
+    # -- the schedule's shape -------------------------------------------------------------------
+
+    def _decide_shape(self) -> None:
+        """Which jobs, worker and sender slots and timeline faults take part."""
+        keep = lambda: self.choices.choose(2, everything(2), shape=True) == 1  # noqa: E731
+        docs = self.all_documents
+        jobs = [(job, payload) for job, payload in docs if keep()] or docs[:1]
+        self.documents = dict(jobs)
+        self.job_ids = [job for job, _ in jobs]
+        run = self.scenario.run
+        self.worker_slots = [s for s in range(run.workers) if keep()] or [0]
+        self.sender_slots = [s for s in range(run.senders) if keep()] or (
+            [0] if run.senders else [])
+        self.timeline = [e for e in self.plan.timeline
+                         if e.get("job", self.job_ids[0]) in self.documents and keep()]
+        self.shape_choices = len(self.choices.record)
+
+    def record(self, event: hist.Event) -> None:
+        event.setdefault("seq", len(self.events))
+        self.events.append(event)
+
+    def record_submit(self, job: str, payload: Any, result: str, duplicate: bool) -> None:
+        self.record({"t": self.sched.now(), "src": "runner", "type": "submit", "job": job,
+                     "payload_hash": hist.payload_hash(payload), "result": result,
+                     "duplicate": duplicate})
+
+    def _start(self) -> None:
+        for slot in self.worker_slots:
+            self._spawn("worker", slot)
+        for slot in self.sender_slots:
+            self._spawn("sender", slot)
+        self._phase("chaos")
+        self.nemesis = SimNemesis(self, self.timeline)
+        process = self.internal_process("nemesis")
+        self.nemesis.actor = self.sched.spawn(process.name, self.nemesis.run, process)
+        self.sched.at(self.heal_us, self._heal)
+        self.sched.at(self.drain_us, self._drain)
+
+    def _slot_events(self, slot: int) -> None:
+        """The runner's per-slot records: a skewed clock, heartbeat off."""
+        now = self.sched.now()
+        if self.skew(slot):
+            self.record({"t": now, "src": "nemesis", "type": "skew", "slot": slot,
+                         "seconds": self.skew(slot)})
+        if self.heartbeat_off(slot):
+            self.record({"t": now, "src": "nemesis", "type": "heartbeat_off", "slot": slot,
+                         "call_timeout": self.slot_call_timeout()})
+
+    def skew(self, slot: int) -> float:
+        """The clock skew of worker slot `slot` (seconds)."""
+        return self.plan.skewed[slot] if slot < len(self.plan.skewed) else 0.0
+
+    def heartbeat_off(self, slot: int) -> bool:
+        """Whether worker slot `slot` runs without heartbeat."""
+        run, f = self.scenario.run, self.scenario.faults
+        return slot >= run.workers - f.heartbeat_off_workers
+
+    def slot_call_timeout(self) -> float:
+        """The call timeout of a worker without heartbeat: shorter than the lease, as a real
+        run gives it (chaos.runner)."""
+        s = self.settings
+        return min(s.call_timeout or s.lease * 0.8, s.lease * 0.8)
+
+    def internal_process(self, name: str) -> Process:
+        """A process of the harness's own (the nemesis, a lock holder): no lifecycle events."""
+        return Process(pid=0, role="nemesis", slot=0, name=name)
+
+    # -- engine processes -----------------------------------------------------------------------
+
+    def _spawn(self, role: str, slot: int) -> None:
+        self.spawned += 1
+        pid = self.spawned
+        process = Process(pid=pid, role=role, slot=slot, name=f"{role}-{slot}.{pid}")
+        process.data["armed"] = self.chaos_on
+        self.processes[pid] = process
+        self.record({"t": self.sched.now(), "src": "process", "type": "spawn",
+                     "name": process.name, "role": role, "slot": slot, "pid": pid,
+                     "code": None, "signal": None})
+        if role == "worker":
+            self._slot_events(slot)
+        body = self._worker_body(process) if role == "worker" else self._sender_body(process)
+        self.sched.spawn(process.name, body, process)
+
+    def rng(self, process: Process) -> random.Random:
+        """The process's own random source, fixed by the seed and its pid."""
+        return random.Random(f"{self.spec.seed}:{process.role}:{process.pid}")
+
+    def live(self) -> list[Process]:
+        return [p for p in self.processes.values() if p.alive]
+
+    def kill(self, process: Process, point: str | None) -> None:
+        """SIGKILL `process` (at crash point `point`, when one fired)."""
+        if not process.alive:
+            return
+        if point is not None:
+            self.record({"t": self.sched.now(), "src": "process", "type": "crashpoint",
+                         "pid": process.pid, "role": process.role, "point": point,
+                         "job": process.data.get("job")})
+        process.data["exit"] = (-9, "SIGKILL")
+        self.sched.kill(process)
+
+    # -- the scheduler's callbacks ----------------------------------------------------------------
+
+    def _choose(self, eligible: list[Actor]) -> tuple[int, str]:
+        """One pick: which due actor, and whether it runs, stalls or crashes where it stands
+        (an armed crash point firing). Options: run 0..n-1, stall n..2n-1, then a crash for
+        each actor parked at an armed point; 0 is the simplest."""
+        n = len(eligible)
+        chances = [self._crash_chance(a) for a in eligible]
+        crashable = [i for i, p in enumerate(chances) if p > 0]
+        stalls = 0 if self.sched.atomic_pick else n
+
+        def sample(rng: random.Random) -> int:
+            i = rng.randrange(n)
+            if chances[i] > 0 and rng.random() < chances[i]:
+                return n + stalls + crashable.index(i)
+            return i + n if stalls and rng.random() < STALL_CHANCE else i
+
+        value = self.choices.choose(n + stalls + len(crashable), sample)
+        if value >= n + stalls:
+            index, how = crashable[value - n - stalls], CRASH
+        else:
+            index, how = value % n, (STALLED if value >= n else RUN)
+        actor = eligible[index]
+        if how == CRASH or (how == RUN and self._crash_loops(actor)):
+            self.kill(actor.process, actor.point)
+            return index, CRASH
+        return index, how
+
+    def _crash_chance(self, actor: Actor) -> float:
+        f, process = self.scenario.faults, actor.process
+        if (actor.point is None or not f.crash_points or process.role == "nemesis"
+                or not process.data.get("armed")):
+            return 0.0
+        if "*" in f.crash_points or actor.point in f.crash_points:
+            return f.crash_point_probability
+        return 0.0
+
+    def _crash_loops(self, actor: Actor) -> bool:
+        """A crash-looping document kills its worker every time it passes the engine's
+        crash-loop point (as NINELIVES_CRASH_JOBS does in a real run)."""
+        return (actor.point == getattr(self.engine, "crash_loop_point", None)
+                and actor.process.role == "worker"
+                and actor.process.data.get("job") in self.plan.crash_loop)
+
+    def _actor_ended(self, actor: Actor) -> None:
+        process = actor.process
+        if actor.exit == "error":
+            self.errors.append({"t": self.sched.now(), "process": process.name,
+                                "thread": actor.name, "traceback": actor.error})
+        if actor.exit == "stop" or process.role == "nemesis" or not process.alive:
+            return
+        if actor is not process.actors[0]:
+            return  # a helper thread that ended (by itself, or raising) leaves its process
+        process.data.setdefault("exit", (1, None) if actor.exit == "error" else (0, None))
+        self.sched.kill(process)
+
+    def _process_ended(self, process: Process) -> None:
+        if process.role == "nemesis":
+            return
+        code, sig = process.data.get("exit", (0, None))
+        now = self.sched.now()
+        self.record({"t": now, "src": "process", "type": "exit", "name": process.name,
+                     "role": process.role, "pid": process.pid, "code": code, "signal": sig,
+                     "killed": True})
+        if sig == "SIGKILL":
+            self.integrity.append({"t": now, "after": f"kill of {process.name}",
+                                   "result": self._integrity()})
+        if not self.ended:
+            role, slot = process.role, process.slot
+            self.sched.at(self.sched.now_us + self.sched.us(RESPAWN),
+                          lambda: self.ended or self._spawn(role, slot))
+
+    # -- phases ---------------------------------------------------------------------------------
+
+    def _phase(self, name: str) -> None:
+        now = self.sched.now()
+        self.phases[f"{name}_start"] = now
+        self.record({"t": now, "src": "runner", "type": "phase", "phase": name})
+
+    def _heal(self) -> None:
+        self._phase("heal")
+        self.chaos_on = False
+        self.nemesis.heal()
+
+    def _drain(self) -> None:
+        self._phase("drain")
+        self.drain_deadline_us = self.sched.now_us + self.sched.us(self.scenario.run.drain)
+        self._settle_check()
+
+    def _settle_check(self) -> None:
+        if self._settled():
+            return self._end(True)
+        if self.sched.now_us >= self.drain_deadline_us:
+            return self._end(False)
+        self.sched.at(self.sched.now_us + self.sched.us(POLL), self._settle_check)
+
+    def _end(self, drained: bool) -> None:
+        self._phase("check")
+        self.phases["drain_end"] = self.phases["check_start"]
+        self.phases["drained"] = drained
+        self.ended = True
+        self.sched.finished = True
+
+    # -- the run --------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self._decide_shape()
+        self._prepare()
+        self._start()
+        self.sched.run(MAX_TURNS)
+        if not self.ended:  # cut by the turn budget, or nothing could run any more
+            self.phases.setdefault("drain_start", self.sched.now())
+            self.phases.setdefault("heal_start", self.sched.now())
+            self.phases["cut"] = f"after {self.sched.turns} turns"
+            self._end(False)
+        self.sched.stop_all()
+        now = self.sched.now()
+        for process in self.live():
+            process.alive = False
+            self.record({"t": now, "src": "process", "type": "exit", "name": process.name,
+                         "role": process.role, "pid": process.pid, "code": 0, "signal": None,
+                         "killed": True})
+        self.phases["processes_ended"] = now
+
+    def result(self, started: float) -> SimResult:
+        """Collect the history, the snapshot and the verdicts."""
+        provider = [_ledger_event(e, "provider", "call") for e in self.provider.entries]
+        receiver = [_ledger_event(e, "receiver", "request") for e in self.receiver.entries]
+        history = hist.merge(self.operations(), provider, receiver, self.events)
+        snapshot = self._snapshot()
+        verdicts = run_checkers(history, snapshot)
+        return SimResult(
+            spec=self.spec, plan=self.plan, choices=list(self.choices.record),
+            shape_choices=self.shape_choices, history=history,
+            snapshot=snapshot, verdicts=verdicts, applied=self.nemesis.applied,
+            turns=self.sched.turns, virtual_seconds=round(self.sched.now() - START, 6),
+            wall_seconds=time.perf_counter() - started, errors=self.errors,
+            ledgers={"provider": self.provider.entries, "receiver": self.receiver.entries},
+            events=self.events, db=self.db)
+
+    def _snapshot(self) -> dict[str, Any]:
+        engine = self.engine
+        snap = engine.snapshot(self.db)
+        self.integrity.append({"t": self.sched.now(), "after": "end",
+                               "result": self._integrity()})
+        snap.update(harness_snapshot(self.scenario, self.plan, engine, self.settings,
+                                     integrity=self.integrity,
+                                     receiver_applied=self.receiver.effects,
+                                     phases=self.phases, jobs=self.job_ids))
+        return snap
+
+
+def _ledger_event(entry: dict, src: str, type_: str) -> hist.Event:
+    event = {**entry, "t": entry["t_start"], "src": src, "type": type_}
+    event.pop("server", None)
+    return event
