@@ -71,16 +71,17 @@ CAPABILITIES: dict[str, tuple[str, str]] = {
                 "retry-discipline's backoff and jitter checks"),
     "clock_skew": ("a worker can be started with a skewed clock (ProcessContext.clock_skew)",
                    "the skew fault"),
-    "in_process": ("`simulate(spec, choices, keep_db=None)` runs one schedule of the engine's "
-                   "loops as scheduled threads (chaos.sim) and returns its SimResult",
-                   "ninelives sim"),
+    "in_process": ("the engine's loops run as scheduled threads: through `in_process` hooks "
+                   "(chaos.sim.threads), or an adapter's own `simulate(spec, choices, "
+                   "keep_db=None)` returning its SimResult", "ninelives sim"),
 }
 
-#: controls a capability requires the adapter to have.
-NEEDS: dict[str, tuple[str, ...]] = {
+#: what a capability requires the adapter to have; a tuple names alternatives (one suffices).
+NEEDS: dict[str, tuple[str | tuple[str, ...], ...]] = {
     "operator": ("operator",), "lease_expiry": ("expire_leases",),
     "write_lock": ("hold_write_lock",), "integrity": ("integrity",),
-    "crash_points": ("crashpoints", "crash_loop_point"), "in_process": ("simulate",),
+    "crash_points": ("crashpoints", "crash_loop_point"),
+    "in_process": (("in_process", "simulate"),),
 }
 REQUIRED = ("name", "pipeline", "capabilities", "command", "settings", "install",
             "operations", "progress", "snapshot", "submit")
@@ -169,6 +170,11 @@ class ContractError(ValueError):
     """An adapter that does not meet the contract; the message lists every gap."""
 
 
+def names(need: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The attribute names that meet one of NEEDS' requirements (any one of them)."""
+    return (need,) if isinstance(need, str) else need
+
+
 def validate(engine: Any, spec: str = "engine") -> Any:
     """Check `engine` against the contract as a whole; returns it, or raises ContractError
     naming every missing attribute and every capability without its control."""
@@ -178,8 +184,8 @@ def validate(engine: Any, spec: str = "engine") -> Any:
     if unknown:
         gaps.append(f"declares unknown capabilities {unknown} (known: {', '.join(CAPABILITIES)})")
     for cap in sorted(set(caps) & set(NEEDS)):
-        gaps += [f"declares {cap!r} but lacks {need!r}" for need in NEEDS[cap]
-                 if not hasattr(engine, need)]
+        gaps += [f"declares {cap!r} but lacks {' or '.join(map(repr, names(need)))}"
+                 for need in NEEDS[cap] if not any(hasattr(engine, n) for n in names(need))]
     pipeline = getattr(engine, "pipeline", None)
     if pipeline is not None and not isinstance(pipeline, Pipeline):
         gaps.append("its pipeline is not a chaos.pipeline.Pipeline")

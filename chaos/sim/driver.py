@@ -82,7 +82,8 @@ class Simulation:
     def _settled(self) -> bool:
         raise NotImplementedError
 
-    def _integrity(self) -> str:
+    def _integrity(self) -> str | None:
+        """The store's integrity check: "ok", the problems, or None (the engine has none)."""
         raise NotImplementedError
 
     def operations(self) -> list[hist.Event]:
@@ -273,8 +274,7 @@ class Simulation:
                      "role": process.role, "pid": process.pid, "code": code, "signal": sig,
                      "killed": True})
         if sig == "SIGKILL":
-            self.integrity.append({"t": now, "after": f"kill of {process.name}",
-                                   "result": self._integrity()})
+            self._check_integrity(f"kill of {process.name}")
         if not self.ended:
             role, slot = process.role, process.slot
             self.sched.at(self.sched.now_us + self.sched.us(RESPAWN),
@@ -303,6 +303,11 @@ class Simulation:
         if self.sched.now_us >= self.drain_deadline_us:
             return self._end(False)
         self.sched.at(self.sched.now_us + self.sched.us(POLL), self._settle_check)
+
+    def _check_integrity(self, after: str) -> None:
+        result = self._integrity()
+        if result is not None:
+            self.integrity.append({"t": self.sched.now(), "after": after, "result": result})
 
     def _end(self, drained: bool) -> None:
         self._phase("check")
@@ -351,8 +356,7 @@ class Simulation:
     def _snapshot(self) -> dict[str, Any]:
         engine = self.engine
         snap = engine.snapshot(self.db)
-        self.integrity.append({"t": self.sched.now(), "after": "end",
-                               "result": self._integrity()})
+        self._check_integrity("end")
         snap.update(harness_snapshot(self.scenario, self.plan, engine, self.settings,
                                      integrity=self.integrity,
                                      receiver_applied=self.receiver.effects,

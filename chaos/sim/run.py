@@ -1,7 +1,9 @@
 """One simulated run, through the engine's in-process capability (`chaos.contract`): the
-adapter's `simulate(spec, choices, keep_db=None)` runs the engine's own loops as scheduled
-threads (see `chaos.sim.scheduler`) against the in-process fakes (`chaos.sim.world`) and
-returns a SimResult with the same history, snapshot and verdicts a real run would give."""
+engine's own loops run as scheduled threads (see `chaos.sim.scheduler`) against the
+in-process fakes (`chaos.sim.world`), and the SimResult has the same history, snapshot and
+verdicts a real run would give. The adapter's `simulate(spec, choices, keep_db=None)` does it
+all where it has one (the reference engine); otherwise its `in_process` hooks are run by
+`chaos.sim.threads`."""
 from __future__ import annotations
 
 from ..contract import has
@@ -17,4 +19,7 @@ def simulate(spec: SimSpec, choices: Choices, *, keep_db: str | None = None) -> 
     if not has(spec.engine, "in_process"):
         raise ValueError(f"engine {spec.engine_spec!r} cannot run in simulation: it does not "
                          "declare the in_process capability (see docs/engines.md)")
-    return spec.engine.simulate(spec, choices, keep_db=keep_db)
+    if hasattr(spec.engine, "simulate"):
+        return spec.engine.simulate(spec, choices, keep_db=keep_db)
+    from .threads import simulate as threaded
+    return threaded(spec, choices, keep_db=keep_db)

@@ -93,6 +93,7 @@ class Actor:
         self.exit: str | None = None   # "done" | "crash" | "stop" | "error"
         self.error: str | None = None
         self.cleanup: list[Callable[[], None]] = []
+        self.data: dict[str, Any] = {}  # what the simulation keeps per thread
         #: Says whether the actor holds an open write transaction (set by its owner).
         self.in_transaction: Callable[[], bool] = lambda: False
         self._instruction: type[BaseException] | None = None
@@ -236,6 +237,13 @@ class Scheduler:
         actor.wake, actor.point = max(when_us, self.now_us + self.tick_us), None
         actor.park()
 
+    def pass_turn(self) -> None:
+        """Give the turn back at no cost in time: any actor due now may run before the
+        caller goes on (a statement boundary, where real processes interleave)."""
+        actor = self._caller()
+        actor.wake, actor.point = self.now_us, None
+        actor.park()
+
     def wait(self) -> None:
         """Park the calling actor until someone calls `wake_at` for it."""
         actor = self._caller()
@@ -283,6 +291,12 @@ class Scheduler:
         """Make a waiting actor eligible at `when_us` (no effect on one that is not waiting)."""
         if actor.alive and actor.wake == INF and actor.point is None:
             actor.wake = when_us
+
+    def hurry(self, actor: Actor) -> None:
+        """Make a sleeping or waiting actor due now (no effect on one parked at a point, or
+        already due)."""
+        if actor.alive and actor.point is None and actor.wake > self.now_us:
+            actor.wake = self.now_us
 
     def run(self, max_turns: int) -> None:
         """Run turns until `finished` is set, nothing can ever run again, or `max_turns`."""

@@ -16,7 +16,9 @@ from collections import Counter
 from typing import Any, Protocol
 
 
-from ..fakes.provider import _content, _error_body, _messages, _parse_input, step_output
+from ..fakes.attribution import call_attribution, effect_attribution
+from ..fakes.provider import (_content, _error_body, _messages, _parse_input,
+                              _step_from_prompt, step_output)
 from ..fakes.server import BadRequest
 from .scheduler import Scheduler
 
@@ -54,14 +56,15 @@ class SimProvider:
 
     def post(self, url: str, request: Any, headers: dict, timeout: float) -> tuple[int, Any]:
         """One completion request: ledger it, take its virtual time, answer or raise."""
-        job, step = headers.get("X-Ninelives-Job"), headers.get("X-Ninelives-Step")
+        who = call_attribution(headers, request, _step_from_prompt(request))
+        job, step = who["job"], who["step"]
         self.calls[(job, step)] += 1
         n = self.calls[(job, step)]
         fault = self.faults.provider_fault(job, step, n) if self.faults else None
         kind = fault["kind"] if fault else None
         sched, start = self.sched, self.sched.now_us
         entry = {"server": "provider", "t_start": sched.now(), "job": job, "step": step,
-                 "worker": headers.get("X-Ninelives-Worker"), "n": n,
+                 "worker": who["worker"], "n": n,
                  "auth": "Authorization" in headers, "fault": kind}
         answer = self._answer(url, entry, fault, kind, request, step)
         wait = fault["seconds"] if kind in ("hang", "slow") else LATENCY
@@ -137,8 +140,8 @@ class SimReceiver:
 
     def post(self, url: str, effect: Any, headers: dict, timeout: float) -> tuple[int, Any]:
         """One effect request: applied, replayed, refused, dropped or answered too late."""
-        key, job = headers.get("Idempotency-Key"), headers.get("X-Ninelives-Job")
-        kind, worker = headers.get("X-Ninelives-Kind"), headers.get("X-Ninelives-Worker")
+        who = effect_attribution(headers, effect)
+        key, job, kind, worker = who["key"], who["job"], who["kind"], who["worker"]
         self.calls[(job, kind)] += 1
         n = self.calls[(job, kind)]
         fault = self.faults.receiver_fault(job, kind, n) if self.faults else None

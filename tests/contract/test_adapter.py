@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from chaos import history
-from chaos.contract import (CAPABILITIES, NEEDS, REQUIRED, Command, EngineSettings,
+from chaos.contract import (CAPABILITIES, NEEDS, REQUIRED, names, Command, EngineSettings,
                             ProcessContext, has, validate)
 from chaos.pipeline import Pipeline
 
@@ -188,13 +188,15 @@ def test_integrity_of_an_intact_store_is_ok(engine, installed):
 def test_a_control_may_be_absent_when_its_capability_is_not_declared(spec):
     adapter = raw(spec)
     declared = set(adapter.capabilities)
-    kept = set(REQUIRED) | {need for cap in declared for need in NEEDS.get(cap, ())}
+    kept = set(REQUIRED) | {name for cap in declared for need in NEEDS.get(cap, ())
+                            for name in names(need)}
     view = type("View", (), {name: getattr(adapter, name) for name in kept
                              if hasattr(adapter, name)})()
     validate(view, f"{spec} without the controls of undeclared capabilities")
     for cap in sorted(declared & set(NEEDS)):
+        needed = {name for need in NEEDS[cap] for name in names(need)}
         lacking = type("Lacking", (), {n: getattr(view, n) for n in kept
-                                       if n not in NEEDS[cap] and hasattr(view, n)})()
+                                       if n not in needed and hasattr(view, n)})()
         with pytest.raises(ValueError, match=cap):
             validate(lacking, f"{spec} without {cap}")
 
