@@ -20,6 +20,7 @@ from chaos.history import Event
 from chaos.pipeline import Pipeline, Step
 
 from . import jobs, observer, store
+from .inprocess import ToyInProcess
 from .settings import KEY_VARIABLE, SECRETS, Settings
 from .worker import CRASH_LOOP_POINT, POINTS
 
@@ -48,10 +49,11 @@ class ToyEngine:
     pipeline = PIPELINE
     capabilities = frozenset({"crash_points", "outbox", "operator", "lease_expiry",
                               "write_lock", "integrity", "crash_loop_cap", "attempt_cap",
-                              "backoff"})
+                              "backoff", "in_process"})
     crashpoints = POINTS
     pid_of = staticmethod(observer.pid_of)   # worker ids are toy-<pid>-<random>
     crash_loop_point = CRASH_LOOP_POINT
+    in_process = ToyInProcess()
 
     # --- processes -------------------------------------------------------------------------
 
@@ -60,10 +62,7 @@ class ToyEngine:
         environment only. Raises ValueError for an unknown role or a bad setting."""
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}, got {role!r}")
-        table = own_settings(ctx.engine)
-        if ctx.call_timeout is not None:
-            table["call_timeout"] = ctx.call_timeout
-        table["poll"] = ctx.poll_interval
+        table = process_settings(ctx)
         settings = Settings.from_table(table)
         argv = [sys.executable, "-m", "examples.toy_engine", role, "--db", ctx.db, "--provider-url", ctx.provider_url,
                 "--receiver-url", ctx.receiver_url]
@@ -126,15 +125,16 @@ class ToyEngine:
 
     # --- controls --------------------------------------------------------------------------
 
-    def submit(self, db: str, job_id: str, payload: Any) -> str:
+    def submit(self, db: str, job_id: str, payload: Any, now: float | None = None) -> str:
         with _connection(db) as conn:
-            return store.submit(conn, job_id, payload, time.time())
+            return store.submit(conn, job_id, payload, _now(now))
 
-    def operator(self, db: str, action: str, job_id: str) -> str:
+    def operator(self, db: str, action: str, job_id: str, now: float | None = None) -> str:
         """cancel, requeue or resolve `job_id`: "done", or "refused: why"."""
+        at = _now(now)
         actions = {"cancel": lambda d: jobs.cancel(d, "operator"),
-                   "requeue": lambda d: jobs.requeue(d, "operator", time.time()),
-                   "resolve": lambda d: jobs.resolve(d, "operator", time.time())}
+                   "requeue": lambda d: jobs.requeue(d, "operator", at),
+                   "resolve": lambda d: jobs.resolve(d, "operator", at)}
         if action not in actions:
             return f"refused: unknown action {action!r} (known: {', '.join(actions)})"
         try:
@@ -144,9 +144,9 @@ class ToyEngine:
             return f"refused: {exc.args[0]}"
         return "done"
 
-    def expire_leases(self, db: str) -> int:
+    def expire_leases(self, db: str, now: float | None = None) -> int:
         """Make every held lease (a job's or an effect's) lapse now; how many."""
-        now = time.time()
+        now = _now(now)
         expired = 0
         with _connection(db) as conn, store.write(conn):
             for key, text in store.everything(conn):
@@ -173,6 +173,21 @@ ABSENT = ("heartbeat", "heartbeat_interval", "keep_job")
 def own_settings(table: dict[str, Any]) -> dict[str, Any]:
     """The part of an [engine] table the toy has settings for."""
     return {k: v for k, v in table.items() if k not in ABSENT}
+
+
+def process_settings(ctx: ProcessContext) -> dict[str, Any]:
+    """The settings table of one process: the scenario's, with the slot's call timeout and
+    the harness's poll interval."""
+    table = own_settings(ctx.engine)
+    if ctx.call_timeout is not None:
+        table["call_timeout"] = ctx.call_timeout
+    table["poll"] = ctx.poll_interval
+    return table
+
+
+def _now(now: float | None) -> float:
+    """The time a control writes: the simulation's (`now`), else the machine's clock."""
+    return time.time() if now is None else now
 
 
 def _expired(doc: dict, now: float) -> tuple[dict, int]:

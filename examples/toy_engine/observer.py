@@ -21,14 +21,14 @@ JOB_FIELDS = ("status", "owner", "lease_expires", "not_before", "attempts", "cla
               "cause")
 
 
-def install(conn: sqlite3.Connection) -> None:
-    """Create the audit table and its triggers (idempotent)."""
+def install(conn: sqlite3.Connection, now: str = NOW) -> None:
+    """Create the audit table and its triggers (idempotent), stamping with the SQL `now`."""
     conn.execute(AUDIT)
     for op, values in TRIGGERS.items():
         key = "OLD.key" if op == "delete" else "NEW.key"
         conn.execute(f"CREATE TRIGGER IF NOT EXISTS toy_audit_{op} AFTER {op.upper()} ON work"
                      f" BEGIN INSERT INTO toy_audit (t, key, old, new)"
-                     f" VALUES ({NOW}, {key}, {values}); END")
+                     f" VALUES ({now}, {key}, {values}); END")
 
 
 def read(conn: sqlite3.Connection) -> list[Event]:
