@@ -79,10 +79,11 @@ def stop_on_signals() -> threading.Event:
     return stop
 
 
-def configure(args: argparse.Namespace) -> None:
+def configure(args: argparse.Namespace, module=engine) -> None:
+    """Set the engine `module`'s settings from the worker or sender flags."""
     if args.max_attempts < 1:
         raise ValueError(f"--max-attempts must be >= 1, got {args.max_attempts}")
-    engine.configure(
+    module.configure(
         db=args.db, lease=args.lease, max_attempts=args.max_attempts,
         backoff_base=args.backoff_base, backoff_cap=args.backoff_cap,
         clock_skew=args.clock_skew, heartbeat=args.heartbeat,

@@ -6,7 +6,8 @@ job into its working state. Run either with
     ninelives run SCENARIO --engine examples.article_engine.adapter:ARTICLE --seed N
 
 Capabilities are declared for what the article's code has, and nothing else: no fencing token,
-no per-call spend records, no crash-loop cap, no in-process mode. What this adapter adds to
+no per-call spend records, no crash-loop cap. `ninelives sim` runs its own loops through
+`inprocess`. What this adapter adds to
 the engine to observe it lives beside the article's tables (see `observer`).
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from chaos.history import Event, fingerprint
 from chaos.pipeline import Pipeline, Step
 
 from . import calls, engine, observer
+from .inprocess import ArticleInProcess
 
 #: The repository root, so `python -m examples.article_engine` imports from any directory.
 MODULE = "examples.article_engine"
@@ -146,7 +148,7 @@ class ArticleEngine:
 
     capabilities = frozenset({
         "crash_points", "outbox", "operator", "heartbeat", "lease_expiry", "write_lock",
-        "integrity", "attempt_cap", "backoff", "clock_skew"})
+        "integrity", "attempt_cap", "backoff", "clock_skew", "in_process"})
     crashpoints = engine.POINTS
     pid_of = staticmethod(observer.pid_of)   # WORKER is hostname:pid
     #: After these points a process writes to the job (a step without a call writes right
@@ -159,6 +161,7 @@ class ArticleEngine:
 
     def __init__(self, name: str = "article", claim_moves: bool = False) -> None:
         self.name, self.claim_moves = name, claim_moves
+        self.in_process = ArticleInProcess(self)
 
     # -- processes ------------------------------------------------------------------------
 
@@ -196,13 +199,14 @@ class ArticleEngine:
 
     # -- observer -------------------------------------------------------------------------
 
-    def install(self, db: str) -> None:
-        """The article's schema (if absent), then the audit tables and triggers."""
+    def install(self, db: str, now_sql: str = observer.NOW) -> None:
+        """The article's schema (if absent), then the audit tables and triggers, stamping
+        with the SQL `now_sql`."""
         engine.init_db(db)
         conn = _connect(db)
         try:
             conn.execute("BEGIN IMMEDIATE")
-            observer.install(conn)
+            observer.install(conn, now_sql)
             conn.execute("COMMIT")
         finally:
             conn.close()
@@ -233,7 +237,7 @@ class ArticleEngine:
 
     # -- controls -------------------------------------------------------------------------
 
-    def submit(self, db: str, job_id: str, payload: Any) -> str:
+    def submit(self, db: str, job_id: str, payload: Any, now: float | None = None) -> str:
         """The article's INSERT: a new id is "created"; the same id with the same payload is a
         no-op ("exists"); with another payload, also a no-op for the article, which this
         adapter reports as "rejected" by comparing the stored payload."""
@@ -243,14 +247,14 @@ class ArticleEngine:
             with observer.written_by(conn, "submitter"):
                 row = conn.execute("SELECT payload FROM job WHERE id=?", (job_id,)).fetchone()
                 if row is None:
-                    now = time.time()
-                    conn.execute(engine.SUBMIT_SQL, (job_id, text, now, now))
+                    at = _now(now)
+                    conn.execute(engine.SUBMIT_SQL, (job_id, text, at, at))
                     return "created"
             return "exists" if row[0] == text else "rejected"
         finally:
             conn.close()
 
-    def operator(self, db: str, action: str, job_id: str) -> str:
+    def operator(self, db: str, action: str, job_id: str, now: float | None = None) -> str:
         """cancel, requeue or resolve along STATES' edges, with the article's transition()
         write (compare-and-swap on state); "done" or "refused: why"."""
         if action not in ACTIONS:
@@ -266,17 +270,17 @@ class ArticleEngine:
                     return (f"refused: job {job_id!r} is {row[0]}; {action} applies to "
                             f"{', '.join(ACTIONS[action])}")
                 conn.execute("UPDATE job SET state=?, updated=?, attempts=0 "
-                             "WHERE id=? AND state=?", (to, time.time(), job_id, row[0]))
+                             "WHERE id=? AND state=?", (to, _now(now), job_id, row[0]))
             return "done"
         finally:
             conn.close()
 
-    def expire_leases(self, db: str) -> int:
+    def expire_leases(self, db: str, now: float | None = None) -> int:
         """Every live lease ends now (lease_until moved just into the past)."""
         conn = _connect(db)
         try:
             with observer.written_by(conn, "harness"):
-                now = time.time()
+                now = _now(now)
                 return conn.execute("UPDATE job SET lease_until=? WHERE lease_until > ?",
                                     (now - 0.001, now)).rowcount
         finally:
@@ -287,6 +291,11 @@ class ArticleEngine:
 
     def integrity(self, db: str) -> str:
         return sqlite.integrity(db)
+
+
+def _now(now: float | None) -> float:
+    """The time a control writes: the simulation's (`now`), else the machine's clock."""
+    return time.time() if now is None else now
 
 
 def _connect(db: str) -> sqlite3.Connection:

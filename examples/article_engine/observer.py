@@ -66,14 +66,15 @@ TRIGGERS = {
 }
 
 
-def install(conn: sqlite3.Connection) -> None:
-    """Create the audit tables and triggers (idempotent), inside the caller's transaction."""
+def install(conn: sqlite3.Connection, now: str = NOW) -> None:
+    """Create the audit tables and triggers (idempotent), inside the caller's transaction,
+    stamping with the SQL `now`."""
     conn.execute("CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY, t REAL NOT NULL,"
                  " kind TEXT NOT NULL, op TEXT NOT NULL, data TEXT NOT NULL)")
     conn.execute("CREATE TABLE IF NOT EXISTS audit_writer (actor TEXT NOT NULL)")
     for name, (event, kind, op, body) in TRIGGERS.items():
         conn.execute(f"CREATE TRIGGER IF NOT EXISTS audit_{name} AFTER {event} BEGIN"
-                     f" INSERT INTO audit (t, kind, op, data) VALUES ({NOW}, '{kind}', '{op}',"
+                     f" INSERT INTO audit (t, kind, op, data) VALUES ({now}, '{kind}', '{op}',"
                      f" {body}); END")
 
 

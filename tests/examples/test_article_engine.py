@@ -127,7 +127,7 @@ def of_type(ops, type_, **match):
 def test_both_adapters_meet_the_contract():
     assert validate(ARTICLE) is ARTICLE
     assert validate(ARTICLE_CLAIM_MOVES) is ARTICLE_CLAIM_MOVES
-    assert {"fencing", "spend_records", "crash_loop_cap", "in_process"}.isdisjoint(
+    assert {"fencing", "spend_records", "crash_loop_cap"}.isdisjoint(
         ARTICLE.capabilities)
     assert ARTICLE.crash_loop_point in ARTICLE.crashpoints == engine.POINTS
 
