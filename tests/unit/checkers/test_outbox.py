@@ -134,6 +134,30 @@ def test_a_takeover_excuses_a_resend_only_after_the_first_lease_ran_out(takeover
         assert verdict.metrics["ambiguous"] == {"lease-taken": 1}
 
 
+def harness_cut(t: float, lease_until: float) -> dict:
+    """The harness's lease_expiry fault on the outbox row, as an observer reports it."""
+    return {"t": t, "src": "engine", "type": "effect_state", "row": 1, "job": "doc-1",
+            "kind": "charge", "actor": "harness", "worker": None, "pid": None, "token": None,
+            "completion": "ok", "attempts": 1, "sent_at": None, "dead_at": None,
+            "last_error": None, "lease_until": lease_until}
+
+
+@pytest.mark.parametrize("cut, status", [((2.1, 2.099), "pass"), ((2.1, 2.6), "fail"),
+                                          ((1.9, 1.899), "fail")],
+                         ids=["cut-before-the-takeover", "extended-not-cut",
+                              "cut-before-the-claim"])
+def test_a_lease_the_harness_cut_short_excuses_the_resend_of_the_sender_that_lost_it(
+        cut, status):
+    history = charge_only() + sent_effect(2.0, "doc-1", "charge", 1, mark=False,
+                                          lease_until=2.5) + [harness_cut(*cut)]
+    history += sent_effect(2.2, "doc-1", "charge", 1, sender=S2, token=2, status=200,
+                           outcome="replayed", applied=False)
+    verdict = bounded(sorted(history, key=lambda e: e["t"]))
+    assert verdict.status == status, verdict.reason
+    if status == "pass":
+        assert verdict.metrics["ambiguous"] == {"lease-taken": 1}
+
+
 def test_a_retry_after_an_error_status_is_allowed():
     history = charge_only() + sent_effect(2.0, "doc-1", "charge", 1, status=503,
                                           outcome="error", applied=False, mark=False)
