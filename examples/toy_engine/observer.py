@@ -109,6 +109,7 @@ def _effects(key: str, old: dict, new: dict) -> list[dict]:
         else:
             ops.append({"type": "effect_state", **row, **who, "sent": effect["sent"],
                         "dead": effect["dead"], "sent_at": effect.get("sent_at"),
-                        "dead_at": effect.get("dead_at"), "last_error": effect["error"]})
+                        "dead_at": effect.get("dead_at"), "last_error": effect["error"],
+                        "lease_until": effect["lease_expires"]})
     return ops
 

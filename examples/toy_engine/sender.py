@@ -83,12 +83,12 @@ class Sender:
         return {"not_before": self.clock() + wait, "error": error}
 
     def settle(self, key: str, kind: str, change: dict) -> None:
-        """Write the outcome of one send and release the effect. A sent mark lands whoever
-        holds the effect now (the receiver applied it, once, by its key); any other outcome
-        only while this sender still holds it."""
+        """Write the outcome of one send and release the effect, only while this sender still
+        holds it: a sender whose lease was taken writes nothing (the new holder sends again
+        under the same key, which the receiver answers without applying twice)."""
         def apply(doc: dict) -> dict:
             effect = next(e for e in doc["effects"] if e["kind"] == kind)
-            if effect["sent"] or (not change.get("sent") and effect["owner"] != self.id):
+            if effect["sent"] or effect["owner"] != self.id:
                 return doc
             effect.update(change, owner=None, lease_expires=None, by=self.id)
             return doc
