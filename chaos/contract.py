@@ -22,6 +22,10 @@ tied to their processes; and `write_points`, the probe points after which a proc
 (with crash_points), for an engine whose rows do not say who wrote: the harness traces every
 point and attributes such writes itself (`chaos.writers`).
 
+With in_process: `in_process`, the hooks `ninelives sim` runs the engine's own loops through
+(`chaos.sim.threads`), and `submit`, `operator` and `expire_leases` taking `now=` (the time to
+write); or `simulate(spec, choices, keep_db=None)`, an adapter's own whole simulation.
+
 The snapshot: {"jobs": {id: {"state", "attempts", "claims", "last_error", "payload_hash",
 "cause"}}, "memos": [{"job", "step", "cost"}], "outbox": [{"row", "job", "kind", "key",
 "sent_at", "dead_at", "attempts", "last_error"}] (times, or None), "spend": [{"job", "step", "worker", "pid",

@@ -9,9 +9,10 @@ schedule shrinks (with Hypothesis) to a minimal one that replays exactly.
     shrunk = shrink(result)  # when it failed: the smallest schedule failing the same way
 
 `ninelives sim` is the command line (chaos.sim.cli). An engine takes part through the
-contract's in_process capability (its adapter's `simulate`; the reference engine's driver is
-chaos.reference.inprocess); the scheduler and the virtual clock: chaos.sim.scheduler; the
-fakes: chaos.sim.world.
+contract's in_process capability: its adapter's in-process hooks, run by chaos.sim.threads
+(with SQLite on the virtual clock, chaos.sim.sqlite), or its own `simulate` (the reference
+engine's, chaos.reference.inprocess); both on the engine-neutral run of chaos.sim.driver.
+The scheduler and the virtual clock: chaos.sim.scheduler; the fakes: chaos.sim.world.
 """
 from .choices import DrawnChoices, ReplayChoices, ReplayDiverged, SeededChoices
 from .run import simulate

@@ -30,7 +30,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", default="1..20", help="N, or A..B (inclusive); default 1..20")
     p.add_argument("--profile", default=None, help="smoke, ci (default) or soak")
     p.add_argument("--engine", default="reference", help="reference, or module:object "
-                   "(an adapter the simulation can apply in-process, e.g. chaos.mutants:NAME)")
+                   "(an adapter that declares in_process, e.g. chaos.mutants:NAME or "
+                   "examples.toy_engine.adapter:TOY)")
     p.add_argument("--out", default="reports", help="where run folders go")
     p.add_argument("--replay", metavar="FILE", help="run a saved schedule.json or "
                    "counterexample.json again")

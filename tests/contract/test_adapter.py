@@ -203,3 +203,19 @@ def test_a_control_may_be_absent_when_its_capability_is_not_declared(spec):
 
 def test_every_known_adapter_is_listed():
     assert set(KNOWN) == {"reference", "article", "toy"}
+
+
+def test_an_in_process_engine_runs_a_schedule_of_its_own_loops_in_simulation(spec):
+    from chaos.scenario import load_scenario
+    from chaos.sim import SeededChoices, SimSpec, simulate
+    engine = raw(spec)
+    assert has(engine, "in_process"), f"{spec} declares no in_process capability"
+    scen = load_scenario("smoke", "smoke", engine=engine)
+    result = simulate(SimSpec(scen, 1, engine, spec), SeededChoices(1))
+    assert not result.errors, result.errors      # no thread of the engine raised
+    assert result.snapshot["phases"]["drained"]
+    ops = [e for e in result.history if e.get("src") == "engine"]
+    assert {"submitted", "claimed", "memo"} <= {e["type"] for e in ops}
+    start = result.history[0]["t"]
+    assert all(start <= e["t"] <= start + result.virtual_seconds + 1 for e in ops)  # virtual
+    assert all(e.get("pid") for e in ops if e["type"] == "claimed")

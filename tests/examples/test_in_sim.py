@@ -37,6 +37,7 @@ def failures(result, invariant: str) -> list[str]:
 #: (engine, scenario, seed, invariant, what the witness says): the README's sim table.
 CAUGHT = [
     (ARTICLE, "smoke", 1, "legal-transitions", "pending -> fetched"),
+    (ARTICLE, "smoke", 3, "legal-transitions", "extracted -> needs_human"),
     (ARTICLE, "smoke", 1, "retry-discipline", "with Retry-After"),
     (ARTICLE, "lost-lease", 1, "fenced-writes", "wrote the job (staying"),     # fail_step
     (ARTICLE, "lost-lease", 2, "fenced-writes", "wrote pending -> fetched"),  # completion

@@ -13,17 +13,7 @@ from chaos.contract import ContractError, validate
 from chaos.sim.scheduler import CRASH, RUN, Process, ProbeHook, Scheduler
 from chaos.sim.sqlite import NOW_SQL, VirtualSQLite
 from chaos.sim.threads import SimEvent, SimThread
-
-
-class Script:
-    """A chooser that plays back (index, how) decisions, then runs the first actor."""
-
-    def __init__(self, *decisions) -> None:
-        self.decisions, self.seen = list(decisions), []
-
-    def __call__(self, eligible):
-        self.seen.append([a.name for a in eligible])
-        return self.decisions.pop(0) if self.decisions else (0, RUN)
+from test_sim import Script
 
 
 def world(*decisions):
