@@ -4,10 +4,12 @@ While a simulation of such an engine runs, `sqlite3.connect` (as every module th
 through the `sqlite3` module sees it) opens a `SimConnection` instead:
 
 - Its timestamps are virtual. Each connection has the SQL function `ninelives_now()`: the
-  virtual time, plus a tenth of a microsecond for every other thread that stamped at the same
-  instant before, so that a stamp names the one thread that made the write (the observer's
-  triggers stamp with it: `NOW_SQL`), and the statements of one thread's turn share a stamp
-  as they would share a real clock's millisecond. `writer(t)` says which process that was.
+  virtual time, plus a tenth of a microsecond each time the thread asking differs from the
+  one that asked before at the same instant. Stamps so follow the order writes commit in (a
+  write transaction is never preempted), a stamp names the one thread that made the write
+  (the observer's triggers stamp with it: `NOW_SQL`), and one thread's statements in a row
+  share a stamp as they would share a real clock's millisecond. `writer(t)` says which
+  process that was.
 - Its lock waits are virtual. The real busy timeout is zero; a statement that finds the
   database locked sleeps on the virtual clock and tries again, up to the busy timeout the
   engine asked for (`sqlite3.connect(timeout=...)` or `PRAGMA busy_timeout`), then raises
@@ -44,8 +46,7 @@ class VirtualSQLite:
     def __init__(self, sched: Scheduler) -> None:
         self.sched = sched
         self.writers: dict[float, Process | None] = {}
-        self._instant = -1
-        self._threads: dict[Actor | None, int] = {}  # who stamped at this instant, in order
+        self._instant, self._step, self._last = -1, 0, None  # the last stamp's instant, step, thread
 
     def actor(self) -> Actor | None:
         """The actor whose thread is running, or None (the harness's own thread)."""
@@ -58,8 +59,11 @@ class VirtualSQLite:
         """`ninelives_now()`: the virtual timestamp of the calling thread, noting whose."""
         sched, actor = self.sched, self.actor()
         if sched.now_us != self._instant:
-            self._instant, self._threads = sched.now_us, {}
-        t = sched.now() + self._threads.setdefault(actor, len(self._threads)) * STEP
+            self._instant, self._step = sched.now_us, 0
+        elif actor is not self._last:
+            self._step += 1
+        self._last = actor
+        t = sched.now() + self._step * STEP
         self.writers[t] = actor.process if actor is not None else None
         return t
 
