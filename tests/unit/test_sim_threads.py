@@ -61,11 +61,32 @@ def test_stamps_are_virtual_and_name_the_thread_that_wrote(db):
     written = rows(db)
     assert len(written) == 4 and all(t < 1.0 for _, t in written)  # virtual, not the epoch
     by_thread = {x: {t for y, t in written if y == x} for x in "ab"}
-    assert len(by_thread["a"]) == len(by_thread["b"]) == 1  # one thread, one stamp per instant
+    assert len(by_thread["a"]) == len(by_thread["b"]) == 1  # a thread's writes in a row share it
     assert by_thread["a"] != by_thread["b"]                 # two threads at one instant differ
     assert virtual.writer(by_thread["a"].pop()) is a.process
     assert virtual.writer(by_thread["b"].pop()) is b.process
     assert sqlite3.connect is not None and "SimConnection" not in repr(sqlite3.connect(db))
+
+
+def test_stamps_follow_the_order_writes_commit_in_when_threads_interleave(db):
+    sched = Scheduler(0.0, 0.01, 0.1, lambda due: (len(due) - 1, RUN))  # never the last one
+    virtual = VirtualSQLite(sched)
+
+    def writer(x):
+        def body():
+            conn = sqlite3.connect(db, isolation_level=None)
+            for _ in range(2):
+                conn.execute(f"INSERT INTO t VALUES (?, {NOW_SQL})", (x,))
+        return body
+
+    actor(sched, "a", writer("a"))
+    actor(sched, "b", writer("b"))
+    with virtual.patched():
+        sched.run(max_turns=50)
+    written = rows(db)  # in commit order
+    assert [x for x, _ in written] == ["b", "a", "b", "a"]
+    stamps = [t for _, t in written]
+    assert stamps == sorted(stamps) and len(set(stamps)) == 4 and stamps[-1] < 0.001
 
 
 def test_a_locked_database_is_waited_for_on_the_virtual_clock(db):
