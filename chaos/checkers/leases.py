@@ -22,8 +22,9 @@ def check_lease_exclusive(history: list[Event], snapshot: dict[str, Any]) -> Ver
     are exclusive; otherwise duplicate spend is measured and held to the allowance.
 
     A call's interval is [t_start, end], end = the earliest of the ledger's t_end, the time
-    its spend record committed (a worker that timed out stopped waiting) and its process's
-    exit. Exclusive (plan.expect.lease_exclusive): every overlapping pair of calls by
+    its spend record committed (a worker that timed out stopped waiting), its worker's next
+    write for the job (a worker is sequential: it writes the failure of a call it gave up on
+    only once it stopped waiting) and its process's exit. Exclusive (plan.expect.lease_exclusive): every overlapping pair of calls by
     different workers fails ("concurrent-calls"). Otherwise: duplicate calls are a
     (job, step)'s calls with provider outcome "ok" other than the memoized one (or, with no
     memoized call, the first), leaving out those of a worker that died before it could write
@@ -72,6 +73,10 @@ def call_end(call: Event, spends: dict[int, Event], index: JobIndex) -> float:
     spend = spends.get(id(call))
     if spend is not None:
         end = min(end, spend["t"])
+    if call["worker"] and call.get("job") is not None:
+        written = index.next_write(call["worker"], call["job"], call["t_start"])
+        if written is not None:
+            end = min(end, written)
     exit_ = index.exit_after(call["worker"], call["t_start"]) if call["worker"] else None
     return min(end, exit_["t"]) if exit_ is not None else end
 

@@ -52,12 +52,17 @@ def is_heartbeat(e: Event) -> bool:
 
 def ends_an_operation(e: Event) -> bool:
     """Engine operations that close a worker's operation on a job: a state change, a claim,
-    a memo, a billed call, an effect queued; not a heartbeat or another lease-only write."""
+    a write that lets the lease go (a failure or a retry recorded in the same state), a
+    memo, a billed call, an effect queued; not a heartbeat or another write that keeps the
+    lease running."""
     t = e.get("type")
     if t in ("submitted", "removed", "claimed"):
         return True
     if t == "state":
-        return e["from"] != e["to"] or bool(e.get("took_lease"))
+        if e["from"] != e["to"] or e.get("took_lease"):
+            return True
+        until = e.get("lease_until")
+        return not e.get("heartbeat") and (until is None or until <= e["t"] + TOL)
     return t in ("memo", "billed", "effect_queued")
 
 

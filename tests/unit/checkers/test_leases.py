@@ -75,7 +75,9 @@ def test_failed_answers_are_retries_not_duplicates():
 @pytest.mark.parametrize("gave_up", [
     spend(1.05, DOC, "fetch", W2, 1, "timeout", None),       # timed out and recorded it
     process(1.05, "exit", "w2", 102, signal="SIGKILL"),      # killed mid-call
-], ids=["timed-out", "killed"])
+    # an engine with no spend record: its failure write says it had stopped waiting
+    job(1.05, DOC, "fetching", "pending", W2, 1),
+], ids=["timed-out", "killed", "wrote-its-failure"])
 def test_a_call_its_worker_abandoned_does_not_overlap_the_next_owners(gave_up):
     # In the ledger the hung call runs to 9.0, over W1's call at 1.11-1.15; W2 stopped
     # waiting at 1.05.
@@ -85,6 +87,35 @@ def test_a_call_its_worker_abandoned_does_not_overlap_the_next_owners(gave_up):
                   plan=plan(exclusive=True))
     assert verdict.status == "pass", verdict.reason
     assert verdict.metrics["overlapping_pairs"] == 0
+
+
+def stays(t: float, lease_until: float, heartbeat: bool) -> dict:
+    """A worker's write that leaves the job in its state (an engine whose claim does not
+    move it): a retry scheduled (lease let go), or a heartbeat (lease extended)."""
+    return {"t": t, "src": "engine", "type": "state", "job": DOC, "from": "pending",
+            "to": "pending", "actor": "worker", "worker": W2, "pid": 102, "token": None,
+            "completion": "ok", "attempts": 1, "claims": None, "next_run_at": t + 0.5,
+            "lease_until": lease_until, "last_error": "TimeoutError()", "cause": None,
+            "heartbeat": heartbeat, "took_lease": False}
+
+
+@pytest.mark.parametrize("write, status", [(stays(1.05, 0.0, False), "pass"),
+                                           (stays(1.05, 4.0, True), "fail")],
+                         ids=["retry-in-the-same-state", "heartbeat"])
+def test_a_write_that_lets_the_lease_go_ends_the_call_and_a_heartbeat_does_not(write, status):
+    hung = call(1.0, 9.0, DOC, "fetch", W2, outcome="hang")
+    took = job(0.99, DOC, "pending", "fetching", W2, 1, old_token=0)
+    verdict = run(check_lease_exclusive, delivered_job(DOC) + [took, hung, write],
+                  plan=plan(exclusive=True))
+    assert verdict.status == status, verdict.reason
+
+
+def test_a_call_whose_worker_went_on_without_writing_still_overlaps():
+    hung = call(1.0, 9.0, DOC, "fetch", W2, outcome="hang")
+    took = job(0.99, DOC, "pending", "fetching", W2, 1, old_token=0)
+    verdict = run(check_lease_exclusive, delivered_job(DOC) + [took, hung],
+                  plan=plan(exclusive=True))
+    assert verdict.by_type == {"concurrent-calls": 1}
 
 
 def test_lease_exclusive_is_unknown_without_a_provider_ledger():
