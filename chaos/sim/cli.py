@@ -82,14 +82,19 @@ def _one(spec: SimSpec, args: argparse.Namespace) -> int:
     _print_result(result, run_dir)
     if result.failed and args.shrink:
         _shrink(result, run_dir, args)
-    return 1 if result.failed else 0
+    return result.exit_code
 
 
 def _explore(scenario, engine, seeds: range, args: argparse.Namespace, say) -> int:
-    started, failing = time.perf_counter(), []
+    started, failing, crashed = time.perf_counter(), [], []
     for i, seed in enumerate(seeds, 1):
         spec = SimSpec(scenario, seed, engine, args.engine)
         result = simulate(spec, SeededChoices(seed))
+        if result.exit_code == 2:
+            crashed.append(seed)
+            print(f"seed {seed}: ERROR a checker crashed: "
+                  f"{', '.join(v.name for v in result.verdicts if 'traceback' in v.metrics)}",
+                  file=sys.stderr, flush=True)
         if result.failed:
             first = result.signature()
             result, run_dir = _run_and_write(spec, args.out)  # again, keeping its files
@@ -107,8 +112,8 @@ def _explore(scenario, engine, seeds: range, args: argparse.Namespace, say) -> i
     done = seeds.index(failing[-1]) + 1 if failing and args.shrink else len(seeds)
     print(f"{done} schedules in {took:.1f} s ({done / took * 60:.0f}/min): "
           + (f"{len(failing)} failed (seeds {', '.join(map(str, failing))})" if failing
-             else "every invariant held in every schedule"))
-    return 1 if failing else 0
+             else "no invariant failed in any schedule"))
+    return 1 if failing else (2 if crashed else 0)
 
 
 def _run_and_write(spec: SimSpec, out: str, label: str = "") -> tuple[SimResult, str]:
@@ -182,4 +187,4 @@ def _replay(args: argparse.Namespace) -> int:
         same = (want["invariant"], want["type"]) in result.signature()
         print(f"{'reproduced' if same else 'NOT reproduced'}: the saved schedule failed "
               f"{want['invariant']} ({want['type']})")
-    return 1 if result.failed else 0
+    return result.exit_code

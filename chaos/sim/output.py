@@ -79,9 +79,9 @@ def report_for(result: SimResult, run_dir: str, schedule: str) -> dict:
     report = build_report(spec.scenario, result.plan, spec.engine, spec.engine_spec, run_dir,
                           result.verdicts, applied, result.history, result.snapshot,
                           time.time() - result.wall_seconds)
-    failed = bool(result.failed)
     report.update({
-        "exit_code": 1 if failed else 0, "result": "fail" if failed else "pass",
+        "exit_code": result.exit_code,
+        "result": {0: "pass", 1: "fail", 2: "error"}[result.exit_code],
         "run_command": sim_command(result),
         "replay_command": f"ninelives sim --replay {shlex.quote(schedule)}",
         "sim": {"turns": result.turns, "virtual_seconds": result.virtual_seconds,

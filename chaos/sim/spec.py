@@ -52,8 +52,21 @@ class SimResult:
 
     @property
     def failed(self) -> list[Verdict]:
-        """The verdicts that did not pass."""
-        return [v for v in self.verdicts if v.valid is not True]
+        """The verdicts that failed (an `unknown` one did not: it had no evidence)."""
+        return [v for v in self.verdicts if v.valid is False]
+
+    @property
+    def unknown(self) -> list[Verdict]:
+        """The verdicts without evidence either way, each with its reason."""
+        return [v for v in self.verdicts if v.valid is None]
+
+    @property
+    def exit_code(self) -> int:
+        """1 when an invariant failed, else 2 when a checker crashed, else 0 (as a real
+        run's, except that an unfired fault does not make it 2)."""
+        if self.failed:
+            return 1
+        return 2 if any("traceback" in v.metrics for v in self.verdicts) else 0
 
     def __repr__(self) -> str:  # short: Hypothesis prints the values it shrinks
         return (f"SimResult(seed={self.spec.seed}, choices={len(self.choices)}, "

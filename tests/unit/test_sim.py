@@ -197,7 +197,7 @@ def clean(scen, seeds) -> dict:
     bad = {}
     for seed in seeds:
         result = run(scen, seed)
-        if result.failed or result.errors:
+        if result.failed or result.unknown or result.errors:
             bad[seed] = (result.signature(), [e["traceback"][-300:] for e in result.errors])
     return bad
 
