@@ -1,12 +1,36 @@
-"""What a run's checkers are told besides the history: the snapshot's harness part and the
-scenario's expectations. One definition, shared by `ninelives run` and `ninelives sim`."""
+"""What a run's checkers are told besides the history (the snapshot's harness part and the
+scenario's expectations), what each engine process is started with, and when a store has
+settled. One definition, shared by `ninelives run` and `ninelives sim`."""
 from __future__ import annotations
 
 from typing import Any, Iterable
 
-from .contract import EngineSettings, has
+from .contract import EngineSettings, ProcessContext, has
 from .plan import FaultPlan
 from .scenario import Scenario
+
+
+def process_context(scenario: Scenario, plan: FaultPlan, settings: EngineSettings, role: str,
+                    slot: int, db: str, provider_url: str, receiver_url: str) -> ProcessContext:
+    """The harness-neutral settings of one process: a worker slot the plan skews gets its
+    clock skew; one of the last `heartbeat_off_workers` runs without heartbeat, with a call
+    timeout the engine accepts without one (shorter than the lease)."""
+    ctx: dict[str, Any] = {"db": db, "provider_url": provider_url,
+                           "receiver_url": receiver_url, "engine": dict(scenario.engine),
+                           "slot": slot}
+    if role == "worker":
+        ctx["clock_skew"] = plan.skewed[slot] if slot < len(plan.skewed) else 0.0
+        if slot >= scenario.run.workers - scenario.faults.heartbeat_off_workers:
+            lease = settings.lease
+            ctx.update(heartbeat=False,
+                       call_timeout=min(settings.call_timeout or lease * 0.8, lease * 0.8))
+    return ProcessContext(**ctx)
+
+
+def settled(engine: Any, progress: dict[str, Any]) -> bool:
+    """Whether the engine's `progress` shows every job terminal or parked, nothing unsent."""
+    done = engine.pipeline.terminal | engine.pipeline.parked_states
+    return progress["unsent"] == 0 and all(s in done for s in progress["states"])
 
 
 def expectations(scenario: Scenario, engine: Any, settings: EngineSettings) -> dict[str, Any]:

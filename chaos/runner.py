@@ -18,7 +18,7 @@ from typing import Any
 from . import history as hist
 from .checkers import run_checkers
 from .contract import Command, Engine, ProcessContext, has
-from .expect import harness_snapshot
+from .expect import harness_snapshot, process_context, settled
 from .fakes import FakeProvider, FakeReceiver, read_ledger
 from .nemesis import FaultPolicy, Nemesis
 from .plan import FaultPlan, documents_for, make_plan
@@ -184,9 +184,7 @@ class Campaign:
         return until_settled and self._settled()
 
     def _settled(self) -> bool:
-        progress = self.engine.progress(self.db)
-        done = self.engine.pipeline.terminal | self.engine.pipeline.parked_states
-        return progress["unsent"] == 0 and all(s in done for s in progress["states"])
+        return settled(self.engine, self.engine.progress(self.db))
 
     def _print_progress(self, phase: str, until: float) -> None:
         states = self.engine.progress(self.db)["states"]
@@ -212,25 +210,16 @@ class Campaign:
         return Command(command.argv, {**command.env, **self._crash_env(n)})
 
     def _context(self, role: str, slot: int) -> ProcessContext:
-        """Per-slot settings: a skewed clock, or heartbeat off with a call timeout that the
-        engine accepts without one (shorter than the lease)."""
-        provider, receiver = self.urls
-        ctx = {"db": self.db, "provider_url": provider, "receiver_url": receiver,
-               "engine": dict(self.scenario.engine), "slot": slot}
-        if role != "worker":
-            return ProcessContext(**ctx)
-        skew = self.plan.skewed[slot] if slot < len(self.plan.skewed) else 0
-        if skew:
+        """Per-slot settings (chaos.expect.process_context), recorded when they are faults."""
+        ctx = process_context(self.scenario, self.plan, self.settings, role, slot, self.db,
+                              *self.urls)
+        if ctx.clock_skew:
             self.record({"t": time.time(), "src": "nemesis", "type": "skew", "slot": slot,
-                         "seconds": skew})
-            ctx["clock_skew"] = skew
-        if slot >= self.scenario.run.workers - self.scenario.faults.heartbeat_off_workers:
-            s = self.settings
-            timeout = min(s.call_timeout or s.lease * 0.8, s.lease * 0.8)
+                         "seconds": ctx.clock_skew})
+        if ctx.heartbeat is False:
             self.record({"t": time.time(), "src": "nemesis", "type": "heartbeat_off",
-                         "slot": slot, "call_timeout": timeout})
-            ctx.update(heartbeat=False, call_timeout=timeout)
-        return ProcessContext(**ctx)
+                         "slot": slot, "call_timeout": ctx.call_timeout})
+        return ctx
 
     def _crash_env(self, n: int) -> dict[str, str]:
         """The probe's environment (see chaos.probe): crash-loop jobs always, armed points

@@ -21,14 +21,14 @@ from typing import Any, Callable
 
 from .. import history as hist
 from ..checkers import run_checkers
-from ..contract import EngineSettings
-from ..expect import harness_snapshot
+from ..contract import EngineSettings, ProcessContext
+from ..expect import harness_snapshot, process_context
 from ..nemesis import FaultPolicy
 from .choices import Choices, everything
 from .nemesis import SimNemesis
 from .scheduler import CRASH, RUN, STALL as STALLED, Actor, PointHook, Process, Scheduler
 from .spec import START, SimResult, SimSpec, plan_for
-from .world import ClientErrors, SimProvider, SimReceiver
+from .world import PROVIDER_URL, RECEIVER_URL, ClientErrors, SimProvider, SimReceiver
 
 TICK = 0.01           # virtual seconds a turn takes: more than the checkers' 5 ms tolerance
 STALL = 0.1           # virtual seconds a stalled thread is left waiting
@@ -148,28 +148,26 @@ class Simulation:
 
     def _slot_events(self, slot: int) -> None:
         """The runner's per-slot records: a skewed clock, heartbeat off."""
-        now = self.sched.now()
-        if self.skew(slot):
+        now, ctx = self.sched.now(), self.slot_context(slot)
+        if ctx.clock_skew:
             self.record({"t": now, "src": "nemesis", "type": "skew", "slot": slot,
-                         "seconds": self.skew(slot)})
-        if self.heartbeat_off(slot):
+                         "seconds": ctx.clock_skew})
+        if ctx.heartbeat is False:
             self.record({"t": now, "src": "nemesis", "type": "heartbeat_off", "slot": slot,
-                         "call_timeout": self.slot_call_timeout()})
+                         "call_timeout": ctx.call_timeout})
+
+    def slot_context(self, slot: int, role: str = "worker") -> ProcessContext:
+        """The per-slot settings a real run gives (chaos.expect.process_context)."""
+        return process_context(self.scenario, self.plan, self.settings, role, slot, self.db,
+                               PROVIDER_URL, RECEIVER_URL)
 
     def skew(self, slot: int) -> float:
         """The clock skew of worker slot `slot` (seconds)."""
-        return self.plan.skewed[slot] if slot < len(self.plan.skewed) else 0.0
+        return self.slot_context(slot).clock_skew
 
     def heartbeat_off(self, slot: int) -> bool:
         """Whether worker slot `slot` runs without heartbeat."""
-        run, f = self.scenario.run, self.scenario.faults
-        return slot >= run.workers - f.heartbeat_off_workers
-
-    def slot_call_timeout(self) -> float:
-        """The call timeout of a worker without heartbeat: shorter than the lease, as a real
-        run gives it (chaos.runner)."""
-        s = self.settings
-        return min(s.call_timeout or s.lease * 0.8, s.lease * 0.8)
+        return self.slot_context(slot).heartbeat is False
 
     def internal_process(self, name: str) -> Process:
         """A process of the harness's own (the nemesis, a lock holder): no lifecycle events."""

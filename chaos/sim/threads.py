@@ -39,6 +39,7 @@ from typing import Any, Callable, ContextManager, Protocol
 from .. import history as hist
 from .. import probe
 from ..contract import ProcessContext, has
+from ..expect import settled
 from .choices import Choices
 from .driver import Simulation
 from .scheduler import INF, Actor, Process, Scheduler
@@ -198,20 +199,10 @@ class ThreadedSimulation(Simulation):
             result = self.engine.submit(self.db, job, payload, now=self.sched.now())
             self.record_submit(job, payload, result, False)
 
-    def context(self, role: str, slot: int) -> ProcessContext:
-        """The per-slot settings a real run gives (chaos.runner): skew, heartbeat off."""
-        ctx: dict[str, Any] = {"db": self.db, "provider_url": PROVIDER_URL,
-                               "receiver_url": RECEIVER_URL,
-                               "engine": dict(self.scenario.engine), "slot": slot}
-        if role == "worker":
-            ctx["clock_skew"] = self.skew(slot)
-            if self.heartbeat_off(slot):
-                ctx.update(heartbeat=False, call_timeout=self.slot_call_timeout())
-        return ProcessContext(**ctx)
-
     def _process(self, process: Process) -> SimProcess:
-        return SimProcess(self.context(process.role, process.slot), process.pid, process.name,
-                          process.role, self.rng(process), self.sched, process)
+        ctx = self.slot_context(process.slot, process.role)
+        return SimProcess(ctx, process.pid, process.name, process.role, self.rng(process),
+                          self.sched, process)
 
     def _worker_body(self, process: Process) -> Callable[[], None]:
         return lambda: self.hooks.worker(self._process(process))
@@ -222,9 +213,7 @@ class ThreadedSimulation(Simulation):
     # -- the store ------------------------------------------------------------------------------
 
     def _settled(self) -> bool:
-        progress = self.engine.progress(self.db)
-        done = self.engine.pipeline.terminal | self.engine.pipeline.parked_states
-        return progress["unsent"] == 0 and all(s in done for s in progress["states"])
+        return settled(self.engine, self.engine.progress(self.db))
 
     def _integrity(self) -> str | None:
         return self.engine.integrity(self.db) if has(self.engine, "integrity") else None
