@@ -3,7 +3,9 @@
 Every engine worker, sender and heartbeat is an *actor*: a real thread that runs only while
 the scheduler has handed it the turn. It gives the turn back at the engine's crash points
 (the crash handler parks it there), when it sleeps on its clock (idle polls, waiting for the
-write lock, a provider call in flight), and when it ends. The scheduler then asks its choice
+write lock, a provider call in flight), where its driver passes the turn at no cost in time
+(`pass_turn`: before each SQL statement of an engine run through its in-process hooks), and
+when it ends. The scheduler then asks its choice
 source which parked actor runs next, and whether a crash lands where it stands, so every
 interleaving it picks is one that real processes could take.
 
