@@ -1,7 +1,8 @@
 """report.json: the canonical, versioned record of a run, and the verdict table on the terminal.
 
-Exit codes: 0 every invariant holds, 1 an invariant failed (or could not be decided), 2 the
-harness could not run the scenario as written (including faults that never fired).
+Exit codes: 0 every invariant with evidence holds, 1 an invariant failed, 2 the harness could
+not run the scenario as written (a fault that never fired, a checker that crashed). An
+`unknown` verdict says why it has no evidence and does not change the exit code.
 """
 from __future__ import annotations
 
@@ -116,6 +117,31 @@ def unfired(scenario: Scenario, applied: dict[str, int], skip: Iterable[str] = (
     return missing
 
 
+def prevented(plan: FaultPlan, events: list[Event], missing: Iterable[str]) -> dict[str, str]:
+    """The unfired faults of `missing` whose every planned target the run legitimately took
+    away first: a fault forced onto a job's first call never fires when an operator acted on
+    the job (cancelled it, say) before that call. {setting: why}; the others stay unfired."""
+    acted: dict[str, float] = {}
+    for e in events:
+        if e.get("src") == "engine" and e.get("actor") == "operator" and e.get("job"):
+            acted.setdefault(e["job"], e["t"])
+    first: dict[tuple[str, str], float] = {}
+    for e in events:
+        if e.get("src") == "provider" and e.get("type") == "call":
+            first.setdefault((e.get("job"), e.get("step")), e["t"])
+        elif e.get("src") == "receiver" and e.get("type") == "request":
+            first.setdefault((e.get("job"), e.get("kind")), e["t"])
+    why = {}
+    for setting in missing:
+        targets = [(job, what) for job, what, name in plan.forced_provider + plan.forced_receiver
+                   if name == setting]
+        if targets and all(job in acted and acted[job] <= first.get((job, what), float("inf"))
+                           for job, what in targets):
+            why[setting] = "; ".join(f"its target {job} ({what}) was taken by an operator "
+                                     "before that call" for job, what in targets)
+    return why
+
+
 def crashpoint_coverage(points: Iterable[str], events: list[Event]) -> dict[str, int]:
     """Kills that landed at each declared crash point (0 where none did)."""
     coverage = {p: 0 for p in points}
@@ -173,6 +199,8 @@ def build_report(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str |
     An `unknown` verdict is reported with its reason and does not fail the run."""
     skip = not_applicable(scenario, engine)
     missing = unfired(scenario, applied, skip)
+    taken = prevented(plan, events, missing)
+    missing = [m for m in missing if m not in taken]
     failed = [v.name for v in verdicts if v.valid is False]
     crashed = [v.name for v in verdicts if "traceback" in v.metrics]
     exit_code = 1 if failed else (2 if missing or crashed else 0)
@@ -186,6 +214,7 @@ def build_report(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str |
         "versions": {"ninelives": VERSION, "python": platform.python_version(),
                      "sqlite": sqlite3.sqlite_version, "platform": platform.platform()},
         "faults_applied": applied, "faults_unfired": missing, "faults_not_applicable": skip,
+        "faults_prevented": taken,
         "crash_points_not_declared": list(crash_points_for(scenario, engine)[1]),
         "capabilities": sorted(getattr(engine, "capabilities", ())),
         "crashpoint_coverage": crashpoint_coverage(getattr(engine, "crashpoints", ()), events),
@@ -250,6 +279,9 @@ def summary(report: dict) -> str:
         lines.append(("ERROR" if report["result"] == "error" else "also")
                      + ": these configured faults never fired: "
                      + ", ".join(report["faults_unfired"]))
+    if report.get("faults_prevented"):
+        lines.append("faults that did not fire because the run took their targets away first: "
+                     + "; ".join(f"{k}: {v}" for k, v in report["faults_prevented"].items()))
     if report.get("crash_points_not_declared"):
         lines.append("crash points the engine does not declare (not armed): "
                      + ", ".join(report["crash_points_not_declared"]))

@@ -28,6 +28,9 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines += ["", f"**Faults applied:** {applied or 'none'}"]
     if report.get("faults_unfired"):
         lines.append(f"**Configured but never fired:** {', '.join(report['faults_unfired'])}")
+    if report.get("faults_prevented"):
+        lines.append("**Not fired, their targets taken away first:** " + "; ".join(
+            f"{k} ({v})" for k, v in report["faults_prevented"].items()))
     lines += ["", f"Rerun: `{report['run_command']}`  ",
               f"Replay: `{report['replay_command']}`  ",
               f"Report: `{os.path.join(report['run_dir'], 'report.html')}`", ""]

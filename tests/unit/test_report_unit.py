@@ -11,7 +11,7 @@ import pytest
 
 from chaos.checkers import Verdict
 from chaos.plan import FaultPlan
-from chaos.report import crashpoint_coverage, faults_applied, unfired, verdict_table
+from chaos.report import crashpoint_coverage, faults_applied, prevented, unfired, verdict_table
 from chaos.scenario import Faults, load_scenario
 from engine.hooks import CRASHPOINTS
 
@@ -110,6 +110,27 @@ def test_unfired_is_empty_when_every_configured_fault_has_evidence():
 def test_a_scenario_without_faults_has_nothing_unfired():
     quiet = dataclasses.replace(load_scenario("smoke"), faults=Faults())
     assert unfired(quiet, {}) == []
+
+
+FORCED = dataclasses.replace(PLAN, forced_provider=[[OTHER, "fetch", "provider_429"]],
+                             forced_receiver=[[OTHER, "charge", "receiver_drop"]])
+
+
+def cancel(t: float, job: str = OTHER) -> dict:
+    return {"t": t, "src": "engine", "type": "state", "job": job, "from": "pending",
+            "to": "cancelled", "actor": "operator", "worker": None, "pid": None}
+
+
+@pytest.mark.parametrize("events, taken", [
+    ([cancel(0.5)], {"provider_429", "receiver_drop"}),   # cancelled before any call
+    ([call(None), cancel(1.5)], {"receiver_drop"}),        # its fetch ran first: unfired
+    ([cancel(0.5, LOOPING)], set()),                       # another job was cancelled
+    ([], set()),
+], ids=["cancelled-first", "cancelled-after-the-call", "other-job", "no-operator"])
+def test_a_fault_whose_target_an_operator_took_first_is_prevented_not_unfired(events, taken):
+    why = prevented(FORCED, events, ["provider_429", "receiver_drop", "pause"])
+    assert set(why) == taken
+    assert all("operator" in reason and OTHER in reason for reason in why.values())
 
 
 # -- crash-point coverage -------------------------------------------------------------------
