@@ -24,6 +24,10 @@ SYNC_SPAN = 0.020      # retries starting within this span are "at once"
 SYNC_MIN_RETRIES = 8   # fewer retries after an outage say nothing about synchronization
 # Full jitter over less than ~10 spans puts half the retries in one span by chance alone.
 SYNC_MIN_BASE = 10 * SYNC_SPAN
+#: The jitter spread test (see `spread_test`) fails a run that holds the engine's claim with
+#: probability at most this (the Dvoretzky-Kiefer-Wolfowitz bound, exact for every n).
+JITTER_ALPHA = 1e-6
+JITTER_MIN_WAITS = 20  # fewer waits judge no spread (the band is wider than half the range)
 
 
 @dataclass
@@ -347,6 +351,7 @@ def _check_waits(verdict: Verdict, tl: Timeline, settings: dict) -> dict:
                    if t is not None], default=None)
     stats = Counter()
     samples: dict[int, list[tuple[float, Event]]] = defaultdict(list)
+    spread: list[tuple[tuple[float, float], float, float, Event]] = []
     for holds in tl.holdings.values():
         for h in holds:
             w = h.write
@@ -371,6 +376,8 @@ def _check_waits(verdict: Verdict, tl: Timeline, settings: dict) -> dict:
             _check_backoff(verdict, tl, h, call, low, max(ceiling, retry_after or 0.0), timeout)
             if retry_after is None:
                 samples[w.get("attempts") or 0].append((w["next_run_at"] - w["t"], w))
+                if ceiling - low > TOL:
+                    spread.append((_wait_range(h, call, timeout), low, ceiling, w))
     for attempts, got in sorted(samples.items()):
         low, ceiling = backoff(settings, attempts)
         delays = [d for d, _ in got]
@@ -386,7 +393,57 @@ def _check_waits(verdict: Verdict, tl: Timeline, settings: dict) -> dict:
                          *[w for _, w in got[:4]])
     return {"retry_writes": stats["retry_writes"], "skipped_skewed": stats["skipped_skewed"],
             "retry_after_checked": stats["retry_after_checked"],
-            "skipped_undeclared": stats["skipped_undeclared"]}
+            "skipped_undeclared": stats["skipped_undeclared"],
+            "jitter_spread": _check_spread(verdict, spread)}
+
+
+def _wait_range(h: "Holding", call: Event | None, timeout: float | None) -> tuple[float, float]:
+    """The wait the engine chose lies between these two: it read its clock between the
+    failing answer (or the claim) and the audit write (see _check_backoff)."""
+    w = h.write
+    since = answered(call, timeout, h.start["t"]) if call else h.start["t"]
+    return w["next_run_at"] - w["t"], w["next_run_at"] - since
+
+
+def spread_test(ranges: list[tuple[float, float]], alpha: float = JITTER_ALPHA
+                ) -> tuple[float, float, float]:
+    """Whether waits known only within ranges [a, b] of [0, 1] (a wait over its declared
+    backoff range) can come from the uniform spread the engine claims. Returns (too_low,
+    too_high, band): too_low is how far the empirical CDF of the b's rises above the
+    uniform's, too_high how far that of the a's falls below it; a value over `band` rejects
+    the claim. The true waits' CDF lies between those two, so a claim that holds is
+    rejected with probability at most `alpha`: band = sqrt(ln(2 / alpha) / 2n)
+    (Dvoretzky-Kiefer-Wolfowitz, with Massart's constant)."""
+    n = len(ranges)
+    lows = sorted(min(max(a, 0.0), 1.0) for a, _ in ranges)
+    highs = sorted(min(max(b, 0.0), 1.0) for _, b in ranges)
+    too_low = max((i + 1) / n - x for i, x in enumerate(highs))
+    too_high = max(x - i / n for i, x in enumerate(lows))
+    return too_low, too_high, math.sqrt(math.log(2 / alpha) / (2 * n))
+
+
+def _check_spread(verdict: Verdict, spread: list) -> dict:
+    """Full jitter (or the engine's declared [low, high]) spreads waits uniformly over their
+    range: every retry wait without a Retry-After, pooled over attempts (each scaled to its
+    own range), against the uniform distribution."""
+    ranges = [((a - low) / (high - low), (b - low) / (high - low))
+              for (a, b), low, high, _ in spread]
+    report = {"waits": len(ranges), "alpha": JITTER_ALPHA}
+    if len(ranges) < JITTER_MIN_WAITS:
+        return report
+    too_low, too_high, band = spread_test(ranges)
+    report.update(too_low=round(too_low, 4), too_high=round(too_high, 4), band=round(band, 4))
+    if max(too_low, too_high) > band:
+        how = "short" if too_low > band else "long"
+        scaled = sorted(((b + a) / 2, w) for (a, b), (_, _, _, w) in zip(ranges, spread))
+        verdict.fail("jitter-not-spread",
+                     f"{len(ranges)} retry waits are not spread over their backoff ranges, "
+                     f"they are too {how}: their distribution is {max(too_low, too_high):.2f} "
+                     f"off the uniform one the engine declares (allowed {band:.2f} at a "
+                     f"false-alarm rate of {JITTER_ALPHA:g}); the median wait is at "
+                     f"{statistics.median(m for m, _ in scaled):.2f} of its range",
+                     *[w for _, w in scaled[:2] + scaled[-2:]])
+    return report
 
 
 def backoff(settings: dict, attempt: int) -> tuple[float, float] | None:

@@ -11,7 +11,7 @@ from chaos.reference import backoff_bounds
 from builders import (OP, W1, W2, call, delivered_job, delivered_with_effects, job, nemesis,
                       process, snapshot_with_effects, spend)
 
-from chaos.checkers.liveness import (check_all_jobs_settle, check_bounded_work,
+from chaos.checkers.liveness import (check_all_jobs_settle, check_bounded_work, spread_test,
                                      check_retry_discipline)
 
 J = "doc-1"
@@ -292,6 +292,55 @@ def test_backoff_without_jitter_is_caught():
 def test_jittered_backoff_passes():
     rng = random.Random(3)
     assert retry_check(eight_retries([rng.uniform(0, 0.1) for _ in range(8)])).status == "pass"
+
+
+@pytest.mark.parametrize("low, high", [(0.05, 0.1), (0.0, 0.04)],
+                         ids=["top-half-of-the-range", "bottom-40-percent"])
+def test_waits_jittered_over_part_of_the_range_are_caught_by_their_spread(low, high):
+    rng = random.Random(5)
+    verdict = retry_check(many_retries([rng.uniform(low, high) for _ in range(60)]))
+    assert verdict.by_type == {"jitter-not-spread": 1}, verdict.reason
+    assert verdict.metrics["jitter_spread"]["waits"] == 60
+
+
+def test_waits_spread_over_the_whole_range_pass_the_spread_test():
+    rng = random.Random(6)
+    verdict = retry_check(many_retries([rng.uniform(0.0, 0.1) for _ in range(60)]))
+    assert verdict.status == "pass", verdict.reason
+    spread = verdict.metrics["jitter_spread"]
+    assert max(spread["too_low"], spread["too_high"]) < spread["band"]
+
+
+def many_retries(waits):
+    history = []
+    for i, wait in enumerate(waits):
+        history += failed_try(1.0 + i, W1, 1, 1, wait, job_id=f"doc-{i:03}")
+    return history
+
+
+def test_the_spread_tests_false_alarm_rate_is_within_its_bound():
+    """Uniform waits measured exactly, 4,000 runs of 30: the rejection rate at alpha = 0.01
+    stays within alpha (DKW's bound holds for every n), and a range narrowed to its top half
+    is rejected every time at 60 waits."""
+    rng = random.Random(7)
+    rejected = 0
+    for _ in range(4000):
+        u = [rng.random() for _ in range(30)]
+        too_low, too_high, band = spread_test([(x, x) for x in u], alpha=0.01)
+        rejected += max(too_low, too_high) > band
+    assert rejected / 4000 <= 0.01
+    for _ in range(200):
+        u = [rng.uniform(0.5, 1.0) for _ in range(60)]
+        too_low, too_high, band = spread_test([(x, x) for x in u])
+        assert too_high > band
+
+
+def test_the_spread_test_gives_the_benefit_of_a_wide_measurement():
+    # each wait known only to lie in [u - 0.3, u + 0.3]: nothing can be rejected
+    rng = random.Random(8)
+    ranges = [(x - 0.3, x + 0.3) for x in (rng.random() for _ in range(500))]
+    too_low, too_high, band = spread_test(ranges)
+    assert max(too_low, too_high) <= band
 
 
 # -- retry-discipline: retries after an outage -----------------------------------------------
