@@ -40,6 +40,8 @@ class SQLiteStore(OperatorSQL):
     #: which makes waiting for the lock a scheduling point on its virtual clock.
     wait_clock: Any = None
     wait_rng: Any = random
+    #: Seconds the last write waited for the lock (see `_begin_immediate`).
+    waited: float = 0.0
 
     def __init__(self, path: str | os.PathLike, *, synchronous: str = "FULL",
                  busy_timeout: float = 5.0, read_only: bool = False) -> None:
@@ -98,17 +100,20 @@ class SQLiteStore(OperatorSQL):
     def _begin_immediate(self) -> None:
         clock = self.wait_clock
         now = time.monotonic if clock is None else clock.now
-        deadline = now() + self.busy_timeout
-        delay = 0.0001
+        started = now()
+        deadline = started + self.busy_timeout
+        delay, tries = 0.0001, 0
         while True:
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
+                self.waited = now() - started if tries else 0.0
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) and "busy" not in str(exc):
                     raise _explain(exc, self.path, "begin a write") from exc
                 if now() >= deadline:
                     raise _explain(exc, self.path, "begin a write") from exc
+            tries += 1
             (time.sleep if clock is None else clock.sleep)(
                 delay * (0.5 + self.wait_rng.random()))
             delay = min(delay * 2, 0.004)
@@ -175,6 +180,9 @@ class SQLiteStore(OperatorSQL):
         if not self._due(pipeline.name, now):
             return None  # an idle poll reads; it does not take the write lock
         with self.write() as conn:
+            # A lease runs from when it is written: a claim that waited for the lock must not
+            # commit a lease that began (or even ended) before it had the job.
+            now += self.waited
             claim = self._claim_in(conn, pipeline, worker, now, lease, max_claims)
             if claim is not None:
                 crashpoint("claim.before_commit")
@@ -270,6 +278,9 @@ class SQLiteStore(OperatorSQL):
         target = step.parked if park_reason else step.done
         pipeline.check(step.working, target)
         with self.write() as conn:
+            # The lock wait ages `now`: the next step's lease (continue_lease, claim_next)
+            # must run from this commit, or it may be over before the worker starts on it.
+            now += self.waited
             memos = claim.memos
             if output is not None:
                 kept = conn.execute(
@@ -356,8 +367,8 @@ class SQLiteStore(OperatorSQL):
                   worker: str | None = None) -> bool:
         """Extend a lease. False when the lease was taken (the row count says so)."""
         crashpoint("worker.heartbeat")
-        until = now + lease
         with self.write() as conn:
+            until = now + self.waited + lease  # an extension runs from when it is written
             n = conn.execute("UPDATE job SET lease_until=?, next_run_at=?,"
                              " updated_by=COALESCE(?, updated_by) WHERE id=? AND"
                              " lease_token=? AND lease_until>0",

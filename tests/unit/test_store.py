@@ -381,3 +381,39 @@ def test_reopening_a_current_database_writes_nothing(store, pipeline, db_path):
     finally:
         lock.execute("ROLLBACK")
         lock.close()
+
+
+class LockedFor:
+    """A wait clock on which another connection holds the write lock for `seconds`."""
+
+    def __init__(self, path: str, seconds: float) -> None:
+        self.t, self.seconds = 0.0, seconds
+        self.holder = sqlite3.connect(path, isolation_level=None)
+        self.holder.execute("BEGIN IMMEDIATE")
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+        if self.t >= self.seconds and self.holder.in_transaction:
+            self.holder.execute("ROLLBACK")
+
+
+@pytest.mark.parametrize("write", ["claim", "continue", "heartbeat"])
+def test_a_lease_written_after_a_wait_for_the_lock_runs_from_the_write(store, pipeline, write):
+    # The worker read its clock (NOW), then waited 3 s for the lock: the lease it writes
+    # runs from the write, not from the stale read, or it would be over 3 s early.
+    store.submit("job-1", pipeline, {"doc": 1}, NOW)
+    c = None if write == "claim" else claim(store, pipeline)
+    store.wait_clock = LockedFor(store.path, 3.0)
+    if write == "claim":
+        until = claim(store, pipeline).lease_until
+    elif write == "continue":
+        until = complete(store, pipeline, c, continue_lease=LEASE).lease_until
+    else:
+        assert store.heartbeat("job-1", c.lease_token, NOW, LEASE, "w1")
+        until = store.job("job-1")["lease_until"]
+    assert store.waited >= 3.0
+    assert until == pytest.approx(NOW + store.waited + LEASE)
+    assert store.job("job-1")["lease_until"] == pytest.approx(until)
