@@ -61,7 +61,7 @@ CAPABILITIES: dict[str, tuple[str, str]] = {
     "operator": ("controls.operator cancels, requeues and resolves jobs",
                  "operator faults; parked states are left only by an operator"),
     "heartbeat": ("a worker extends its lease while a step runs",
-                  "lease-exclusive expects no overlap with heartbeat on"),
+                  "lease-kept; lease-exclusive expects no overlap with heartbeat on"),
     "lease_expiry": ("controls.expire_leases forces every in-flight lease to expire",
                      "the lease_expiry fault"),
     "write_lock": ("controls.hold_write_lock holds the store's write lock",

@@ -48,7 +48,7 @@ CHECKERS: dict[str, Checker] = {}
 INVARIANTS = (
     "legal-transitions", "no-rebill-after-commit", "outbox-bounded", "effects-complete",
     "all-jobs-settle", "submissions-idempotent", "memo-consistent", "retry-discipline",
-    "bounded-work", "lease-exclusive", "fenced-writes", "cost-accounted", "db-intact",
+    "bounded-work", "lease-exclusive", "lease-kept", "fenced-writes", "cost-accounted", "db-intact",
     "processes-survive",
 )
 

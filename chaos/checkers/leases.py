@@ -8,7 +8,8 @@ from typing import Any
 from ..history import Event
 from .billing import COST_TOLERANCE, memoized_call, needs_ledger
 from .index import readings
-from .ops import is_effect, is_engine, is_job, is_worker, takes_lease
+from .ops import (TOL, capable, is_effect, is_engine, is_heartbeat, is_job, is_operator,
+                  is_worker, takes_lease)
 from .transitions import JobIndex, clock_of, job_ops
 from .verdict import Verdict
 
@@ -213,7 +214,116 @@ def _zombie(verdict: Verdict, at, e: Event, owner: Event | None, own_claim: Even
     verdict.fail("zombie-write", message, *witnesses)
 
 
+
+# -- lease-kept -----------------------------------------------------------------------------
+
+def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
+    """With heartbeat on, a live worker keeps the lease of the step it works on: from its
+    claim to its write that ends the step (or its death), the lease it holds never runs out
+    ("lease-lapsed"), and no renewal moves it past the renewal's time plus one lease
+    ("lease-overextended": the renewal reads its clock before it commits).
+
+    Not judged where the harness takes leases on purpose: a holding during which the nemesis
+    expired leases, paused the holder, or held the write lock, and workers on a skewed clock
+    or started without heartbeat."""
+    verdict = Verdict("lease-kept")
+    settings = snapshot["settings"]
+    if not capable(snapshot, "heartbeat") or not settings.get("heartbeat"):
+        return verdict.unknown("the engine runs without heartbeat here: a lease that runs out "
+                               "under a live worker is expected")
+    lease = settings.get("lease")
+    if lease is None:
+        return verdict.unknown("the engine declares no lease length")
+    shared = readings(history)
+    tl, index = shared.timeline(snapshot["pipeline"]), shared.jobs
+    excused = _excused_windows(history, tl)
+    at = clock_of(history)
+    for job, holds in tl.holdings.items():
+        events = [e for _, e in tl.job_events.get(job, [])]
+        for h in holds:
+            if tl.is_skewed(h.worker) or tl.pids.get(h.worker) in excused["no-heartbeat"]:
+                continue
+            verdict.checked += 1
+            _check_holding(verdict, h, events, index, excused, lease, at)
+    if not verdict.checked and verdict.valid is not False:
+        verdict.unknown("no holding to judge: every claim was by a worker on a skewed clock or "
+                        "without heartbeat")
+    verdict.metrics = {"holdings": verdict.checked, "lease": lease,
+                       "heartbeat_interval": settings.get("heartbeat_interval")}
+    return verdict
+
+
+def _excused_windows(history: list[Event], tl) -> dict[str, Any]:
+    """When the harness took leases on purpose: [t, t] of each forced expiry, (pid, from, to)
+    of each pause, [from, to] of each held write lock; pids run without heartbeat."""
+    pauses, locks, expiries, opened, lock = [], [], [], {}, None
+    off_slots = {e.get("slot") for e in history
+                 if e.get("src") == "nemesis" and e.get("type") == "heartbeat_off"}
+    off = {e["pid"] for e in history if e.get("src") == "process" and e.get("type") == "spawn"
+           and e.get("role") == "worker" and e.get("slot") in off_slots}
+    for e in history:
+        if e.get("src") != "nemesis":
+            continue
+        kind = e.get("type")
+        if kind == "expire":
+            expiries.append(e["t"])
+        elif kind == "pause":
+            opened[e.get("pid")] = e["t"]
+        elif kind == "resume" and e.get("pid") in opened:
+            pauses.append((e["pid"], opened.pop(e["pid"]), e["t"]))
+        elif kind == "contention":
+            lock = e["t"]
+        elif kind == "contention_end" and lock is not None:
+            locks.append((lock, e["t"]))
+            lock = None
+    pauses += [(pid, t, float("inf")) for pid, t in opened.items()]
+    if lock is not None:
+        locks.append((lock, float("inf")))
+    return {"pauses": pauses, "locks": locks, "expiries": expiries, "no-heartbeat": off}
+
+
+def _check_holding(verdict: Verdict, h, events: list[Event], index: JobIndex,
+                   excused: dict[str, Any], lease: float, at) -> None:
+    start = h.start["t"]
+    died = index.exit_after(h.worker, start)
+    # The holding ends with its own write, its death, or the next claim or intervention on
+    # the job (a claim by anyone: moving on to the next step is a claim of its own).
+    after = next((e["t"] for e in events if e["t"] > start and e is not h.start and (
+        e["type"] == "claimed" or is_operator(e) or e.get("actor") == "harness")), None)
+    end = min(t for t in (h.write["t"] if h.write else None, died["t"] if died else None,
+                          after, events[-1]["t"]) if t is not None)
+    pid = index.pids.get(h.worker)
+    if any(start - TOL <= t <= end + TOL for t in excused["expiries"]) or any(
+            p == pid and a <= end and b >= start for p, a, b in excused["pauses"]) or any(
+            a <= end and b >= start for a, b in excused["locks"]):
+        return
+    held_until, last = h.start.get("lease_until"), h.start
+    renewals = [e for e in events if is_heartbeat(e) and e.get("worker") == h.worker
+                and start < e["t"] <= end]
+    for e in renewals + [None]:
+        t = e["t"] if e is not None else end
+        if held_until is not None and held_until < t - TOL:
+            what = f"its next renewal at {at(t)}" if e is not None else (
+                f"its write at {at(t)}" if h.write is not None and t == h.write["t"]
+                else f"{'its death' if died and t == died['t'] else 'the end of the run'} at "
+                f"{at(t)}")
+            verdict.fail("lease-lapsed", f"job {h.job}: {h.worker} held step "
+                         f"{h.step['name']!r} from {at(start)}, alive and working, but its lease "
+                         f"ran out at {at(held_until)}, before {what} (lease {lease:g} s)",
+                         h.start, last, *([e] if e is not None else []))
+            return
+        if e is None:
+            return
+        if e.get("lease_until") is not None and e["lease_until"] > e["t"] + lease + TOL:
+            verdict.fail("lease-overextended", f"job {h.job}: {h.worker}'s renewal at "
+                         f"{at(e['t'])} moved the lease to {at(e['lease_until'])}, "
+                         f"{e['lease_until'] - e['t']:.3f} s ahead: more than the lease "
+                         f"({lease:g} s)", e)
+        held_until, last = e.get("lease_until", held_until), e
+
+
 CHECKS = {
     "lease-exclusive": check_lease_exclusive,
     "fenced-writes": check_fenced_writes,
+    "lease-kept": check_lease_kept,
 }

@@ -7,7 +7,7 @@ import pytest
 from builders import (OP, S1, W1, W2, call, delivered_job, fence_by_id_only, job, memo,
                       nemesis, outbox, process, snapshot, snapshot_of, spend, zombie_finish)
 
-from chaos.checkers.leases import check_fenced_writes, check_lease_exclusive
+from chaos.checkers.leases import check_fenced_writes, check_lease_exclusive, check_lease_kept
 from chaos.history import merge
 
 DOC = "doc-1"
@@ -224,3 +224,50 @@ def test_a_mutant_whose_completion_is_fenced_by_id_only_is_caught(store, clock, 
     zombie = verdict.failures[0].events[-1]
     assert (zombie["worker"], zombie["from"], zombie["to"], zombie["token"]) == (
         W1, "fetching", "fetched", 2)
+
+
+# -- lease-kept ---------------------------------------------------------------------------
+
+def held(*beats, done=3.5, lease=2.0):
+    """W1 claims DOC's fetch at 1.0 (lease to 3.0), renews at `beats` [(t, until)], and
+    finishes the step at `done`."""
+    history = [job(1.0, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1,
+                   lease_until=1.0 + lease)]
+    history += [job(t, DOC, "fetching", "fetching", W1, 1, claims=1, lease_until=until)
+                for t, until in beats]
+    history.append(job(done, DOC, "fetching", "fetched", W1, 1))
+    return history
+
+
+def test_a_lease_renewed_before_it_runs_out_is_kept():
+    verdict = run(check_lease_kept, held((2.0, 4.0), (3.0, 5.0)))
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.checked == 1
+
+
+@pytest.mark.parametrize("history", [held((3.5, 5.5), done=4.0), held()],
+                         ids=["renewed-too-late", "never-renewed"])
+def test_a_lease_that_runs_out_under_its_live_worker_fails(history):
+    verdict = run(check_lease_kept, history)
+    assert verdict.by_type == {"lease-lapsed": 1}, verdict.reason
+    assert "ran out at +" in verdict.failures[0].message
+
+
+def test_a_renewal_past_one_lease_ahead_fails():
+    verdict = run(check_lease_kept, held((2.0, 6.0)))
+    assert verdict.by_type == {"lease-overextended": 1}
+
+
+@pytest.mark.parametrize("fault", [
+    [nemesis(2.5, "expire", leases=1)],
+    [nemesis(2.0, "pause", pid=101), nemesis(3.2, "resume", pid=101)],
+    [nemesis(2.8, "contention", seconds=0.6), nemesis(3.4, "contention_end")],
+], ids=["expired-by-the-nemesis", "holder-paused", "write-lock-held"])
+def test_a_lease_the_harness_took_on_purpose_is_not_judged(fault):
+    verdict = run(check_lease_kept, held((3.5, 5.5), done=4.0) + fault)
+    assert verdict.status == "pass", verdict.reason
+
+
+def test_lease_kept_is_unknown_without_heartbeat():
+    settings = {**snapshot()["settings"], "heartbeat": False}
+    assert run(check_lease_kept, held(), settings=settings).status == "unknown"
