@@ -39,6 +39,11 @@ class Readings:
         return match_spends(self.history, self.calls)
 
     @cached_property
+    def windows(self):
+        from .ops import harness_windows
+        return harness_windows(self.history)
+
+    @cached_property
     def outbox(self):
         from .outbox import read_outbox
         return read_outbox(self.history)

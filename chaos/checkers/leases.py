@@ -8,8 +8,8 @@ from typing import Any
 from ..history import Event
 from .billing import COST_TOLERANCE, memoized_call, needs_ledger
 from .index import readings
-from .ops import (TOL, capable, is_effect, is_engine, is_heartbeat, is_job, is_operator,
-                  is_worker, takes_lease)
+from .ops import (TOL, capable, disturbed, is_effect, is_engine, is_heartbeat, is_job,
+                  is_operator, is_worker, takes_lease)
 from .transitions import JobIndex, clock_of, job_ops
 from .verdict import Verdict
 
@@ -236,7 +236,7 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
         return verdict.unknown("the engine declares no lease length")
     shared = readings(history)
     tl, index = shared.timeline(snapshot["pipeline"]), shared.jobs
-    excused = _excused_windows(history, tl)
+    excused = shared.windows
     at = clock_of(history)
     for job, holds in tl.holdings.items():
         events = [e for _, e in tl.job_events.get(job, [])]
@@ -253,35 +253,6 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     return verdict
 
 
-def _excused_windows(history: list[Event], tl) -> dict[str, Any]:
-    """When the harness took leases on purpose: [t, t] of each forced expiry, (pid, from, to)
-    of each pause, [from, to] of each held write lock; pids run without heartbeat."""
-    pauses, locks, expiries, opened, lock = [], [], [], {}, None
-    off_slots = {e.get("slot") for e in history
-                 if e.get("src") == "nemesis" and e.get("type") == "heartbeat_off"}
-    off = {e["pid"] for e in history if e.get("src") == "process" and e.get("type") == "spawn"
-           and e.get("role") == "worker" and e.get("slot") in off_slots}
-    for e in history:
-        if e.get("src") != "nemesis":
-            continue
-        kind = e.get("type")
-        if kind == "expire":
-            expiries.append(e["t"])
-        elif kind == "pause":
-            opened[e.get("pid")] = e["t"]
-        elif kind == "resume" and e.get("pid") in opened:
-            pauses.append((e["pid"], opened.pop(e["pid"]), e["t"]))
-        elif kind == "contention":
-            lock = e["t"]
-        elif kind == "contention_end" and lock is not None:
-            locks.append((lock, e["t"]))
-            lock = None
-    pauses += [(pid, t, float("inf")) for pid, t in opened.items()]
-    if lock is not None:
-        locks.append((lock, float("inf")))
-    return {"pauses": pauses, "locks": locks, "expiries": expiries, "no-heartbeat": off}
-
-
 def _check_holding(verdict: Verdict, h, events: list[Event], index: JobIndex,
                    excused: dict[str, Any], lease: float, at) -> None:
     start = h.start["t"]
@@ -292,10 +263,7 @@ def _check_holding(verdict: Verdict, h, events: list[Event], index: JobIndex,
         e["type"] == "claimed" or is_operator(e) or e.get("actor") == "harness")), None)
     end = min(t for t in (h.write["t"] if h.write else None, died["t"] if died else None,
                           after, events[-1]["t"]) if t is not None)
-    pid = index.pids.get(h.worker)
-    if any(start - TOL <= t <= end + TOL for t in excused["expiries"]) or any(
-            p == pid and a <= end and b >= start for p, a, b in excused["pauses"]) or any(
-            a <= end and b >= start for a, b in excused["locks"]):
+    if disturbed(excused, index.pids.get(h.worker), start, end):
         return
     held_until, last = h.start.get("lease_until"), h.start
     renewals = [e for e in events if is_heartbeat(e) and e.get("worker") == h.worker

@@ -4,6 +4,8 @@ own column names or writer spellings.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ..history import EFFECT_OPS, JOB_OPS, Event
 
 #: Operations come from different clocks of one machine (the engine's store, the fakes, the
@@ -83,3 +85,40 @@ def capable(snapshot: dict, capability: str) -> bool:
     if not engine or "capabilities" not in engine:
         return True
     return capability in engine["capabilities"]
+
+
+def harness_windows(history: list[Event]) -> dict[str, Any]:
+    """When the harness took leases on purpose: [t, t] of each forced expiry, (pid, from, to)
+    of each pause, [from, to] of each held write lock; pids run without heartbeat."""
+    pauses, locks, expiries, opened, lock = [], [], [], {}, None
+    off_slots = {e.get("slot") for e in history
+                 if e.get("src") == "nemesis" and e.get("type") == "heartbeat_off"}
+    off = {e["pid"] for e in history if e.get("src") == "process" and e.get("type") == "spawn"
+           and e.get("role") == "worker" and e.get("slot") in off_slots}
+    for e in history:
+        if e.get("src") != "nemesis":
+            continue
+        kind = e.get("type")
+        if kind == "expire":
+            expiries.append(e["t"])
+        elif kind == "pause":
+            opened[e.get("pid")] = e["t"]
+        elif kind == "resume" and e.get("pid") in opened:
+            pauses.append((e["pid"], opened.pop(e["pid"]), e["t"]))
+        elif kind == "contention":
+            lock = e["t"]
+        elif kind == "contention_end" and lock is not None:
+            locks.append((lock, e["t"]))
+            lock = None
+    pauses += [(pid, t, float("inf")) for pid, t in opened.items()]
+    if lock is not None:
+        locks.append((lock, float("inf")))
+    return {"pauses": pauses, "locks": locks, "expiries": expiries, "no-heartbeat": off}
+
+
+def disturbed(windows: dict[str, Any], pid: int | None, start: float, end: float) -> bool:
+    """Whether the harness took a lease, paused process `pid` or held the write lock at some
+    moment of [start, end] (see harness_windows)."""
+    return (any(start - TOL <= t <= end + TOL for t in windows["expiries"])
+            or any(p == pid and a <= end and b >= start for p, a, b in windows["pauses"])
+            or any(a <= end and b >= start for a, b in windows["locks"]))

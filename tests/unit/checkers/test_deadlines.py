@@ -1,0 +1,61 @@
+"""deadlines-kept: a client that gives up by its deadline passes, one that waits a hung call
+or a late receiver out fails citing the call; a write the harness held back is not judged,
+and a run where nothing ran past a deadline is unknown."""
+from __future__ import annotations
+
+import pytest
+from builders import S1, W1, call, job, nemesis, outbox, request, snapshot_of
+
+from chaos.checkers.deadlines import check_deadlines_kept
+from chaos.history import merge
+
+DOC = "doc-1"
+HUNG = call(1.0, 2.3, DOC, "fetch", W1, outcome="hang", fault="hang")  # call timeout 1.0 s
+
+
+def run(history):
+    history = merge(history)
+    return check_deadlines_kept(history, snapshot_of(history))
+
+
+def attempt(write_at: float) -> list[dict]:
+    """W1 claims DOC, its fetch hangs at the fake until 2.3, and it writes the failure."""
+    return [job(0.99, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1, lease_until=3.0),
+            HUNG, job(write_at, DOC, "fetching", "pending", W1, 1, attempts=1,
+                      next_run_at=write_at + 0.1, last_error="timeout")]
+
+
+def test_a_worker_that_gives_up_at_its_call_timeout_passes():
+    verdict = run(attempt(2.05))
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["overran_calls"] == 1
+
+
+def test_a_worker_that_waits_a_hung_call_out_fails():
+    verdict = run(attempt(2.35))
+    assert verdict.by_type == {"waited-past-deadline": 1}
+    assert verdict.failures[0].events == [HUNG]
+    assert "1 s deadline" in verdict.failures[0].message
+
+
+def test_a_write_the_harness_held_back_is_not_judged():
+    held = [nemesis(1.9, "contention", seconds=0.5), nemesis(2.4, "contention_end")]
+    assert run(attempt(2.35) + held).status == "pass"
+
+
+@pytest.mark.parametrize("mark_at, status", [(1.55, "pass"), (1.85, "fail")])
+def test_a_sender_gives_up_on_a_late_receiver_by_its_send_timeout(mark_at, status):
+    late = request(1.0, 1.8, DOC, "charge", worker=S1, status=None, outcome="error",
+                   applied=False)  # the fake answers 0.8 s in; the send timeout is 0.5 s
+    retry = outbox(mark_at, 1, DOC, "charge", S1, 1, attempts=1, last_error="timeout")
+    history = merge([outbox(0.99, 1, DOC, "charge", S1, 1, old_token=0, attempts=1), late,
+                     retry])
+    snap = snapshot_of(history)
+    snap["settings"] = {**snap["settings"], "send_timeout": 0.5}
+    assert check_deadlines_kept(history, snap).status == status
+
+
+def test_nothing_past_its_deadline_is_unknown():
+    quick = [call(1.0, 1.2, DOC, "fetch", W1)]
+    verdict = run(quick)
+    assert verdict.status == "unknown" and "no call or send ran past" in verdict.reason
