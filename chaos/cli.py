@@ -132,7 +132,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         snapshot = json.load(fh)
     verdicts = run_checkers(history, snapshot)
     report["verdicts"] = [v.to_json() for v in verdicts]
-    failed = any(v.valid is not True for v in verdicts)
+    failed = any(v.valid is False for v in verdicts)  # an unknown is reported, not failed
     if report.get("exit_code") != EXIT_ERROR:
         report["exit_code"] = 1 if failed else 0
         report["result"] = "fail" if failed else "pass"

@@ -118,7 +118,7 @@ def _run_cell(args: tuple) -> tuple[Cell, int, dict]:
 def summarize(cell: Cell, runs: list[dict]) -> dict[str, Any]:
     recovery = [t for r in runs for t in r["recovery"]]
     seconds = sum(r["seconds"] for r in runs)
-    failing = sorted({n for r in runs for n, v in r["verdicts"].items() if v != "pass"})
+    failing = sorted({n for r in runs for n, v in r["verdicts"].items() if v == "fail"})
     return {
         "lease": cell.lease, "heartbeat": cell.heartbeat,
         "duplicate_calls": sum(r["duplicate_calls"] for r in runs),

@@ -72,7 +72,9 @@ def test_the_toy_engine_holds_every_claim_it_gives_evidence_for(scenario):
                   for v in result.verdicts if v.valid is False]
         assert not failed, (scenario, seed, failed)
         unknown = {v.name for v in result.verdicts if v.valid is None}
-        assert unknown <= {"cost-accounted", "lease-exclusive"}, unknown
+        # no spend record, no heartbeat; no deadline put to the test without a hang
+        assert unknown <= {"cost-accounted", "lease-exclusive", "lease-kept",
+                           "deadlines-kept"}, unknown
         assert result.applied, "the scenario's faults fired"
 
 
