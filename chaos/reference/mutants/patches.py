@@ -324,6 +324,39 @@ def backoff_without_jitter() -> None:
     retry.Backoff.delay = delay
 
 
+def jitter_narrowed() -> None:
+    """Backoff draws its wait from the top half of the full-jitter range: still random, and
+    never past the ceiling, but not the spread full jitter promises."""
+    def delay(self: retry.Backoff, attempt: int, rng, retry_after: float | None = None) -> float:
+        wait = rng.uniform(self.ceiling(attempt) / 2, self.ceiling(attempt))
+        return wait if retry_after is None else max(wait, retry_after)
+    retry.Backoff.delay = delay
+
+
+def no_call_deadline() -> None:
+    """Provider calls wait for their answer however long it takes: the call timeout is never
+    passed on to the HTTP client."""
+    from engine import provider
+    wrap(provider.ChatClient, "complete", lambda original: lambda self, *a, **k: original(
+        dataclasses.replace(self, timeout=3600.0), *a, **k))
+
+
+# -- leases -----------------------------------------------------------------------------------
+
+def heartbeat_keeps_deadline() -> None:
+    """The heartbeat rewrites the lease without moving it: a step longer than the lease loses
+    its lease under its live worker."""
+    def make(original: Callable) -> Callable:
+        def heartbeat(self: SQLiteStore, job_id: str, lease_token: int, now: float,
+                      lease: float, worker: str | None = None) -> bool:
+            row = self.conn.execute("SELECT lease_until FROM job WHERE id=?",
+                                    (job_id,)).fetchone()
+            held = row[0] if row and row[0] else now + lease
+            return original(self, job_id, lease_token, held - lease, lease, worker)
+        return heartbeat
+    wrap(SQLiteStore, "heartbeat", make)
+
+
 # -- the outbox sender ------------------------------------------------------------------------
 
 def sender_without_key() -> None:
@@ -355,8 +388,8 @@ PATCHES: dict[str, Callable[[], None]] = {f.__name__: f for f in (
     no_state_guard, fail_fenced_by_id, no_token_on_complete, heartbeat_ignores_rowcount,
     claim_steals_live_leases, no_crash_loop_cap, memo_check_skipped, memo_last_writer_wins,
     separate_transactions, outbox_after_commit, spend_unrecorded, poison_retried,
-    retry_after_ignored, backoff_without_jitter, sender_without_key, senders_without_claim,
-    mark_sent_before_send)}
+    retry_after_ignored, backoff_without_jitter, jitter_narrowed, no_call_deadline,
+    heartbeat_keeps_deadline, sender_without_key, senders_without_claim, mark_sent_before_send)}
 
 
 def apply(name: str) -> None:
