@@ -277,8 +277,9 @@ class Worker:
         outcome = "timeout" if isinstance(exc, (CallTimeout, TimeoutError)) else (
             "retryable" if retryable else "poison")
         error = f"{claim.step.name}: {type(exc).__name__}: {exc}"
-        if retry_at is None:
-            error += f" (parked after {attempt} attempt{'s' if attempt > 1 else ''})"
+        if retry_at is None:  # the text says why, for the operator who reads it
+            error += (f" (parked after {attempt} attempt{'s' if attempt > 1 else ''})"
+                      if retryable else " (poison: parked at once, not worth retrying)")
         spend = None
         if billed and self.runner.makes_call(claim.step.name):
             spend = self._spend(claim, started, outcome, getattr(exc, "cost", None)

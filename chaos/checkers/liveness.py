@@ -245,6 +245,7 @@ def check_retry_discipline(history: list[Event], snapshot: dict[str, Any]) -> Ve
     tl = readings(history).timeline(snapshot["pipeline"])
     settings = snapshot["settings"]
     _check_poison(verdict, tl)
+    _check_give_up(verdict, tl, settings)
     _check_caps(verdict, tl, settings)
     waits = _check_waits(verdict, tl, settings)
     outages = [_check_outage(verdict, tl, settings, snapshot, window) for window in tl.outages]
@@ -312,6 +313,31 @@ def _check_poison(verdict: Verdict, tl: Timeline) -> None:
             f"{'parked the job' if parked else 'scheduled a retry'} at {tl.at(write['t'])}; "
             f"{later.get('worker')} called the provider again at {tl.at(later['t_start'])}",
             event, write, later)
+
+
+def _check_give_up(verdict: Verdict, tl: Timeline, settings: dict) -> None:
+    """A job is parked only when the engine's rules say so: as poison after a poison answer,
+    never after one worth retrying (429, 5xx, a timeout, a dropped connection); for its
+    attempts only once it has failed max_attempts of them."""
+    cap = settings.get("max_attempts")
+    for holds in tl.holdings.values():
+        for h in holds:
+            w = h.write
+            if w is None or w["to"] != h.step["parked"] or not is_worker(w):
+                continue
+            before = [c for _, c in h.calls if c["t_start"] <= w["t"] + TOL]
+            call = before[-1] if before else None
+            if w.get("cause") == "poison" and call is not None and _is_retryable(call):
+                verdict.fail("retryable-parked-as-poison",
+                             f"job {h.job}: {h.worker} parked step {h.step['name']!r} as poison "
+                             f"at {tl.at(w['t'])} after a {call.get('status')} "
+                             f"{call.get('outcome')} answer, which is worth retrying", call, w)
+            elif (w.get("cause") == "attempts" and cap is not None
+                  and w.get("attempts") is not None and w["attempts"] < cap):
+                verdict.fail("parked-before-cap",
+                             f"job {h.job}: {h.worker} parked step {h.step['name']!r} for its "
+                             f"attempts at {tl.at(w['t'])} after {w['attempts']} failed "
+                             f"attempt(s), fewer than max_attempts={cap}", w)
 
 
 def _check_caps(verdict: Verdict, tl: Timeline, settings: dict) -> None:

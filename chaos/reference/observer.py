@@ -38,7 +38,7 @@ def cause_of(last_error: str | None) -> str | None:
     text = last_error or ""
     if text.startswith("crash loop"):
         return "crash_loop"
-    if "PoisonError" in text or "unusable" in text:
+    if "PoisonError" in text or "unusable" in text or "(poison:" in text:
         return "poison"
     if "parked after" in text:
         return "attempts"

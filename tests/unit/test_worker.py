@@ -149,7 +149,7 @@ def test_poison_parks_at_once_after_one_call(store, clock, make_worker, exc):
     assert worker.run_once() is True
     job = store.job("job-1")
     assert (job["state"], job["attempts"], job["next_run_at"]) == ("failed_fetch", 1, None)
-    assert "parked after 1 attempt" in job["last_error"] and str(exc) in job["last_error"]
+    assert "poison: parked at once" in job["last_error"] and str(exc) in job["last_error"]
     clock.advance(3600)
     assert worker.run_once() is False
     assert runner.calls["fetch"] == 1

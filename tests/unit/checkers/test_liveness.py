@@ -202,10 +202,30 @@ def test_crashed_claims_allow_extra_calls():
                + crashed_try(7.0, W2, 5)
                + [claim(10.0, W1, 6, frm="fetching"), fetch_call(10.01, W1, status=503,
                                                                   outcome="error"),
-                  park(10.03, W1, 6, attempts=4)])
+                  park(10.03, W1, 6, attempts=4,
+                       error="fetch: RetryableError: 503 (parked after 4 attempts)")])
     verdict = retry_check(history)
     assert verdict.status == "pass", verdict.reason
     assert verdict.metrics["max_calls_per_step"] == 6
+
+
+@pytest.mark.parametrize("status, error, kind", [
+    (503, "fetch: PoisonError: 503 (poison: parked at once, not worth retrying)",
+     "retryable-parked-as-poison"),
+    (503, "fetch: RetryableError: 503 (parked after 2 attempts)", "parked-before-cap"),
+], ids=["a-5xx-parked-as-poison", "attempts-short-of-the-cap"])
+def test_a_job_parked_against_the_engines_own_rules_fails(status, error, kind):
+    history = failed_try(1.0, W1, 1, 1, 0.05) + [
+        claim(2.0, W1, 2, frm="pending"), fetch_call(2.01, W1, status=status, outcome="error"),
+        park(2.03, W1, 2, attempts=2 if "attempts" in error else 1, error=error)]
+    verdict = retry_check(history)
+    assert kind in verdict.by_type, verdict.reason
+
+
+def test_poison_parked_at_once_after_a_4xx_passes():
+    poisoned = [claim(1.0, W1, 1), fetch_call(1.01, W1, status=400, outcome="error"),
+                park(1.03, W1, 1, error="fetch: PoisonError: 400 (poison: parked at once)")]
+    assert retry_check(poisoned).status == "pass"
 
 
 # -- retry-discipline: Retry-After and backoff ------------------------------------------------
