@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_sim_parser(sub)
     from .mutants.matrix import add_parser as add_mutants_parser
     add_mutants_parser(sub)
+    from .score import add_arguments as add_score_arguments
+    add_score_arguments(sub.add_parser(
+        "score", help="the mutation score: one-line bugs in the engine the harness catches"))
     return parser
 
 
@@ -195,6 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "mutants":
             from .mutants.matrix import cmd_mutants
             return cmd_mutants(args)
+        if args.command == "score":
+            from .score import score
+            return score(args)
         return {"run": cmd_run, "replay": cmd_replay, "check": cmd_check,
                 "sweep": cmd_sweep, "report": cmd_report}[args.command](args)
     except (ScenarioError, HarnessError, ValueError, OSError) as exc:
