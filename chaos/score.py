@@ -59,6 +59,8 @@ def kill(seeds: int, run: bool, out: str) -> int:
     killed), 0 when every scenario passed. Prints which scenario and seed caught it."""
     from .scenario import load_scenario
     from .sim import SeededChoices, SimSpec, simulate
+    from .supervisor import die_with_parent
+    die_with_parent()  # a mutant's test ends with the campaign that started it
     for name in SIM_SCENARIOS:
         scenario = load_scenario(name, "smoke")
         for seed in range(1, seeds + 1):
@@ -105,17 +107,20 @@ def prepare(workdir: str, modules: list[str], seeds: int, run: bool, timeout: fl
 def campaign(workdir: str, modules: list[str], seeds: int, run: bool, timeout: float,
              fresh: bool) -> str:
     """Initialise (unless resuming), filter and execute the session; returns its path."""
+    from .supervisor import die_with_parent
     tools = os.path.dirname(sys.executable)
     session = os.path.join(workdir, "session.sqlite")
     env = {**os.environ, "PYTHONPATH": workdir}  # the copy's engine, in every process
+    steps = []
     if fresh:
         config = prepare(workdir, modules, seeds, run, timeout)
-        for argv in ([os.path.join(tools, "cosmic-ray"), "init", config, session],
-                     [os.path.join(tools, "cr-filter-operators"), session, config]):
-            subprocess.run(argv, cwd=workdir, env=env, check=True)
+        steps += [[os.path.join(tools, "cosmic-ray"), "init", config, session],
+                  [os.path.join(tools, "cr-filter-operators"), session, config]]
     config = os.path.join(workdir, "cosmic-ray.toml")
-    subprocess.run([os.path.join(tools, "cosmic-ray"), "exec", config, session], cwd=workdir,
-                   env=env, check=True)
+    steps.append([os.path.join(tools, "cosmic-ray"), "exec", config, session])
+    for argv in steps:
+        # cosmic-ray dies with this command, and each mutant's test with cosmic-ray.
+        subprocess.run(argv, cwd=workdir, env=env, check=True, preexec_fn=die_with_parent)
     return session
 
 

@@ -1,0 +1,82 @@
+"""The mutation score's machinery (chaos.score): its test command catches a one-line bug
+written to the engine's file on disk and passes the engine as it is; the campaign's
+configuration is one cosmic-ray accepts, operators filtered; the report counts outcomes per
+module and operator and leaves the argued equivalents out of the score."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+from chaos import score
+
+ROOT = score.ROOT
+
+
+def copy_of_checkout(tmp_path) -> str:
+    work = str(tmp_path / "work")
+    os.makedirs(work)
+    for name in score.COPIED:
+        src = os.path.join(ROOT, name)
+        (shutil.copytree if os.path.isdir(src) else shutil.copy)(
+            src, os.path.join(work, name))
+    return work
+
+
+def kill(work: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "chaos.score", "kill", "--seeds", "1"],
+                          cwd=work, env={**os.environ, "PYTHONPATH": work},
+                          capture_output=True, text=True, timeout=280)
+
+
+def test_the_test_command_passes_the_engine_and_kills_a_bug_written_to_its_file(tmp_path):
+    work = copy_of_checkout(tmp_path)
+    clean = kill(work)
+    assert clean.returncode == 0 and "survived" in clean.stdout, clean.stdout + clean.stderr
+    retry = os.path.join(work, "engine", "retry.py")
+    text = open(retry).read()
+    assert "500 <= status <= 599" in text
+    with open(retry, "w") as fh:  # 5xx answers taken for poison, as a mutation tool would
+        fh.write(text.replace("500 <= status <= 599", "500 <= status == 599"))
+    broken = kill(work)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "killed: sim" in broken.stdout and "retry-discipline" in broken.stdout
+
+
+def test_the_campaign_configuration_is_one_cosmic_ray_initialises(tmp_path):
+    work = str(tmp_path)
+    config = score.prepare(work, ["engine/retry.py"], seeds=1, run=False, timeout=60)
+    tools = os.path.dirname(sys.executable)
+    session = os.path.join(work, "session.sqlite")
+    for argv in ([os.path.join(tools, "cosmic-ray"), "init", config, session],
+                 [os.path.join(tools, "cr-filter-operators"), session, config]):
+        subprocess.run(argv, cwd=work, check=True, capture_output=True, timeout=120)
+    rows = score.results(session)
+    assert rows and {r["module"] for r in rows} == {"engine/retry.py"}
+    assert all(r["outcome"] == "pending" for r in rows)
+    assert not any("BitOr" in r["operator"] or "Pow" in r["operator"] for r in rows)
+
+
+def test_the_report_scores_killed_and_timed_out_over_all_but_the_equivalents():
+    def row(module, operator, occurrence, outcome):
+        return {"module": module, "operator": operator, "occurrence": occurrence, "line": 1,
+                "outcome": outcome, "diff": "", "output": ""}
+    rows = [row("engine/a.py", "core/NumberReplacer", 0, "killed"),
+            row("engine/a.py", "core/NumberReplacer", 1, "survived"),
+            row("engine/a.py", "core/AddNot", 0, "survived"),
+            row("engine/b.py", "core/AddNot", 1, "timeout"),
+            row("engine/b.py", "core/AddNot", 2, "incompetent")]
+    known = {("engine/a.py", "core/AddNot", 0): "a default no caller relies on"}
+    summary = score.summarize(rows, known)
+    assert summary["total"] == {"killed": 1, "survived": 1, "equivalent": 1, "timeout": 1,
+                                "incompetent": 1}
+    assert summary["score"] == 2 / 3
+    assert [r["occurrence"] for r in summary["survivors"]] == [1]
+    assert summary["by_module"]["engine/b.py"]["timeout"] == 1
+    assert summary["by_operator"]["AddNot"]["equivalent"] == 1
+
+
+def test_the_equivalents_file_gives_a_reason_for_each_entry():
+    for key, reason in score.equivalents().items():
+        assert len(key) == 3 and reason.strip(), key
