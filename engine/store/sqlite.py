@@ -369,7 +369,10 @@ class SQLiteStore(OperatorSQL):
         crashpoint("worker.heartbeat")
         with self.write() as conn:
             until = now + self.waited + lease  # an extension runs from when it is written
-            n = conn.execute("UPDATE job SET lease_until=?, next_run_at=?,"
+            # ... and never moves a lease back: a beat delayed between its clock read and
+            # its write (a pause, a scheduling gap) would otherwise end a live lease early.
+            n = conn.execute("UPDATE job SET lease_until=MAX(lease_until, ?),"
+                             " next_run_at=MAX(next_run_at, ?),"
                              " updated_by=COALESCE(?, updated_by) WHERE id=? AND"
                              " lease_token=? AND lease_until>0",
                              (until, until, worker, job_id, lease_token)).rowcount

@@ -417,3 +417,13 @@ def test_a_lease_written_after_a_wait_for_the_lock_runs_from_the_write(store, pi
     assert store.waited >= 3.0
     assert until == pytest.approx(NOW + store.waited + LEASE)
     assert store.job("job-1")["lease_until"] == pytest.approx(until)
+
+
+def test_a_heartbeat_that_read_its_clock_before_a_delay_never_moves_the_lease_back(store,
+                                                                                   pipeline):
+    store.submit("job-1", pipeline, {"doc": 1}, NOW)
+    c = claim(store, pipeline)  # lease to NOW + LEASE
+    assert store.heartbeat("job-1", c.lease_token, NOW + 3, LEASE, "w1")
+    # a beat that read NOW, was held up, and writes after the one above
+    assert store.heartbeat("job-1", c.lease_token, NOW, LEASE, "w1")
+    assert store.job("job-1")["lease_until"] == NOW + 3 + LEASE
