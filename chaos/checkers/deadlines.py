@@ -1,12 +1,14 @@
 """deadlines-kept: a worker gives up on a provider call by its call timeout, a sender on a
 receiver request by its send timeout.
 
-Only a call that ran past its deadline at the fake says anything: the fake held it longer
-(a hang, a late receiver), so a client that kept its deadline stopped waiting before the fake
-answered. Its next write for the job (for a sender, for the outbox row) then comes before
-the fake's answer; a client that waited the answer out, and used it or failed on it, writes
-after it ("waited-past-deadline"). The write's own latency only ever helps the client, and a
-write delayed by the harness (a held write lock, a pause of the process) is not judged.
+Only a request the fake held past the client's deadline (a hang, a late receiver) says
+anything, and only evidence that the client waited for that answer fails it:
+- the engine's own spend record of the call saying it got the answer (outcome ok), where
+  the engine keeps one;
+- else the client using the late answer: the worker's next write for the job is the step's
+  memo or completion, the sender's next write for the row its sent mark, after the fake
+  answered. A failure written after the answer is not judged: the time between giving up and
+  writing (a stall, a lock, a loaded machine) is not the client's deadline.
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ def check_deadlines_kept(history: list[Event], snapshot: dict[str, Any]) -> Verd
     index, windows = shared.jobs, shared.windows
     t0 = history[0]["t"] if history else 0.0
     overran = {"calls": 0, "sends": 0}
-    effect_writes = _effect_writes(history)
+    spends = shared.spends
+    later_writes = _writes_by_client(history)
     for e in history:
         src, type_ = e.get("src"), e.get("type")
         if src == "provider" and type_ == "call" and call_timeout is not None:
@@ -43,21 +46,25 @@ def check_deadlines_kept(history: list[Event], snapshot: dict[str, Any]) -> Verd
             continue  # answered within its deadline: nothing to see
         overran[kind] += 1
         verdict.checked += 1
-        if kind == "calls":
-            written = index.next_write(worker, e.get("job"), start)
-        else:
-            written = next((t for t in effect_writes.get((worker, e.get("job"), e.get("kind")),
-                                                         ()) if t > start), None)
-        if written is None or written < end - TOL:
-            continue  # gave up in time (or died first)
-        if disturbed(windows, index.pids.get(worker), start + deadline, written):
-            continue  # the harness held its write back
+        spend = spends.get(id(e)) if kind == "calls" else None
+        if spend is not None:
+            if spend.get("outcome") == "ok":  # the engine had the answer: it waited for it
+                verdict.fail("waited-past-deadline",
+                             f"{worker}'s call for {e.get('job')}/{e.get('step')} at "
+                             f"+{start - t0:.3f} s had a {deadline:g} s deadline, but the engine "
+                             f"recorded its answer, which the fake gave {end - start:.3f} s "
+                             "after the call started", e, spend)
+            continue
+        used = _used_late_answer(kind, e, later_writes, end)
+        if used is None or disturbed(windows, index.pids.get(worker), start, used["t"]):
+            continue
         what = (f"call for {e.get('job')}/{e.get('step')}" if kind == "calls"
                 else f"send of {e.get('job')}/{e.get('kind')}")
         verdict.fail("waited-past-deadline",
                      f"{worker}'s {what} at +{start - t0:.3f} s had a {deadline:g} s deadline, "
                      f"but the client waited for the answer the fake gave {end - start:.3f} s "
-                     f"after it started: its next write came at +{written - t0:.3f} s", e)
+                     f"after it started and used it: {used['type']} at "
+                     f"+{used['t'] - t0:.3f} s", e, used)
     if not verdict.checked and verdict.valid is not False:
         verdict.unknown("no call or send ran past its deadline at the fakes (no hang, no late "
                         "receiver), so no deadline was put to the test")
@@ -66,13 +73,33 @@ def check_deadlines_kept(history: list[Event], snapshot: dict[str, Any]) -> Verd
     return verdict
 
 
-def _effect_writes(history: list[Event]) -> dict[tuple, list[float]]:
-    """(sender, job, kind) -> the times of the sender's writes to that outbox row."""
-    writes: dict[tuple, list[float]] = {}
+def _writes_by_client(history: list[Event]) -> dict[tuple, list[Event]]:
+    """(worker, job) -> the worker's job and memo writes; (sender, job, kind) -> the
+    sender's writes to that outbox row; each in commit order."""
+    writes: dict[tuple, list[Event]] = {}
     for e in history:
-        if is_effect(e) and e.get("worker") and e["type"] in ("effect_sent", "effect_state"):
-            writes.setdefault((e["worker"], e.get("job"), e.get("kind")), []).append(e["t"])
+        if e.get("src") != "engine" or not e.get("worker"):
+            continue
+        if is_effect(e) and e["type"] in ("effect_sent", "effect_state"):
+            writes.setdefault((e["worker"], e.get("job"), e.get("kind")), []).append(e)
+        elif e["type"] in ("memo", "state") and not e.get("heartbeat"):
+            writes.setdefault((e["worker"], e.get("job")), []).append(e)
     return writes
+
+
+def _used_late_answer(kind: str, request: Event, writes: dict, answered: float) -> Event | None:
+    """The client's next write after the request, if it used the late answer: a memo or a
+    completion of the job, or the row's sent mark, committed after the fake answered."""
+    if kind == "calls":
+        key = (request["worker"], request.get("job"))
+        used = lambda w: w["type"] == "memo" or (w["type"] == "state"  # noqa: E731
+                                                 and w.get("from") != w.get("to")
+                                                 and not w.get("last_error"))
+    else:
+        key = (request["worker"], request.get("job"), request.get("kind"))
+        used = lambda w: w["type"] == "effect_sent"  # noqa: E731
+    nxt = next((w for w in writes.get(key, ()) if w["t"] > request["t_start"]), None)
+    return nxt if nxt is not None and nxt["t"] >= answered - TOL and used(nxt) else None
 
 
 CHECKS = {"deadlines-kept": check_deadlines_kept}

@@ -1,10 +1,11 @@
-"""deadlines-kept: a client that gives up by its deadline passes, one that waits a hung call
-or a late receiver out fails citing the call; a write the harness held back is not judged,
-and a run where nothing ran past a deadline is unknown."""
+"""deadlines-kept: a client that gives up by its deadline passes; one whose own spend record
+outlasts it, or that waits a hung call or a late receiver out and uses the answer, fails
+citing the call; a late failure write and a write the harness held back are not judged; a
+run where nothing ran past a deadline is unknown."""
 from __future__ import annotations
 
 import pytest
-from builders import S1, W1, call, job, nemesis, outbox, request, snapshot_of
+from builders import S1, W1, call, job, memo, nemesis, outbox, request, snapshot_of, spend
 
 from chaos.checkers.deadlines import check_deadlines_kept
 from chaos.history import merge
@@ -18,11 +19,15 @@ def run(history):
     return check_deadlines_kept(history, snapshot_of(history))
 
 
-def attempt(write_at: float) -> list[dict]:
-    """W1 claims DOC, its fetch hangs at the fake until 2.3, and it writes the failure."""
-    return [job(0.99, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1, lease_until=3.0),
-            HUNG, job(write_at, DOC, "fetching", "pending", W1, 1, attempts=1,
-                      next_run_at=write_at + 0.1, last_error="timeout")]
+def attempt(write_at: float, completed: bool = False) -> list[dict]:
+    """W1 claims DOC, its fetch hangs at the fake until 2.3, and it writes the failure (or,
+    having waited for the answer, the step's memo and completion)."""
+    claim = job(0.99, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1, lease_until=3.0)
+    if completed:
+        return [claim, HUNG, memo(write_at, DOC, "fetch", W1, 1),
+                job(write_at, DOC, "fetching", "fetched", W1, 1)]
+    return [claim, HUNG, job(write_at, DOC, "fetching", "pending", W1, 1, attempts=1,
+                             next_run_at=write_at + 0.1, last_error="timeout")]
 
 
 def test_a_worker_that_gives_up_at_its_call_timeout_passes():
@@ -31,23 +36,38 @@ def test_a_worker_that_gives_up_at_its_call_timeout_passes():
     assert verdict.metrics["overran_calls"] == 1
 
 
-def test_a_worker_that_waits_a_hung_call_out_fails():
-    verdict = run(attempt(2.35))
+def test_a_worker_that_waits_a_hung_call_out_and_uses_the_answer_fails():
+    verdict = run(attempt(2.35, completed=True))
     assert verdict.by_type == {"waited-past-deadline": 1}
-    assert verdict.failures[0].events == [HUNG]
+    assert verdict.failures[0].events[0] == HUNG
     assert "1 s deadline" in verdict.failures[0].message
+
+
+def test_a_failure_written_late_is_not_judged():
+    assert run(attempt(2.35)).status == "pass"  # a stall or a lock after giving up
 
 
 def test_a_write_the_harness_held_back_is_not_judged():
     held = [nemesis(1.9, "contention", seconds=0.5), nemesis(2.4, "contention_end")]
-    assert run(attempt(2.35) + held).status == "pass"
+    assert run(attempt(2.35, completed=True) + held).status == "pass"
 
 
-@pytest.mark.parametrize("mark_at, status", [(1.55, "pass"), (1.85, "fail")])
-def test_a_sender_gives_up_on_a_late_receiver_by_its_send_timeout(mark_at, status):
+@pytest.mark.parametrize("outcome, status", [("timeout", "pass"), ("ok", "fail")],
+                         ids=["recorded-its-timeout", "recorded-the-answer"])
+def test_the_engines_own_spend_record_says_whether_it_waited(outcome, status):
+    record = spend(2.35, DOC, "fetch", W1, 1, outcome=outcome, started=1.0)
+    assert run(attempt(2.35) + [record]).status == status
+
+
+@pytest.mark.parametrize("mark_at, sent, status", [(1.55, False, "pass"),
+                                                  (1.85, False, "pass"),
+                                                  (1.85, True, "fail")],
+                         ids=["gave-up-in-time", "failure-written-late", "marked-sent-late"])
+def test_a_sender_gives_up_on_a_late_receiver_by_its_send_timeout(mark_at, sent, status):
     late = request(1.0, 1.8, DOC, "charge", worker=S1, status=None, outcome="error",
                    applied=False)  # the fake answers 0.8 s in; the send timeout is 0.5 s
-    retry = outbox(mark_at, 1, DOC, "charge", S1, 1, attempts=1, last_error="timeout")
+    retry = outbox(mark_at, 1, DOC, "charge", S1, 1, attempts=1,
+                   sent_at=mark_at if sent else None, last_error=None if sent else "timeout")
     history = merge([outbox(0.99, 1, DOC, "charge", S1, 1, old_token=0, attempts=1), late,
                      retry])
     snap = snapshot_of(history)
