@@ -35,8 +35,9 @@ REFERENCE = "reference"
 SHORT = {"legal-transitions": "LT", "no-rebill-after-commit": "NR", "outbox-bounded": "OB",
          "effects-complete": "EC", "all-jobs-settle": "AS", "submissions-idempotent": "SI",
          "memo-consistent": "MC", "retry-discipline": "RD", "bounded-work": "BW",
-         "lease-exclusive": "LE", "fenced-writes": "FW", "cost-accounted": "CA",
-         "db-intact": "DB"}
+         "lease-exclusive": "LE", "lease-kept": "LK", "deadlines-kept": "DK",
+         "fenced-writes": "FW", "cost-accounted": "CA", "db-intact": "DB",
+         "processes-survive": "PS"}
 
 
 @dataclass(frozen=True)

@@ -78,3 +78,9 @@ def test_reference_engine_passes_the_runs_that_catch_the_mutants(scenario, tmp_p
         report = campaign(scenario, "reference", seed, tmp_path)
         assert report["result"] == "pass", (
             f"the reference engine fails {scenario} seed {seed}: {explain(report)}")
+
+
+def test_the_matrix_has_a_column_head_for_every_invariant():
+    from chaos.mutants.matrix import SHORT
+    assert set(SHORT) == set(INVARIANTS)
+    assert len(set(SHORT.values())) == len(SHORT)  # heads tell invariants apart
