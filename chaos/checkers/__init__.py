@@ -48,8 +48,8 @@ CHECKERS: dict[str, Checker] = {}
 INVARIANTS = (
     "legal-transitions", "no-rebill-after-commit", "outbox-bounded", "effects-complete",
     "all-jobs-settle", "submissions-idempotent", "memo-consistent", "retry-discipline",
-    "bounded-work", "lease-exclusive", "lease-kept", "deadlines-kept", "fenced-writes",
-    "cost-accounted", "db-intact",
+    "bounded-work", "lease-exclusive", "lease-kept", "deadlines-kept", "operator-moves",
+    "fenced-writes", "cost-accounted", "db-intact",
     "processes-survive",
 )
 
@@ -57,7 +57,7 @@ INVARIANTS = (
 def _load() -> None:
     import importlib
     for module in ("transitions", "billing", "outbox", "liveness", "leases", "deadlines",
-                   "integrity", "processes"):
+                   "operator", "integrity", "processes"):
         CHECKERS.update(importlib.import_module(f"{__name__}.{module}").CHECKS)
 
 

@@ -36,6 +36,7 @@ SHORT = {"legal-transitions": "LT", "no-rebill-after-commit": "NR", "outbox-boun
          "effects-complete": "EC", "all-jobs-settle": "AS", "submissions-idempotent": "SI",
          "memo-consistent": "MC", "retry-discipline": "RD", "bounded-work": "BW",
          "lease-exclusive": "LE", "lease-kept": "LK", "deadlines-kept": "DK",
+         "operator-moves": "OM",
          "fenced-writes": "FW", "cost-accounted": "CA", "db-intact": "DB",
          "processes-survive": "PS"}
 

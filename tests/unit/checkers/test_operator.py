@@ -1,0 +1,54 @@
+"""operator-moves: an operator action reported done wrote the job, released its lease, and a
+requeue or resolve started the step over in a ready state, due at once; a cancel ended it;
+an action that raised fails; a run with no action done is unknown."""
+from __future__ import annotations
+
+import pytest
+from builders import OP, job, nemesis, snapshot_of
+
+from chaos.checkers.operator import check_operator_moves
+from chaos.history import merge
+
+DOC = "doc-1"
+
+
+def run(history):
+    history = merge(history)
+    return check_operator_moves(history, snapshot_of(history))
+
+
+def done(t, action):
+    return nemesis(t, "operator", action=action, job=DOC, result="done")
+
+
+def requeued(t, **kw):
+    """The operator's requeue of a job parked in failed_fetch, as the engine wrote it."""
+    fields = {"attempts": 0, "claims": 0, "lease_until": 0.0, "next_run_at": t, **kw}
+    return job(t, DOC, "failed_fetch", "pending", OP, 2, old_token=1, **fields)
+
+
+def test_a_requeue_that_starts_the_step_over_passes():
+    verdict = run([requeued(1.0), done(1.01, "requeue")])
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.checked == 1
+
+
+@pytest.mark.parametrize("history, kind", [
+    ([requeued(1.0, attempts=3), done(1.01, "requeue")], "operator-move-kept-counters"),
+    ([requeued(1.0, lease_until=9.0), done(1.01, "requeue")], "operator-move-kept-lease"),
+    ([requeued(1.0, next_run_at=9.0), done(1.01, "requeue")], "operator-move-not-due"),
+    ([done(1.01, "requeue")], "operator-move-missing"),
+    ([job(1.0, DOC, "failed_fetch", "fetched", OP, 2, old_token=1), done(1.01, "cancel")],
+     "operator-move-wrong-state"),
+    ([nemesis(1.0, "error", fault="operator", error="DatabaseError: changed under it")],
+     "operator-action-raised"),
+], ids=["counters-kept", "lease-kept", "not-due", "nothing-written", "cancel-not-terminal",
+        "raised"])
+def test_an_operator_move_that_breaks_its_promise_fails(history, kind):
+    verdict = run(history)
+    assert verdict.by_type == {kind: 1}, verdict.reason
+
+
+def test_no_operator_action_done_is_unknown():
+    refused = nemesis(1.0, "operator", action="cancel", job=DOC, result="refused: delivered")
+    assert run([refused]).status == "unknown"
