@@ -118,6 +118,17 @@ def make_plan(scenario: Scenario, seed: int, pipeline: Pipeline) -> FaultPlan:
                      forced_receiver=forced_receiver)
 
 
+#: The refusals a real provider answers a request it will never accept with: a poisoned
+#: job's status is one of them, fixed per job, so that an engine that retries any 4xx above
+#: 400 (or takes some for retryable) is seen.
+POISON_STATUSES = (400, 404, 413, 422)
+
+
+def poison_status(plan: "FaultPlan", job: str) -> int:
+    """The 4xx a poisoned job's calls are refused with (a pure function of the plan)."""
+    return POISON_STATUSES[int(unit(plan.seed, "poison-status", job) * len(POISON_STATUSES))]
+
+
 def unit(seed: int, *parts: object) -> float:
     """A uniform number in [0, 1) that depends only on the seed and the parts."""
     digest = hashlib.blake2b(":".join(map(str, (seed, *parts))).encode(), digest_size=8)
@@ -163,7 +174,8 @@ def provider_fault(scenario: Scenario, plan: FaultPlan, job: str, step: str,
     poisoned = plan.poison.get(job)
     if poisoned and poisoned["step"] == step:
         kind = poisoned["kind"]
-        return {"kind": "status", "status": 400} if kind == "status400" else {"kind": kind}
+        return {"kind": "status", "status": poison_status(plan, job)} if kind == "status400" \
+            else {"kind": kind}
     table = _provider_faults(scenario.faults, n)
     fault = forced(table, plan.forced_provider, job, step, n) or _draw(
         table, unit(plan.seed, "provider", job, step, n))

@@ -38,8 +38,8 @@ def faults_applied(plan: FaultPlan, events: list[Event], nemesis: Counter) -> di
             counts["outage_503"] += 1  # the outage's doing, not evidence of random 5xx
         elif fault == "status" and status == 429:
             counts["provider_429"] += 1
-        elif fault == "status" and status == 400:
-            counts["poison"] += 1
+        elif fault == "status" and status and 400 <= status < 500:
+            counts["poison"] += 1  # 429 was counted above
         elif fault == "status" and status and status >= 500:
             counts["provider_5xx"] += 1
         elif fault in ("hang", "reset", "slow"):

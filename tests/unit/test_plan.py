@@ -15,8 +15,8 @@ import pytest
 
 from chaos.documents import make_documents
 from chaos.nemesis import FaultPolicy
-from chaos.plan import (POISON_KINDS, FaultPlan, documents_for, make_plan,
-                        provider_fault, receiver_fault)
+from chaos.plan import (POISON_KINDS, POISON_STATUSES, FaultPlan, documents_for, make_plan,
+                        poison_status, provider_fault, receiver_fault)
 from chaos.reference import REFERENCE
 from chaos.scenario import RATES, SCENARIO_DIR, load_scenario
 
@@ -52,12 +52,12 @@ def poison_fault_for(p: FaultPlan, job: str, step: str) -> dict | None:
     if not poisoned or poisoned["step"] != step:
         return None
     if poisoned["kind"] == "status400":
-        return {"kind": "status", "status": 400}
+        return {"kind": "status", "status": poison_status(p, job)}
     return {"kind": poisoned["kind"]}
 
 
 def is_poison(fault: dict | None) -> bool:
-    return bool(fault) and (fault.get("status") == 400
+    return bool(fault) and (fault.get("status") in POISON_STATUSES
                             or fault["kind"] in ("bad_content", "schema", "garbage"))
 
 

@@ -93,11 +93,12 @@ def test_with_no_evidence_every_configured_fault_is_unfired():
 
 
 def test_unfired_lists_exactly_the_configured_faults_without_evidence():
-    smoke = load_scenario("smoke")  # kill, crash points, 429, 5xx, poison, receiver 5xx
+    smoke = load_scenario("smoke")  # kill, crash points, 429, 5xx, hang, poison, receiver 5xx
     applied = faults_applied(PLAN, [call("status", 429), call("schema")], Counter({"kill": 3}))
     applied["pause"] = 5  # evidence of a fault the scenario did not ask for changes nothing
     applied["receiver_5xx"] = 0
-    assert sorted(unfired(smoke, applied)) == ["crash_points", "provider_5xx", "receiver_5xx"]
+    assert sorted(unfired(smoke, applied)) == ["crash_points", "hang", "provider_5xx",
+                                                "receiver_5xx"]
 
 
 def test_unfired_is_empty_when_every_configured_fault_has_evidence():
