@@ -58,8 +58,9 @@ CAPABILITIES: dict[str, tuple[str, str]] = {
                      "NINELIVES_CRASH_* environment", "crash-point faults, crash-loop payloads"),
     "outbox": ("effects leave through an outbox the observer reports (effect_queued, "
                "effect_sent)", "outbox-bounded, effects-complete"),
-    "operator": ("controls.operator cancels, requeues and resolves jobs",
-                 "operator faults; parked states are left only by an operator"),
+    "operator": ("controls.operator cancels, requeues and resolves jobs, answering done or "
+                 "refused", "operator faults; operator-moves; parked states are left only by "
+                 "an operator"),
     "heartbeat": ("a worker extends its lease while a step runs",
                   "lease-kept; lease-exclusive expects no overlap with heartbeat on"),
     "lease_expiry": ("controls.expire_leases forces every in-flight lease to expire",
