@@ -96,7 +96,7 @@ def wrap(cls: type, name: str, make: Callable[[Callable], Callable]) -> None:
 COMPLETE = "UPDATE job SET state=?, result=COALESCE(?, result)"
 CONTINUE = "UPDATE job SET state=?, claims=1,"
 FAIL = "UPDATE job SET state=?, attempts=attempts+1"
-HEARTBEAT = "UPDATE job SET lease_until=?, next_run_at=?,"
+HEARTBEAT = "UPDATE job SET lease_until=MAX(lease_until, ?),"
 CLAIM_PICK = "SELECT id, state, claims, attempts FROM job WHERE pipeline=?"
 CLAIM_DUE = "SELECT 1 FROM job WHERE pipeline=?"
 MEMO_INSERT = "INSERT OR IGNORE INTO step_result"
@@ -357,6 +357,14 @@ def heartbeat_keeps_deadline() -> None:
     wrap(SQLiteStore, "heartbeat", make)
 
 
+# -- operator actions -------------------------------------------------------------------------
+
+def operator_move_not_written() -> None:
+    """An operator action reports done without writing the job: the operator believes a
+    parked job requeued (or a job cancelled) that never moved."""
+    wrap(SQLiteStore, "_operator_move", lambda original: lambda self, *a, **k: None)
+
+
 # -- the outbox sender ------------------------------------------------------------------------
 
 def sender_without_key() -> None:
@@ -389,7 +397,8 @@ PATCHES: dict[str, Callable[[], None]] = {f.__name__: f for f in (
     claim_steals_live_leases, no_crash_loop_cap, memo_check_skipped, memo_last_writer_wins,
     separate_transactions, outbox_after_commit, spend_unrecorded, poison_retried,
     retry_after_ignored, backoff_without_jitter, jitter_narrowed, no_call_deadline,
-    heartbeat_keeps_deadline, sender_without_key, senders_without_claim, mark_sent_before_send)}
+    heartbeat_keeps_deadline, operator_move_not_written, sender_without_key, senders_without_claim,
+    mark_sent_before_send)}
 
 
 def apply(name: str) -> None:
