@@ -147,6 +147,24 @@ class ReplacingSubmit(MutantEngine):
         return self.submit_with(store, job_id, payload)
 
 
+class UnwrittenOperator(MutantEngine):
+    """Operator actions (the adapter's own control, in the harness process) report done
+    without writing the job; the workers are the reference's."""
+
+    def command(self, role: str, ctx: ProcessContext) -> Command:
+        return ReferenceEngine.command(self, role, ctx)
+
+    def operator(self, db: str, action: str, job_id: str) -> str:
+        from ..inprocess.patches import restored
+        from .patches import apply
+        with restored():  # this call only
+            apply(self.mutant.name)
+            return ReferenceEngine.operator(self, db, action, job_id)
+
+
+#: Mutants whose change lives in the adapter's own controls, not in its processes.
+CONTROL_MUTANTS = {"submit_replaces": ReplacingSubmit,
+                   "operator_move_not_written": UnwrittenOperator}
+
 ENGINES: dict[str, MutantEngine] = {
-    m.name: (ReplacingSubmit if m.name == "submit_replaces" else MutantEngine)(m)
-    for m in CATALOG}
+    m.name: CONTROL_MUTANTS.get(m.name, MutantEngine)(m) for m in CATALOG}
