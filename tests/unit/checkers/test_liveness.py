@@ -295,7 +295,8 @@ def test_a_hung_call_given_up_at_the_call_timeout_is_not_a_negative_wait():
     assert retry_check(history).status == "pass"
 
 
-def eight_retries(waits):
+def retries(waits):
+    """One failed try per wait, each on a job of its own."""
     history = []
     for i, wait in enumerate(waits):
         history += failed_try(1.0 + i, W1, 1, 1, wait, job_id=f"doc-{i}")
@@ -303,7 +304,7 @@ def eight_retries(waits):
 
 
 def test_backoff_without_jitter_is_caught():
-    history = eight_retries([0.1] * 8)  # always the ceiling: within bounds, but no jitter
+    history = retries([0.1] * 8)  # always the ceiling: within bounds, but no jitter
     verdict = retry_check(history)
     assert verdict.by_type == {"no-jitter": 1}
     assert verdict.failures[0].events == [e for e in history if e.get("to") == "pending"][:4]
@@ -311,31 +312,24 @@ def test_backoff_without_jitter_is_caught():
 
 def test_jittered_backoff_passes():
     rng = random.Random(3)
-    assert retry_check(eight_retries([rng.uniform(0, 0.1) for _ in range(8)])).status == "pass"
+    assert retry_check(retries([rng.uniform(0, 0.1) for _ in range(8)])).status == "pass"
 
 
 @pytest.mark.parametrize("low, high", [(0.05, 0.1), (0.0, 0.04)],
                          ids=["top-half-of-the-range", "bottom-40-percent"])
 def test_waits_jittered_over_part_of_the_range_are_caught_by_their_spread(low, high):
     rng = random.Random(5)
-    verdict = retry_check(many_retries([rng.uniform(low, high) for _ in range(60)]))
+    verdict = retry_check(retries([rng.uniform(low, high) for _ in range(60)]))
     assert verdict.by_type == {"jitter-not-spread": 1}, verdict.reason
     assert verdict.metrics["jitter_spread"]["waits"] == 60
 
 
 def test_waits_spread_over_the_whole_range_pass_the_spread_test():
     rng = random.Random(6)
-    verdict = retry_check(many_retries([rng.uniform(0.0, 0.1) for _ in range(60)]))
+    verdict = retry_check(retries([rng.uniform(0.0, 0.1) for _ in range(60)]))
     assert verdict.status == "pass", verdict.reason
     spread = verdict.metrics["jitter_spread"]
     assert max(spread["too_low"], spread["too_high"]) < spread["band"]
-
-
-def many_retries(waits):
-    history = []
-    for i, wait in enumerate(waits):
-        history += failed_try(1.0 + i, W1, 1, 1, wait, job_id=f"doc-{i:03}")
-    return history
 
 
 def test_the_spread_tests_false_alarm_rate_is_within_its_bound():
@@ -464,4 +458,4 @@ def test_a_retry_or_an_operator_requeue_starts_a_new_run_of_claims(through):
 def test_waits_all_at_the_top_of_the_range_are_caught_as_missing_jitter():
     """Write latency blurs equal waits on a loaded machine; all near the ceiling is the tell."""
     waits = [0.0998, 0.0946, 0.0959, 0.1, 0.0951, 0.0937, 0.0935, 0.1]  # ceiling 0.1
-    assert retry_check(eight_retries(waits)).by_type == {"no-jitter": 1}
+    assert retry_check(retries(waits)).by_type == {"no-jitter": 1}
