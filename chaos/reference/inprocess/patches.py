@@ -19,7 +19,7 @@ from ..adapter import ReferenceEngine
 #: The engine modules a patch may touch; `restored()` puts their contents back.
 ENGINE_MODULES = ("engine.worker", "engine.outbox", "engine.retry", "engine.steps",
                   "engine.provider", "engine.http", "engine.hooks", "engine.store.sqlite",
-                  "engine.store.operator", "engine.store.base")
+                  "engine.store.operator", "engine.store.queries", "engine.store.base")
 
 
 @contextmanager
