@@ -37,6 +37,11 @@ _GARBAGE = b"<html>upstream garbage"
 
 # --- the pipeline's steps, answered deterministically -------------------------------------------
 
+#: Prices per 1,000 prompt and completion tokens, a small model's as real providers list
+#: them: not round multiples of 1e-6, so that an engine that rounds or truncates a cost is
+#: seen by cost-accounted.
+PRICE_PER_1K = (0.00015, 0.0006)
+
 def _text(value) -> str:
     return "" if value is None else value if isinstance(value, str) else str(value)
 
@@ -119,7 +124,7 @@ class FakeProvider(FakeServer):
 
     base_path = "/v1"
 
-    def __init__(self, ledger_path, faults=None, price_per_1k=(0.001, 0.003),
+    def __init__(self, ledger_path, faults=None, price_per_1k=PRICE_PER_1K,
                  host: str = "127.0.0.1", port: int = 0):
         super().__init__(ledger_path, faults, host, port)
         self.price_in, self.price_out = price_per_1k

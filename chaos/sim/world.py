@@ -17,14 +17,13 @@ from typing import Any, Protocol
 
 
 from ..fakes.attribution import call_attribution, effect_attribution
-from ..fakes.provider import (_content, _error_body, _messages, _parse_input,
+from ..fakes.provider import (PRICE_PER_1K, _content, _error_body, _messages, _parse_input,
                               _step_from_prompt, step_output)
 from ..fakes.server import BadRequest
 from .scheduler import Scheduler
 
 #: Virtual seconds a provider call or receiver request takes when nothing slows it down.
 LATENCY = 0.01
-PRICE_PER_1K = (0.001, 0.003)  # the fake provider's default prices (prompt, completion)
 PROVIDER_URL = "sim://provider/v1"
 RECEIVER_URL = "sim://receiver/v1/effects"
 
