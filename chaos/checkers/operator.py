@@ -27,7 +27,7 @@ def check_operator_moves(history: list[Event], snapshot: dict[str, Any]) -> Verd
         if is_job(e) and is_operator(e) and e.get("type") == "state":
             moves.setdefault(e["job"], []).append(e)
     t0 = history[0]["t"] if history else 0.0
-    since: dict[str, float] = {}
+    taken: dict[str, int] = {}  # per job, how many of its operator writes are matched
     for e in history:
         if e.get("src") == "nemesis" and e.get("type") == "error" \
                 and e.get("fault") == "operator":
@@ -39,14 +39,14 @@ def check_operator_moves(history: list[Event], snapshot: dict[str, Any]) -> Verd
             continue
         job, action = e["job"], e["action"]
         verdict.checked += 1
-        written = [m for m in moves.get(job, ()) if since.get(job, -1.0) < m["t"] <= e["t"] + TOL]
-        since[job] = e["t"]
+        # Actions on a job run one after the other: the k-th done is its k-th operator write.
+        queue, k = moves.get(job, []), taken.get(job, 0)
         at = f"+{e['t'] - t0:.3f} s"
-        if not written:
+        if k >= len(queue) or queue[k]["t"] > e["t"] + TOL:
             verdict.fail("operator-move-missing", f"job {job}: the operator's {action} at {at} "
                          "was reported done, but nothing was written to the job", e)
             continue
-        move = written[-1]
+        move, taken[job] = queue[k], k + 1
         kept = [f"{name} {move[name]}" for name in ("attempts", "claims")
                 if move.get(name) not in (None, 0)] if action != "cancel" else []
         if kept:

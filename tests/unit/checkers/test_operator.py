@@ -52,3 +52,12 @@ def test_an_operator_move_that_breaks_its_promise_fails(history, kind):
 def test_no_operator_action_done_is_unknown():
     refused = nemesis(1.0, "operator", action="cancel", job=DOC, result="refused: delivered")
     assert run([refused]).status == "unknown"
+
+
+def test_two_actions_on_one_job_at_one_instant_are_matched_in_order():
+    """sim operator-actions seed 9: a requeue and a cancel of one job in the same turn."""
+    cancelled = job(1.0, DOC, "pending", "cancelled", OP, 3, old_token=2, attempts=0, claims=0,
+                    lease_until=0.0)
+    verdict = run([done(1.0, "requeue"), done(1.0, "cancel"), requeued(1.0), cancelled])
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.checked == 2
