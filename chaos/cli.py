@@ -8,7 +8,7 @@
     ninelives mutants [--seeds N] [--profile P] [--only NAME,...] [--out DIR]
     ninelives engine ...        (see `ninelives engine --help`)
 
-Exit codes: 0 every invariant holds, 1 an invariant failed, 2 the harness could not run.
+Exit codes: 0 every invariant with evidence holds, 1 an invariant failed, 2 the harness could not run.
 """
 from __future__ import annotations
 

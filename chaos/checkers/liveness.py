@@ -461,7 +461,8 @@ def _check_spread(verdict: Verdict, spread: list) -> dict:
     report.update(too_low=round(too_low, 4), too_high=round(too_high, 4), band=round(band, 4))
     if max(too_low, too_high) > band:
         how = "short" if too_low > band else "long"
-        scaled = sorted(((b + a) / 2, w) for (a, b), (_, _, _, w) in zip(ranges, spread))
+        scaled = sorted((((b + a) / 2, w) for (a, b), (_, _, _, w) in zip(ranges, spread)),
+                        key=lambda pair: pair[0])
         verdict.fail("jitter-not-spread",
                      f"{len(ranges)} retry waits are not spread over their backoff ranges, "
                      f"they are too {how}: their distribution is {max(too_low, too_high):.2f} "

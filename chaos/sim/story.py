@@ -34,8 +34,9 @@ def who(e: Event, pids: dict[str, int] | None = None) -> str:
 
 
 def failure_of(verdicts: list[Verdict], target: str | None = None) -> Verdict | None:
-    """The verdict of invariant `target` if it did not pass, else the first that did not."""
-    failed = [v for v in verdicts if v.valid is not True]
+    """The verdict of invariant `target` if it failed, else the first that failed (an
+    `unknown` one has no failure to tell)."""
+    failed = [v for v in verdicts if v.valid is False]
     return next((v for v in failed if v.name == target), failed[0] if failed else None)
 
 
@@ -73,7 +74,7 @@ def headline(verdicts: list[Verdict], target: str | None = None) -> str:
     """One line: the failure of `target` (or the first failure), or that all held."""
     failure = failure_of(verdicts, target)
     if failure is None:
-        return "every invariant holds"
+        return "every invariant with evidence holds"
     kind = next(iter(failure.by_type), failure.status)
     return f"{failure.name} ({kind}): {failure.reason}"
 

@@ -324,6 +324,12 @@ def test_waits_jittered_over_part_of_the_range_are_caught_by_their_spread(low, h
     assert verdict.metrics["jitter_spread"]["waits"] == 60
 
 
+def test_equal_waits_fail_the_spread_test_without_the_checker_crashing():
+    """The mutant backoff_without_jitter: every wait the same, so the witnesses tie."""
+    verdict = retry_check(retries([0.1] * 30))
+    assert {"no-jitter", "jitter-not-spread"} <= set(verdict.by_type), verdict.reason
+
+
 def test_waits_spread_over_the_whole_range_pass_the_spread_test():
     rng = random.Random(6)
     verdict = retry_check(retries([rng.uniform(0.0, 0.1) for _ in range(60)]))
