@@ -60,6 +60,7 @@ def post_json(url: str, body: Any, headers: Mapping[str, str], timeout: float) -
     watchdog.daemon = True
     data = json.dumps(body).encode()
     path = parts.path + (f"?{parts.query}" if parts.query else "")
+    started = time.monotonic()
     try:
         watchdog.start()
         conn.request("POST", path or "/", body=data, headers={
@@ -76,7 +77,9 @@ def post_json(url: str, body: Any, headers: Mapping[str, str], timeout: float) -
     finally:
         watchdog.cancel()
         conn.close()
-    if expired.is_set():
+    # The watchdog is a thread, and a loaded machine can run it late: an answer that came
+    # after the deadline is refused by the clock, whether or not the watchdog has fired.
+    if expired.is_set() or time.monotonic() - started > timeout:
         raise CallTimeout(f"POST {url} timed out after {timeout} s")
     text = raw.decode("utf-8", errors="replace")
     if not 200 <= status <= 299:

@@ -111,3 +111,53 @@ def test_retry_after_is_never_infinite(value):
     # parked: a non-finite header must be treated as garbage.
     seconds = parse_retry_after(value, now=NOW)
     assert seconds is None or math.isfinite(seconds)
+
+
+def test_an_answer_after_the_deadline_is_refused_even_when_the_watchdog_runs_late(
+        monkeypatch):
+    """A loaded machine can run the watchdog thread late (a real run with the suite beside
+    it saw an answer accepted 0.7 s past a 1 s deadline): the clock refuses it anyway."""
+    import http.server
+    import threading
+
+    import engine.http as client
+    from engine import CallTimeout
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = b"{}" + b" " * 6
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            for byte in body:  # trickled: no single read waits past the socket timeout
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                threading.Event().wait(0.05)
+
+        def log_message(self, *args):
+            pass
+
+    class LateTimer:  # a watchdog that never gets to run in time
+        daemon = True
+
+        def __init__(self, *args):
+            pass
+
+        def start(self):
+            pass
+
+        def cancel(self):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setattr(client.threading, "Timer", LateTimer)
+    try:
+        with pytest.raises(CallTimeout):
+            client.post_json(f"http://127.0.0.1:{server.server_port}/v1", {}, {}, 0.1)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
