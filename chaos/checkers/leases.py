@@ -223,7 +223,9 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     ("lease-lapsed"), and no renewal moves it past the renewal's time plus one lease
     ("lease-overextended": the renewal reads its clock before it commits).
 
-    Not judged where the harness takes leases on purpose: a holding during which the nemesis
+    A lapse is judged only while the worker waits on a provider call of its step (a process
+    the machine stopped running as a whole is no heartbeat's failure). Not judged where the
+    harness takes leases on purpose: a holding during which the nemesis
     expired leases, paused the holder, or held the write lock, and workers on a skewed clock
     or started without heartbeat."""
     verdict = Verdict("lease-kept")
@@ -270,7 +272,7 @@ def _check_holding(verdict: Verdict, h, events: list[Event], index: JobIndex,
                 and start < e["t"] <= end]
     for e in renewals + [None]:
         t = e["t"] if e is not None else end
-        if held_until is not None and held_until < t - TOL:
+        if held_until is not None and held_until < t - TOL and _waiting_at(h, held_until):
             what = f"its next renewal at {at(t)}" if e is not None else (
                 f"its write at {at(t)}" if h.write is not None and t == h.write["t"]
                 else f"{'its death' if died and t == died['t'] else 'the end of the run'} at "
@@ -288,6 +290,13 @@ def _check_holding(verdict: Verdict, h, events: list[Event], index: JobIndex,
                          f"{e['lease_until'] - e['t']:.3f} s ahead: more than the lease "
                          f"({lease:g} s)", e)
         held_until, last = e.get("lease_until", held_until), e
+
+
+def _waiting_at(h, t: float) -> bool:
+    """Whether the holder was waiting on a provider call of the step at `t`: the moment a
+    heartbeat exists for. A process the machine did not run at all (no call in flight, no
+    write) stalled as a whole; a heartbeat cannot help that, and it is not judged."""
+    return any(c["t_start"] - TOL <= t <= c["t_end"] + TOL for _, c in h.calls)
 
 
 CHECKS = {

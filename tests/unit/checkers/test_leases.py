@@ -235,8 +235,15 @@ def held(*beats, done=3.5, lease=2.0):
                    lease_until=1.0 + lease)]
     history += [job(t, DOC, "fetching", "fetching", W1, 1, claims=1, lease_until=until)
                 for t, until in beats]
+    history.append(call(1.01, done - 0.01, DOC, "fetch", W1))  # waiting on the model
     history.append(job(done, DOC, "fetching", "fetched", W1, 1))
     return history
+
+
+def test_a_lapse_while_no_call_was_in_flight_is_a_stalled_process_not_judged():
+    history = [job(1.0, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1,
+                   lease_until=3.0), job(3.5, DOC, "fetching", "fetched", W1, 1)]
+    assert run(check_lease_kept, history).status == "pass"
 
 
 def test_a_lease_renewed_before_it_runs_out_is_kept():
