@@ -77,6 +77,9 @@ def test_the_report_scores_killed_and_timed_out_over_all_but_the_equivalents():
     assert summary["by_operator"]["AddNot"]["equivalent"] == 1
 
 
-def test_the_equivalents_file_gives_a_reason_for_each_entry():
-    for key, reason in score.equivalents().items():
-        assert len(key) == 3 and reason.strip(), key
+def test_the_equivalents_file_names_scored_modules_and_argues_each_entry():
+    known = score.equivalents()
+    assert known  # the file is read, not silently empty
+    for (module, operator, occurrence), reason in known.items():
+        assert module in score.MODULES and operator.startswith("core/"), module
+        assert occurrence >= 0 and len(reason.split()) >= 5, (module, operator, occurrence)

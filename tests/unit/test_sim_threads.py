@@ -89,22 +89,26 @@ def test_stamps_follow_the_order_writes_commit_in_when_threads_interleave(db):
     assert stamps == sorted(stamps) and len(set(stamps)) == 4 and stamps[-1] < 0.001
 
 
+def holder(db: str, sched: Scheduler, seconds: float):
+    """A thread that holds the write lock for `seconds` virtual seconds."""
+    def body():
+        conn = sqlite3.connect(db, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        sched.sleep(seconds)
+        conn.execute("ROLLBACK")
+    return body
+
+
 def test_a_locked_database_is_waited_for_on_the_virtual_clock(db):
     sched, virtual, _ = world()
     done = []
-
-    def holder():
-        conn = sqlite3.connect(db, isolation_level=None)
-        conn.execute("BEGIN IMMEDIATE")
-        sched.sleep(2.0)  # virtual seconds: the writer below must wait them out
-        conn.execute("ROLLBACK")
 
     def writer():
         conn = sqlite3.connect(db, timeout=5.0, isolation_level=None)
         conn.execute("INSERT INTO t VALUES ('w', 0)")
         done.append(sched.now())
 
-    actor(sched, "holder", holder)
+    actor(sched, "holder", holder(db, sched, 2.0))  # the writer must wait these out
     actor(sched, "writer", writer)
     with virtual.patched():
         sched.run(max_turns=5000)
@@ -116,12 +120,6 @@ def test_a_lock_held_past_the_busy_timeout_raises_as_sqlite_would(db):
     sched, virtual, _ = world()
     errors = []
 
-    def holder():
-        conn = sqlite3.connect(db, isolation_level=None)
-        conn.execute("BEGIN IMMEDIATE")
-        sched.sleep(10.0)
-        conn.execute("ROLLBACK")
-
     def writer():
         conn = sqlite3.connect(db, isolation_level=None)
         conn.execute("PRAGMA busy_timeout=500")  # the engine's own setting is honoured
@@ -130,7 +128,7 @@ def test_a_lock_held_past_the_busy_timeout_raises_as_sqlite_would(db):
         except sqlite3.OperationalError as exc:
             errors.append((str(exc), sched.now()))
 
-    actor(sched, "holder", holder)
+    actor(sched, "holder", holder(db, sched, 10.0))
     actor(sched, "writer", writer)
     with virtual.patched():
         sched.run(max_turns=5000)
