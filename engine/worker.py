@@ -60,24 +60,30 @@ class Heartbeat:
     step would cost more than the step's commit). `watching(claim)` yields an Event that is
     set when an extension matches no row: the lease was taken, and the worker must not make
     the state transition.
+
+    `thread` builds the thread and `monotonic` measures intervals: the standard library's by
+    default; a simulation passes its own, so that this very code runs on its virtual clock.
     """
 
     def __init__(self, open_store_: Callable[[], SQLiteStore], clock: Clock, lease: float,
-                 every: float, worker_id: str) -> None:
+                 every: float, worker_id: str, *,
+                 thread: Callable[..., Any] = threading.Thread,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self._open_store, self.clock, self.lease, self.every = open_store_, clock, lease, every
         self.worker_id = worker_id
+        self._new_thread, self._monotonic = thread, monotonic
         self._lock = threading.Lock()
         self._watched: tuple[Claim, threading.Event, float] | None = None
-        self._thread: threading.Thread | None = None
+        self._thread: Any = None
 
     @contextmanager
     def watching(self, claim: Claim) -> Iterator[threading.Event]:
         lost = threading.Event()
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+            self._thread = self._new_thread(target=self._run, name="heartbeat", daemon=True)
             self._thread.start()
         with self._lock:
-            self._watched = (claim, lost, time.monotonic())
+            self._watched = (claim, lost, self._monotonic())
         try:
             yield lost
         finally:
@@ -88,10 +94,10 @@ class Heartbeat:
         store = self._open_store()
         half = self.every / 2
         while True:
-            time.sleep(half)
+            self.clock.sleep(half)
             with self._lock:
                 watched = self._watched
-            if watched is None or time.monotonic() - watched[2] < half:
+            if watched is None or self._monotonic() - watched[2] < half:
                 continue
             claim, lost, _ = watched
             try:

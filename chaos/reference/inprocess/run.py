@@ -1,15 +1,16 @@
 """The reference engine in a simulation: its workers and senders as scheduled threads against
 a real SQLite file (the engine-neutral rest of a simulated run is `chaos.sim.driver`).
 
-Heartbeats are simulated (`world.SimHeartbeat`: an actor per worker on the virtual clock),
-never the engine's real-time thread. A thread that finds the write lock taken (a contention
-fault holds it) waits on the virtual clock (the store's `wait_clock`), a scheduling point like
+The engine's own heartbeat runs, its thread an actor of the worker's process on the virtual
+clock, so a bug in it shows in simulation too. A thread that finds the write lock taken (a
+contention fault holds it) waits on the virtual clock (the store's `wait_clock`), a scheduling point like
 any other. Databases use synchronous=NORMAL (a simulation tests interleavings, not
 durability) and live in /dev/shm when there is one.
 """
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import shutil
 import sqlite3
@@ -18,15 +19,17 @@ from typing import Any, Callable
 
 from engine import Sender, load_config
 from engine.store import OperatorError, SubmissionConflict
-from engine.worker import Worker
+from engine.worker import Heartbeat, Worker
 
 from ...sim.choices import Choices
 from ...sim.driver import Simulation
 from ...sim.scheduler import Process, VirtualClock
 from ...sim.spec import SimResult, SimSpec, scratch_dir
+from ...sim.threads import SimThread
 from .. import audit, observer
+from ..adapter import expire_leases
 from .patches import in_process
-from .world import (EngineErrors, EngineHooks, PROVIDER_URL, RECEIVER_URL, SimHeartbeat,
+from .world import (EngineErrors, EngineHooks, PROVIDER_URL, RECEIVER_URL,
                     install_audit, routed, sim_store)
 
 
@@ -106,20 +109,19 @@ class ReferenceSimulation(Simulation):
         return body
 
     def _heartbeat(self, process: Process, clock: VirtualClock, config,
-                   worker_id: str) -> SimHeartbeat:
-        beat = SimHeartbeat(self.sched, clock, config.lease, config.beat_every, worker_id)
-
-        def open_store():  # at the first beat: most steps end before one is due
+                   worker_id: str) -> Heartbeat:
+        """The engine's own heartbeat, its thread an actor of the worker's process and its
+        intervals on the virtual clock."""
+        def open_store():  # in the heartbeat's thread, as the engine opens it
             store = self.open_store(f"heartbeat:{process.pid}")
             self.own(store)
             return store
 
-        def body() -> None:
-            beat.open_store = open_store
-            beat.run()
+        def thread(target, name=None, daemon=None):
+            return SimThread(self.sched, process, target, name)
 
-        beat.actor = self.sched.spawn(f"{process.name}/heartbeat", body, process)
-        return beat
+        return Heartbeat(open_store, clock, config.lease, config.beat_every, worker_id,
+                         thread=thread, monotonic=self.sched.now)
 
     def _sender_body(self, process: Process) -> Callable[[], None]:
         def body() -> None:
@@ -166,11 +168,8 @@ class ReferenceSimulation(Simulation):
     # -- the nemesis's controls -----------------------------------------------------------------
 
     def expire_leases(self) -> int:
-        now = self.sched.now()
         with self.nemesis_store.write() as conn:
-            return conn.execute(
-                "UPDATE job SET lease_until=?, next_run_at=?, updated_by='nemesis'"
-                " WHERE lease_until > ?", (now - 0.001, now - 0.001, now)).rowcount
+            return expire_leases(conn, self.sched.now())
 
     def hold_write_lock(self, seconds: float, held, released) -> None:
         sched = self.sched
@@ -211,6 +210,8 @@ def simulate(spec: SimSpec, choices: Choices, *, keep_db: str | None = None) -> 
     """
     started = time.perf_counter()
     engine = in_process(spec.engine, spec.engine_spec)
+    quiet = logging.NullHandler()  # the engine's log lines (a lost lease) are its own, not
+    logging.getLogger("ninelives").addHandler(quiet)  # the sim's output
     workdir = scratch_dir()
     try:
         sim = ReferenceSimulation(spec, choices, workdir)
@@ -229,4 +230,5 @@ def simulate(spec: SimSpec, choices: Choices, *, keep_db: str | None = None) -> 
         result.db = keep_db
         return result
     finally:
+        logging.getLogger("ninelives").removeHandler(quiet)
         shutil.rmtree(workdir, ignore_errors=True)

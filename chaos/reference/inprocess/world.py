@@ -1,21 +1,20 @@
 """The reference engine's side of a simulation: its stores on the virtual clock (audit
 triggers stamped by it, the lock wait sleeping on it), its HTTP function routed to the
-in-process fakes and the errors that function raises, its crash points as scheduling
-points, and its heartbeat as an actor."""
+in-process fakes and the errors that function raises, and its crash points as scheduling
+points."""
 from __future__ import annotations
 
 import json
 import random
-import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
 from engine import CallTimeout, PoisonError, RetryableError, hooks
 from engine.http import parse_retry_after
 from engine.retry import classify_status
-from engine.store import SQLiteStore, StoreBusy, open_store
+from engine.store import SQLiteStore, open_store
 
-from ...sim.scheduler import INF, Scheduler, VirtualClock
+from ...sim.scheduler import Scheduler, VirtualClock
 from ...sim.world import PROVIDER_URL, RECEIVER_URL, SimProvider, SimReceiver
 from .. import audit
 
@@ -101,71 +100,3 @@ def routed(provider: "SimProvider", receiver: "SimReceiver") -> Iterator[None]:
         yield
     finally:
         engine.provider.post_json, engine.outbox.post_json = saved
-
-
-# -- the heartbeat -----------------------------------------------------------------------------
-
-class SimHeartbeat:
-    """The engine's heartbeat, simulated: one actor per worker process with its own store that
-    ticks every half interval on the virtual clock and, like `engine.worker.Heartbeat`,
-    extends the lease of a step watched at least half an interval, and reports a lost lease.
-
-    Between watches it does not wake (a tick with nothing watched changes nothing), but its
-    ticks keep the real thread's grid: the worker's start plus a whole number of half
-    intervals. Its store is opened at its first beat (`open_store`).
-    """
-
-    def __init__(self, sched: Scheduler, clock: VirtualClock, lease: float, every: float,
-                 worker_id: str) -> None:
-        self.sched, self.clock, self.lease, self.worker_id = sched, clock, lease, worker_id
-        self.half_us = sched.us(every / 2)
-        self.origin = sched.now_us
-        self.actor = None
-        self.store: SQLiteStore | None = None
-        self.open_store: Any = None  # opens the heartbeat's own store, at its first beat
-        self.watched: tuple | None = None
-        self.next_tick = INF
-
-    @contextmanager
-    def watching(self, claim) -> Iterator[threading.Event]:
-        lost = threading.Event()
-        self.watched = (claim, lost, self.sched.now_us)
-        self.next_tick = self._tick_after(self.sched.now_us)
-        self.sched.wake_at(self.actor, self.next_tick)
-        try:
-            yield lost
-        finally:
-            self.watched = None
-
-    def _tick_after(self, now_us: int) -> int:
-        k = (now_us - self.origin) // self.half_us + 1
-        return self.origin + k * self.half_us
-
-    def run(self) -> None:
-        """The actor's body."""
-        while True:
-            if self.next_tick == INF:
-                self.sched.wait()
-            else:
-                self.sched.sleep_until(self.next_tick)
-            watched = self.watched
-            if watched is None:
-                self.next_tick = INF
-                continue
-            self.next_tick = self._tick_after(self.sched.now_us)
-            claim, lost, since = watched
-            if self.sched.now_us - since < self.half_us:
-                continue
-            self._beat(claim, lost, watched)
-
-    def _beat(self, claim, lost: threading.Event, watched: tuple) -> None:
-        if self.store is None:
-            self.store = self.open_store()
-        try:
-            if not self.store.heartbeat(claim.job_id, claim.lease_token, self.clock.now(),
-                                        self.lease, self.worker_id):
-                lost.set()
-                if self.watched is watched:
-                    self.watched = None
-        except StoreBusy:
-            pass  # the lease still runs; try again next tick
