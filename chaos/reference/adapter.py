@@ -50,6 +50,18 @@ def backoff_bounds(base: float, cap: float, attempts: int) -> tuple[tuple[float,
     return tuple((0.0, min(cap, base * 2.0 ** (n - 1))) for n in range(1, attempts + 1))
 
 
+def expire_leases(conn, now: float) -> int:
+    """End every live lease now, a job's and an outbox row's, in the caller's transaction;
+    how many. The rows become due at once, as a lease that ran out would."""
+    past = now - 0.001
+    jobs = conn.execute("UPDATE job SET lease_until=?, next_run_at=?, updated_by='nemesis'"
+                        " WHERE lease_until > ?", (past, past, now)).rowcount
+    rows = conn.execute("UPDATE outbox SET lease_until=?, next_attempt_at=?,"
+                        " updated_by='nemesis' WHERE sent_at IS NULL AND dead_at IS NULL"
+                        " AND lease_until > ?", (past, past, now)).rowcount
+    return jobs + rows
+
+
 class ReferenceEngine:
     """The reference engine, run through its own CLI."""
 
@@ -179,10 +191,7 @@ class ReferenceEngine:
         store = self._store(db)
         try:
             with store.write() as conn:
-                now = time.time()
-                return conn.execute(
-                    "UPDATE job SET lease_until=?, next_run_at=?, updated_by='nemesis'"
-                    " WHERE lease_until > ?", (now - 0.001, now - 0.001, now)).rowcount
+                return expire_leases(conn, time.time())
         finally:
             store.close()
 
