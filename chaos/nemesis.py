@@ -56,7 +56,7 @@ class FaultPolicy:
     def receiver_fault(self, job: str, kind: str, n: int) -> dict | None:
         fault = (forced_receiver_fault if self.healed.is_set() else receiver_fault)(
             self.scenario, self.plan, job, kind, n)
-        if fault is not None and fault["kind"] == "timeout":
+        if fault is not None and fault["kind"] in ("timeout", "lost"):
             fault = {**fault, "seconds": self.send_timeout + 0.3}
         return fault
 
@@ -169,7 +169,8 @@ class Nemesis:
         self._count("kill")
 
     def _pause(self, event: dict) -> None:
-        child = self._target(event, ("worker",))
+        roles = ("worker", "sender") if self.scenario.faults.pause_senders else ("worker",)
+        child = self._target(event, roles)
         if child is None:
             return
         seconds = self.scenario.faults.pause_seconds

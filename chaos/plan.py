@@ -152,6 +152,7 @@ def _receiver_faults(f, n: int) -> list[tuple[str, float, dict]]:
         ("receiver_5xx", f.receiver_5xx, {"kind": "status", "status": (500, 503)[n % 2]}),
         ("receiver_timeout", f.receiver_timeout, {"kind": "timeout", "seconds": 0.0}),
         ("receiver_drop", f.receiver_drop, {"kind": "drop"}),
+        ("receiver_lost", f.receiver_lost, {"kind": "lost", "seconds": 0.0}),
     ]
 
 

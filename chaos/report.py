@@ -83,7 +83,7 @@ EVIDENCE = {
     "poison": "poison", "crash_loop": "crash_loop", "latency": "slow", "duplicate_same": "duplicate_same",
     "duplicate_different": "duplicate_different", "receiver_5xx": "receiver_5xx",
     "receiver_timeout": "receiver_timeout", "receiver_drop": "receiver_drop",
-    "contention": "contention", "operator": "operator", "crash_points": "crash_point",
+    "receiver_lost": "receiver_lost", "contention": "contention", "operator": "operator", "crash_points": "crash_point",
 }
 
 
@@ -92,7 +92,7 @@ NEEDS_CAPABILITY = {
     "lease_expiry": "lease_expiry", "contention": "write_lock", "operator": "operator",
     "crash_points": "crash_points", "crash_loop": "crash_points", "skewed_workers": "clock_skew",
     "heartbeat_off_workers": "heartbeat", "receiver_5xx": "outbox", "receiver_timeout": "outbox",
-    "receiver_drop": "outbox",
+    "receiver_drop": "outbox", "receiver_lost": "outbox",
 }
 
 

@@ -49,8 +49,9 @@ class Faults:
     kill_senders: bool = True
     crash_points: tuple[str, ...] = ()    # points armed in spawned processes ("*": all)
     crash_point_probability: float = 0.0  # chance per hit of an armed point
-    pause: float = 0.0                    # SIGSTOP/SIGCONT per second
+    pause: float = 0.0                    # SIGSTOP/SIGCONT per second, of a random worker
     pause_seconds: float = 3.0
+    pause_senders: bool = False           # ... or sender (its outbox lease runs out paused)
     lease_expiry: float = 0.0             # expiries of every in-flight lease, per second
     skewed_workers: int = 0               # workers started with a skewed clock
     skew_seconds: float = 5.0
@@ -75,6 +76,7 @@ class Faults:
     receiver_5xx: float = 0.0
     receiver_timeout: float = 0.0
     receiver_drop: float = 0.0            # applied, then the connection drops
+    receiver_lost: float = 0.0            # held past the sender's timeout, never applied
     # the database and the operator
     contention: float = 0.0               # write-lock holds per second
     contention_seconds: float = 0.5
@@ -108,7 +110,7 @@ class Scenario:
 
 SHARES = ("slow", "provider_429", "provider_5xx", "hang", "reset", "poison", "crash_loop",
           "duplicate_same", "duplicate_different", "receiver_5xx", "receiver_timeout",
-          "receiver_drop", "crash_point_probability")
+          "receiver_drop", "receiver_lost", "crash_point_probability")
 RATES = ("kill", "pause", "lease_expiry", "contention", "operator")
 
 

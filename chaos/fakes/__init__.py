@@ -9,7 +9,8 @@ from .receiver import RECEIVER_FAULTS, FakeReceiver
 
 __all__ = ["Ledger", "read_ledger", "FakeProvider", "FakeReceiver", "ScriptedFaults"]
 
-_NEEDS = {"status": "status", "hang": "seconds", "slow": "seconds", "timeout": "seconds"}
+_NEEDS = {"status": "status", "hang": "seconds", "slow": "seconds", "timeout": "seconds",
+          "lost": "seconds"}
 
 
 class ScriptedFaults:

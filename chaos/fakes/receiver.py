@@ -8,7 +8,8 @@ Ledger. Each entry holds key, job, kind, worker, `attributed` ("headers" | "body
 the fault, `outcome` and `applied` (what the fake did), and `completion` (what the sender can
 know): "ok" applied or replayed and answered; "fail" an error status answered, nothing applied
 (an injected 5xx, a body that is not JSON, a key reused with another body); "info" a dropped
-connection or a timeout, applied or not, or a sender that had already gone when the answer was
+connection or a timeout, applied or not (a "lost" request is held past the timeout and never
+applied), or a sender that had already gone when the answer was
 ready: it cannot know whether the effect landed.
 """
 
@@ -22,7 +23,7 @@ from functools import partial
 from .attribution import effect_attribution
 from .server import FAIL, INFO, OK, Deliver, FakeServer, JsonHandler
 
-RECEIVER_FAULTS = frozenset({"status", "timeout", "drop"})
+RECEIVER_FAULTS = frozenset({"status", "timeout", "drop", "lost"})
 
 _CONFLICT = {"error": "idempotency key reused with a different body"}
 _NOT_JSON = object()  # a body that does not parse (JSON null is an effect like any other)
@@ -89,6 +90,10 @@ class FakeReceiver(FakeServer):
             return _not_applied(fault["status"], "error"), partial(http.send_json, fault["status"], body)
         if effect is _NOT_JSON:
             return _not_applied(400, "error"), partial(http.send_json, 400, {"error": "body is not JSON"})
+        if fault_kind == "lost":  # held past the client's timeout, then thrown away
+            self.pause(fault["seconds"])
+            return ({"status": None, "outcome": "lost", "applied": False, "effect_id": None},
+                    http.reset_connection)
         if fault_kind == "timeout":
             self.pause(fault["seconds"])  # the client gives up first; the effect still lands
         decision = self._apply(*who, effect)
@@ -150,7 +155,7 @@ def _parse_json(raw: bytes):
 
 def _completion(outcome: str, fault) -> str:
     """What a sender that got the answer can know: ok, fail (nothing applied), or info."""
-    if fault is not None and fault["kind"] in ("timeout", "drop"):
+    if fault is not None and fault["kind"] in ("timeout", "drop", "lost"):
         return INFO  # the answer outlasts the sender's timeout, or never comes
     return OK if outcome in ("applied", "replayed") else FAIL
 

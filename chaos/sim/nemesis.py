@@ -72,7 +72,8 @@ class SimNemesis:
         self.applied["kill"] += 1
 
     def _pause(self, event: dict) -> None:
-        process = self._target(event, ("worker",))
+        roles = ("worker", "sender") if self.sim.scenario.faults.pause_senders else ("worker",)
+        process = self._target(event, roles)
         if process is None:
             return
         sched, seconds = self.sim.sched, self.sim.scenario.faults.pause_seconds

@@ -138,7 +138,7 @@ class SimReceiver:
         self._by_key: dict[str, dict] = {}
 
     def post(self, url: str, effect: Any, headers: dict, timeout: float) -> tuple[int, Any]:
-        """One effect request: applied, replayed, refused, dropped or answered too late."""
+        """One effect request: applied, replayed, refused, dropped, answered too late or lost."""
         who = effect_attribution(headers, effect)
         key, job, kind, worker = who["key"], who["job"], who["kind"], who["worker"]
         self.calls[(job, kind)] += 1
@@ -151,6 +151,13 @@ class SimReceiver:
         who = (key, job, kind, worker, effect)
         if fkind == "timeout":
             return self._late(url, entry, fault["seconds"], who, timeout)
+        if fkind == "lost":  # held past the client's timeout, then thrown away
+            seconds = fault["seconds"]
+            entry.update(status=None, outcome="lost", applied=False, effect_id=None)
+            self._ledger(entry, sched.now_us + sched.us(seconds))
+            sched.sleep(min(seconds, timeout))
+            raise (self.errors.timeout(url, timeout) if seconds >= timeout
+                   else self.errors.reset(url))
         if fkind == "status":
             entry.update(_not_applied(fault["status"]))
             answer: tuple | Exception = self.errors.status(

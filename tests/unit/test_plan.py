@@ -383,7 +383,7 @@ def test_every_configured_share_fault_is_forced_onto_one_early_call():
     assert {name for _, _, name in p.forced_provider} == {
         "provider_429", "provider_5xx", "hang", "reset", "slow"}
     assert {name for _, _, name in p.forced_receiver} == {
-        "receiver_5xx", "receiver_timeout", "receiver_drop"}
+        "receiver_5xx", "receiver_timeout", "receiver_drop", "receiver_lost"}
     clean = [j for j in p.jobs if j not in p.poison and j not in p.crash_loop
              and j not in p.needs_review]
     assert {job for job, _, _ in p.forced_provider} <= set(clean[:5])
@@ -397,7 +397,7 @@ def test_receiver_timeouts_outlast_the_send_timeout():
         for kind in EFFECT_KINDS:
             for n in range(1, 21):
                 planned, got = receiver_fault(s, p, job, kind, n), pol.receiver_fault(job, kind, n)
-                if planned and planned["kind"] == "timeout":
+                if planned and planned["kind"] in ("timeout", "lost"):
                     timeouts += 1
                     assert got == {**planned, "seconds": pytest.approx(SEND_TIMEOUT + 0.3)}
                 else:
