@@ -19,7 +19,8 @@ from .ops import TOL, capable, is_effect, is_engine, is_job, pids_by_worker
 from .verdict import Verdict
 
 CLEAN_OUTCOMES = frozenset({"applied", "replayed"})  # answers a sender saw and can trust
-LATE_FAULTS = frozenset({"timeout", "drop"})  # the receiver held the answer past the timeout
+#: the receiver held the answer past the timeout, or never gave one
+LATE_FAULTS = frozenset({"timeout", "drop", "lost"})
 
 Effect = tuple[str, str]  # (job, kind)
 
@@ -109,18 +110,24 @@ def _ambiguity(request: Event, rows: list[Event], idx: _Index,
     "answer": not a clean 2xx (error status, dropped connection, answered after the
     sender's timeout); "sender-killed": a clean answer, but the sender was SIGKILLed before
     marking the row sent (and before sending anything else); "lease-taken": a clean
-    answer, unmarked, and another sender claimed the row after this sender's lease ran out.
+    answer, unmarked, and another sender claimed the row after this sender's lease ran out;
+    "lease-lapsed": sent only after the sender's own lease had run out.
     """
     if not _clean(request, idx, settings):
         return "answer"
     sender, start = request.get("worker"), request["t_start"]
-    if any(e.get("worker") == sender and e.get("sent_at") is not None and e["t"] >= start - TOL
-           for e in rows):
+    # Marked sent by the same claim: before the sender's next claim of the row.
+    again = min((e["t"] for e in rows if _is_claim(e) and e.get("worker") == sender
+                 and e["t"] > start + TOL), default=float("inf"))
+    if any(e.get("worker") == sender and e.get("sent_at") is not None
+           and start - TOL <= e["t"] < again for e in rows):
         return None
     if _killed_before_next_send(sender, start, idx):
         return "sender-killed"
     if _lease_taken(sender, start, rows, settings):
         return "lease-taken"
+    if _sent_after_lease(sender, start, rows, settings):
+        return "lease-lapsed"
     return None
 
 
@@ -143,22 +150,44 @@ def _lease_taken(sender: str | None, start: float, rows: list[Event],
     if not own or not taken:
         return False
     # A takeover excuses the resend only once the first lease ran out; when the history does
-    # not say when that was (no lease_until, no outbox_lease setting), it is given the benefit.
-    until = own[-1].get("lease_until")
+    # not say when that was, it is given the benefit.
+    until = _lease_end(own[-1], rows, settings)
+    return until is None or taken[0]["t"] >= until - TOL
+
+
+def _sent_after_lease(sender: str | None, start: float, rows: list[Event],
+                      settings: dict[str, Any]) -> bool:
+    """The sender's lease on the row had run out before it sent (it was paused or slow
+    between its claim and the send): another sender was entitled to the row by then, so
+    this request is the lapse's, not a resend of a clean answer. No check before sending
+    closes that window, since a pause can fall between the check and the send."""
+    own = [e for e in rows if _is_claim(e) and e.get("worker") == sender
+           and e["t"] <= start + TOL]
+    if not own:
+        return False
+    until = _lease_end(own[-1], rows, settings)
+    return until is not None and start >= until - TOL
+
+
+def _lease_end(claim: Event, rows: list[Event], settings: dict[str, Any]) -> float | None:
+    """When a sender's claim of a row ran out: its lease_until (else claim time plus the
+    outbox_lease setting), or earlier where the harness cut it short (the lease_expiry
+    fault); None when the history does not say."""
+    until = claim.get("lease_until")
     if until is None and settings.get("outbox_lease") is not None:
-        until = own[-1]["t"] + settings["outbox_lease"]
-    # The harness may have cut it short (the lease_expiry fault): the resend is the fault's.
-    cuts = [e["t"] for e in rows if e.get("actor") == "harness" and e["t"] >= own[-1]["t"]
+        until = claim["t"] + settings["outbox_lease"]
+    cuts = [e["t"] for e in rows if e.get("actor") == "harness" and e["t"] >= claim["t"]
             and e.get("lease_until") is not None and e["lease_until"] <= e["t"] + TOL]
     if cuts and (until is None or min(cuts) < until):
         until = min(cuts)
-    return until is None or taken[0]["t"] >= until - TOL
+    return until
 
 
 def _describe(request: Event, cause: str | None, idx: _Index) -> str:
     answer = f"{request.get('status')} {request.get('outcome')}"
     note = {"answer": "ambiguous answer", "sender-killed": "sender killed before marking it",
-            "lease-taken": "sender's lease taken before marking it"}.get(cause, "clean")
+            "lease-taken": "sender's lease taken before marking it",
+            "lease-lapsed": "sent after the sender's lease ran out"}.get(cause, "clean")
     return f"#{request.get('n')} at {_at(request['t_start'], idx)} by {request.get('worker')}: " \
            f"{answer} ({note})"
 

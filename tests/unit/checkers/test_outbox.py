@@ -158,6 +158,45 @@ def test_a_lease_the_harness_cut_short_excuses_the_resend_of_the_sender_that_los
         assert verdict.metrics["ambiguous"] == {"lease-taken": 1}
 
 
+@pytest.mark.parametrize("late_at, status", [(3.0, "pass"), (2.4, "fail")],
+                         ids=["after-its-lease", "inside-its-lease"])
+def test_a_send_made_after_the_senders_own_lease_ran_out_is_the_lapses(late_at, status):
+    """Sim `everything` seed 5, a false alarm: S1 claimed the row (lease to 2.5) and was
+    paused before it sent; S2 took the row, sent and marked it; S1 woke at +3.0 s and sent
+    (replayed). Both answers were clean, but S1 sent with no lease left to send under."""
+    claim = outbox(1.5, 1, "doc-1", "charge", S1, 1, old_token=0, attempts=1,
+                   lease_until=2.5)
+    history = charge_only() + [claim]
+    history += sent_effect(2.6 if status == "pass" else 2.0, "doc-1", "charge", 1,
+                           sender=S2, token=2, lease_until=4.0)
+    history.append(request(late_at, late_at + 0.01, "doc-1", "charge", worker=S1, n=2,
+                           status=200, outcome="replayed", applied=False))
+    verdict = bounded(sorted(history, key=lambda e: e["t"]))
+    assert verdict.status == status, verdict.reason
+    if status == "pass":
+        assert verdict.metrics["ambiguous"] == {"lease-lapsed": 1}
+
+
+def test_a_mark_sent_under_a_later_claim_does_not_make_an_earlier_send_clean():
+    """Sim `everything` seed 31, a false alarm: S1 claimed the row, the harness cut its
+    lease, S2 claimed it; S1 sent anyway (201), S2's send timed out, and S1, claiming the
+    row again later, resent and marked it. S1's first send was after its lease ended: its
+    mark came under its next claim, not this one."""
+    history = charge_only() + [
+        outbox(2.0, 1, "doc-1", "charge", S1, 1, old_token=0, attempts=1, lease_until=3.5),
+        harness_cut(2.01, 2.009)]
+    history += sent_effect(2.02, "doc-1", "charge", 1, sender=S2, token=2, lease_until=3.5,
+                           status=200, outcome="replayed", applied=False, mark=False)
+    history[-1]["fault"] = "timeout"
+    history.append(request(2.025, 2.03, "doc-1", "charge", worker=S1, n=1))
+    history += sent_effect(3.0, "doc-1", "charge", 1, sender=S1, token=3, status=200,
+                           outcome="replayed", applied=False)
+    verdict = bounded(sorted(history, key=lambda e: e["t"]))
+    assert verdict.status == "pass", verdict.reason
+    ambiguous = verdict.metrics["ambiguous"]
+    assert ambiguous.pop("answer") == 1 and sum(ambiguous.values()) == 1, ambiguous
+
+
 def test_a_retry_after_an_error_status_is_allowed():
     history = charge_only() + sent_effect(2.0, "doc-1", "charge", 1, status=503,
                                           outcome="error", applied=False, mark=False)
