@@ -290,7 +290,7 @@ def test_an_adapter_without_an_in_process_patch_cannot_be_simulated():
 def test_a_catalog_mutant_runs_in_simulation_and_leaves_the_engine_as_it_found_it():
     from chaos.reference.mutants.catalog import ENGINES
     before = dict(vars(SQLiteStore)), dict(vars(Worker))
-    result = run(ZOMBIES, 1, ENGINES["no_token_on_complete"])
+    result = run(ZOMBIES, 3, ENGINES["no_token_on_complete"])
     assert "fenced-writes" in {name for name, _ in result.signature()}
     assert (dict(vars(SQLiteStore)), dict(vars(Worker))) == before
 
