@@ -1,23 +1,30 @@
 """The mutation score of the harness: how many one-line bugs in the reference engine's safety
 code it catches, measured with cosmic-ray, the harness itself as the test suite.
 
-    ninelives score [--modules engine/retry.py,...] [--seeds 2] [--run] [--workdir DIR]
+    ninelives score [--modules engine/retry.py,...] [--seeds 2] [--deep 1] [--run]
+                    [--jobs N] [--workdir DIR [--again]]
 
 Why cosmic-ray: it applies each mutation to the module's file on disk, so every process the
 harness starts (real workers and senders under `--run`, not only the simulation in the
 harness's own process) imports the mutated engine. A tool that switches mutants inside one
 Python process would leave the real-process campaigns testing the unmutated engine.
 
-How: the repository's engine, harness and scenarios are copied into a work folder (nothing in
-the checkout is ever mutated); cosmic-ray mutates the copy one mutant at a time and runs
-`python -m chaos.score kill` there, which runs the simulation over every scenario for
-`--seeds` seeds (smoke profile) and stops at the first failed invariant (the mutant is
-killed, exit 1); with `--run` a mutant the simulation missed then meets real processes
-(`ninelives run` of the scenarios in RUN_SCENARIOS). Operators that only make noise on this
-code (bitwise and shift operators, powers, floor division and modulo in place of arithmetic)
-are filtered out. Mutants listed in `mutation/equivalent.toml`, each with the reason it
-cannot change behaviour, are left out of the score; the report lists every survivor with its
-diff, so that each is either caught by a stronger check or argued equivalent there.
+How: the repository's engine, harness and scenarios are copied into a work folder, once per
+parallel worker (`--jobs`; nothing in the checkout is ever mutated). cosmic-ray hands each
+mutant to a free worker, which mutates its own copy and runs `python -m chaos.score kill`
+there. The kill command stops at the first failed invariant (the mutant is killed, exit 1):
+first the simulation of every scenario for `--seeds` seeds at the smoke profile (fast), then,
+for a mutant that survived, the strongest scenarios at the ci profile for `--deep` seeds, and
+with `--run` real processes (`ninelives run` of RUN_SCENARIOS), which alone see what the
+simulation replaces (the HTTP client's sockets and deadlines). Operators that only make noise
+on this code (bitwise and shift operators, powers, floor division and modulo in place of
+arithmetic) are filtered out. Mutants listed in `mutation/equivalent.toml`, each with the
+reason it cannot change behaviour, are left out of the score; the report lists every survivor
+with its diff, so that each is either caught by a stronger check or argued equivalent there.
+
+`--again` re-judges the survivors of a finished campaign with the harness as it is now (its
+copy refreshed from the checkout; the engine copy is kept, so mutants stay where they were)
+and the stages given now: strengthen a check, then ask it again of only what survived.
 """
 from __future__ import annotations
 
@@ -25,6 +32,8 @@ import argparse
 import json
 import os
 import shutil
+import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -41,6 +50,9 @@ MODULES = ("engine/store/sqlite.py", "engine/worker.py", "engine/outbox.py", "en
 SIM_SCENARIOS = ("smoke", "kill-storm", "provider-outage", "lost-lease", "outbox-ambiguous",
                  "operator-actions", "crash-loop", "poison", "duplicate-submit", "db-contention",
                  "everything")
+#: The scenarios of the deep stage (ci profile): the ones whose faults reach the most code.
+DEEP_SCENARIOS = ("everything", "outbox-ambiguous", "lost-lease", "provider-outage",
+                  "crash-loop", "operator-actions")
 RUN_SCENARIOS = ("smoke", "everything")
 EXCLUDED_OPERATORS = (
     r"core/ReplaceBinaryOperator_.*_(BitOr|BitAnd|BitXor|LShift|RShift|Pow|FloorDiv|Mod)$",
@@ -50,25 +62,30 @@ EQUIVALENT = os.path.join(ROOT, "mutation", "equivalent.toml")
 TARGET = 0.90
 #: The copy cosmic-ray mutates: what the harness needs to run an engine, nothing else.
 COPIED = ("engine", "chaos", "scenarios", "examples", "pyproject.toml")
+#: What `--again` refreshes in a copy: all of it but the engine, which holds the mutants.
+HARNESS = ("chaos", "scenarios", "examples")
 
 
 # -- the test command: is this mutant caught? ------------------------------------------------
 
-def kill(seeds: int, run: bool, out: str) -> int:
+def kill(seeds: int, deep: int, run: bool, out: str) -> int:
     """Exit 1 when any invariant fails for the engine as it is on disk now (the mutant is
-    killed), 0 when every scenario passed. Prints which scenario and seed caught it."""
+    killed), 0 when every stage passed. Prints which stage, scenario and seed caught it."""
     from .scenario import load_scenario
     from .sim import SeededChoices, SimSpec, simulate
     from .supervisor import die_with_parent
     die_with_parent()  # a mutant's test ends with the campaign that started it
-    for name in SIM_SCENARIOS:
-        scenario = load_scenario(name, "smoke")
-        for seed in range(1, seeds + 1):
-            result = simulate(SimSpec(scenario, seed), SeededChoices(seed))
-            if result.failed or result.errors:
-                why = [v.name for v in result.failed] or ["a thread raised"]
-                print(f"killed: sim {name} seed {seed}: {', '.join(why)}")
-                return 1
+    stages = [("smoke", SIM_SCENARIOS, seeds), ("ci", DEEP_SCENARIOS, deep)]
+    for profile, names, count in stages:
+        for name in names:
+            scenario = load_scenario(name, profile)
+            for seed in range(1, count + 1):
+                result = simulate(SimSpec(scenario, seed), SeededChoices(seed))
+                if result.failed or result.errors:
+                    why = [v.name for v in result.failed] or ["a thread raised"]
+                    print(f"killed: sim {name} --profile {profile} seed {seed}: "
+                          f"{', '.join(why)}")
+                    return 1
     if run:
         for name in RUN_SCENARIOS:
             done = subprocess.run([sys.executable, "-m", "chaos.cli", "run", name, "--profile",
@@ -83,44 +100,133 @@ def kill(seeds: int, run: bool, out: str) -> int:
 
 # -- the campaign -----------------------------------------------------------------------------
 
-def prepare(workdir: str, modules: list[str], seeds: int, run: bool, timeout: float) -> str:
-    """Copy the checkout into `workdir` and write cosmic-ray's configuration there."""
-    for name in COPIED:
-        src, dst = os.path.join(ROOT, name), os.path.join(workdir, name)
+def copy_checkout(dst: str, names: tuple[str, ...] = COPIED) -> None:
+    """Copy `names` of the checkout into `dst`, replacing what is there."""
+    for name in names:
+        src, target = os.path.join(ROOT, name), os.path.join(dst, name)
+        if os.path.isdir(target):
+            shutil.rmtree(target)
         if os.path.isdir(src):
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__"))
         else:
-            shutil.copy(src, dst)
-    command = f"{sys.executable} -m chaos.score kill --seeds {seeds}" + (" --run" if run else "")
+            shutil.copy(src, target)
+
+
+def test_command(seeds: int, deep: int, run: bool) -> str:
+    return (f"{sys.executable} -m chaos.score kill --seeds {seeds} --deep {deep}"
+            + (" --run" if run else ""))
+
+
+def write_config(workdir: str, modules: list[str], command: str, timeout: float,
+                 urls: list[str]) -> str:
+    """cosmic-ray's configuration for the campaign (the http distributor: one URL per
+    worker, each mutating its own copy)."""
     config = os.path.join(workdir, "cosmic-ray.toml")
     with open(config, "w", encoding="utf-8") as fh:
         fh.write("[cosmic-ray]\n"
                  f"module-path = {json.dumps(modules)}\n"
                  f"timeout = {timeout}\nexcluded-modules = []\n"
                  f"test-command = {json.dumps(command)}\n\n"
-                 "[cosmic-ray.distributor]\nname = \"local\"\n\n"
+                 "[cosmic-ray.distributor]\nname = \"http\"\n\n"
+                 f"[cosmic-ray.distributor.http]\nworker-urls = {json.dumps(urls)}\n\n"
                  "[cosmic-ray.filters.operators-filter]\n"
                  f"exclude-operators = {json.dumps(list(EXCLUDED_OPERATORS))}\n")
     return config
 
 
-def campaign(workdir: str, modules: list[str], seeds: int, run: bool, timeout: float,
-             fresh: bool) -> str:
-    """Initialise (unless resuming), filter and execute the session; returns its path."""
+def reset_survivors(session: str) -> int:
+    """Make the session's survivors pending again; how many."""
+    conn = sqlite3.connect(session)
+    try:
+        with conn:
+            return conn.execute("DELETE FROM work_results WHERE worker_outcome='normal' AND"
+                                " test_outcome='survived'").rowcount
+    finally:
+        conn.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_listening(port: int, proc: subprocess.Popen, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"mutation worker on port {port} exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"mutation worker on port {port} did not start listening")
+
+
+def serve_worker(port: int) -> None:
+    """A cosmic-ray http worker on 127.0.0.1 only (its own command listens on every
+    interface): mutates the files under the current directory and runs the test command."""
+    from aiohttp import web
+    from cosmic_ray.distribution.http import handle_mutate_and_test
+    from .supervisor import die_with_parent
+    die_with_parent()
+    app = web.Application()
+    app.add_routes([web.post("/", handle_mutate_and_test)])
+    web.run_app(app, host="127.0.0.1", port=port, print=None)
+
+
+def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: bool) -> str:
+    """Initialise (unless resuming), filter and execute the session over `args.jobs`
+    workers; returns its path. Every worker and test command dies with this one."""
     from .supervisor import die_with_parent
     tools = os.path.dirname(sys.executable)
     session = os.path.join(workdir, "session.sqlite")
-    env = {**os.environ, "PYTHONPATH": workdir}  # the copy's engine, in every process
-    steps = []
-    if fresh:
-        config = prepare(workdir, modules, seeds, run, timeout)
-        steps += [[os.path.join(tools, "cosmic-ray"), "init", config, session],
-                  [os.path.join(tools, "cr-filter-operators"), session, config]]
-    config = os.path.join(workdir, "cosmic-ray.toml")
-    steps.append([os.path.join(tools, "cosmic-ray"), "exec", config, session])
-    for argv in steps:
-        # cosmic-ray dies with this command, and each mutant's test with cosmic-ray.
-        subprocess.run(argv, cwd=workdir, env=env, check=True, preexec_fn=die_with_parent)
+    copies = [os.path.join(workdir, f"worker-{i + 1}") for i in range(args.jobs)]
+    first = os.path.join(copies[0], "engine")
+    started = os.path.isdir(first)  # a resumed campaign: its engine text is the first copy's
+    for copy in copies:
+        if not os.path.isdir(os.path.join(copy, "engine")):
+            copy_checkout(copy)
+            if started:  # the mutants' positions are in that text, not the checkout's now
+                shutil.rmtree(os.path.join(copy, "engine"))
+                shutil.copytree(first, os.path.join(copy, "engine"),
+                                ignore=shutil.ignore_patterns("__pycache__"))
+        elif args.again:
+            copy_checkout(copy, HARNESS)
+    ports = [_free_port() for _ in copies]
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    config = write_config(workdir, modules, test_command(args.seeds, args.deep, args.run),
+                          args.timeout, urls)
+    if args.again and not fresh:
+        print(f"re-judging {reset_survivors(session)} survivors with the harness as it is now",
+              flush=True)
+    workers = []
+    try:
+        for copy, port in zip(copies, ports):
+            env = {**os.environ, "PYTHONPATH": copy}  # the copy's engine, in every process
+            workers.append(subprocess.Popen(
+                [sys.executable, "-m", "chaos.score", "worker", "--port", str(port)], cwd=copy,
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                preexec_fn=die_with_parent))
+        for port, proc in zip(ports, workers):
+            _wait_listening(port, proc, time.monotonic() + 60)
+        steps = []
+        if fresh:  # init reads the modules of the first copy; every copy holds the same text
+            steps += [[os.path.join(tools, "cosmic-ray"), "init", config, session],
+                      [os.path.join(tools, "cr-filter-operators"), session, config]]
+        steps.append([os.path.join(tools, "cosmic-ray"), "exec", config, session])
+        for argv in steps:
+            subprocess.run(argv, cwd=copies[0], env={**os.environ, "PYTHONPATH": copies[0]},
+                           check=True, preexec_fn=die_with_parent)
+    finally:
+        for proc in workers:
+            proc.terminate()
+        for proc in workers:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     return session
 
 
@@ -220,30 +326,47 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command")
     k = sub.add_parser("kill", help="(the test command cosmic-ray runs in its work folder)")
     k.add_argument("--seeds", type=int, default=2)
+    k.add_argument("--deep", type=int, default=1)
     k.add_argument("--run", action="store_true")
+    w = sub.add_parser("worker", help="(a cosmic-ray worker on 127.0.0.1, in its copy)")
+    w.add_argument("--port", type=int, required=True)
     add_arguments(parser)
     args = parser.parse_args(argv)
     if args.command == "kill":
         with tempfile.TemporaryDirectory(prefix="ninelives-kill-") as out:
-            return kill(args.seeds, args.run, out)
+            return kill(args.seeds, args.deep, args.run, out)
+    if args.command == "worker":
+        serve_worker(args.port)
+        return 0
     return score(args)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modules", default=",".join(MODULES),
                         help="comma-separated engine files to mutate (default: the safety code)")
-    parser.add_argument("--seeds", type=int, default=2, help="sim seeds per scenario")
+    parser.add_argument("--seeds", type=int, default=2,
+                        help="sim seeds per scenario at the smoke profile (the fast stage)")
+    parser.add_argument("--deep", type=int, default=1,
+                        help="sim seeds per deep scenario at the ci profile, for survivors")
     parser.add_argument("--run", action="store_true",
                         help="also run real processes for mutants the simulation missed")
-    parser.add_argument("--timeout", type=float, default=300.0,
+    parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds per mutant before it counts as caught by a timeout")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="mutants judged at once, each in its own copy (default: cores)")
     parser.add_argument("--workdir", help="a work folder to use, or to resume if it has a session")
+    parser.add_argument("--again", action="store_true",
+                        help="with --workdir: judge the survivors again, harness refreshed")
 
 
 def score(args: argparse.Namespace) -> int:
     """Run (or resume) a campaign and print its report; exit 0 when the score meets TARGET."""
-    if args.seeds < 1 or args.timeout <= 0:
-        print("error: --seeds must be at least 1 and --timeout positive", file=sys.stderr)
+    for name, low in (("seeds", 1), ("deep", 0), ("jobs", 1)):
+        if getattr(args, name) < low:
+            print(f"error: --{name} must be at least {low}", file=sys.stderr)
+            return 2
+    if not args.timeout > 0:
+        print("error: --timeout must be positive", file=sys.stderr)
         return 2
     modules = [m.strip() for m in args.modules.split(",") if m.strip()]
     missing = [m for m in modules if not os.path.isfile(os.path.join(ROOT, m))]
@@ -258,11 +381,16 @@ def score(args: argparse.Namespace) -> int:
     workdir = args.workdir or tempfile.mkdtemp(prefix="ninelives-score-")
     os.makedirs(workdir, exist_ok=True)
     fresh = not os.path.exists(os.path.join(workdir, "session.sqlite"))
+    if args.again and fresh:
+        print(f"error: --again needs a --workdir with a campaign in it; {workdir} has none",
+              file=sys.stderr)
+        return 2
     started = time.perf_counter()
-    print(f"mutation campaign in {workdir} ({'new' if fresh else 'resumed'}): "
-          f"{', '.join(modules)}; sim seeds {args.seeds}{', then real runs' if args.run else ''}",
-          flush=True)
-    session = campaign(workdir, modules, args.seeds, args.run, args.timeout, fresh)
+    stages = [f"sim seeds {args.seeds}", f"deep seeds {args.deep}"] + (
+        ["then real runs"] if args.run else [])
+    print(f"mutation campaign in {workdir} ({'new' if fresh else 'resumed'}, {args.jobs} "
+          f"workers): {', '.join(modules)}; {', '.join(stages)}", flush=True)
+    session = campaign(workdir, modules, args, fresh)
     summary = summarize(results(session), equivalents())
     print_report(summary, session)
     print(f"took {time.perf_counter() - started:.0f} s")

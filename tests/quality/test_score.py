@@ -25,7 +25,8 @@ def copy_of_checkout(tmp_path) -> str:
 
 
 def kill(work: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "chaos.score", "kill", "--seeds", "1"],
+    return subprocess.run([sys.executable, "-m", "chaos.score", "kill", "--seeds", "1",
+                           "--deep", "1"],
                           cwd=work, env={**os.environ, "PYTHONPATH": work},
                           capture_output=True, text=True, timeout=280)
 
@@ -46,7 +47,9 @@ def test_the_test_command_passes_the_engine_and_kills_a_bug_written_to_its_file(
 
 def test_the_campaign_configuration_is_one_cosmic_ray_initialises(tmp_path):
     work = str(tmp_path)
-    config = score.prepare(work, ["engine/retry.py"], seeds=1, run=False, timeout=60)
+    config = score.write_config(work, ["engine/retry.py"], score.test_command(1, 0, False), 60,
+                                ["http://127.0.0.1:1"])
+    score.copy_checkout(work, ("engine",))
     tools = os.path.dirname(sys.executable)
     session = os.path.join(work, "session.sqlite")
     for argv in ([os.path.join(tools, "cosmic-ray"), "init", config, session],
