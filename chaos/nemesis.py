@@ -221,8 +221,9 @@ class Nemesis:
     def _operator(self, event: dict) -> None:
         jobs = self.plan.jobs
         job = jobs[event["pick"] % len(jobs)]
+        started = time.time()
         result = self.engine.operator(self.db, event["action"], job)
-        self._log("operator", action=event["action"], job=job, result=result)
+        self._log("operator", action=event["action"], job=job, result=result, t_start=started)
         if result == "done":
             self._count(f"operator_{event['action']}")
         self._count("operator")

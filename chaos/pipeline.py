@@ -33,6 +33,9 @@ class Pipeline:
 
     edges:          state -> the states a worker may move it to;
     operator_edges: state -> the states an operator may move it to (cancel, requeue, resolve);
+    operator_actions: action -> the states from which the engine always carries the action
+                    out (a refusal there is a bug); an action not named is not judged on
+                    its refusals (the engine may refuse it for reasons beyond the state);
     effects:        the kinds of side effect a finished job leaves through the outbox.
     Raises ValueError at construction for a table that does not hold together."""
 
@@ -41,6 +44,7 @@ class Pipeline:
     edges: Mapping[str, tuple[str, ...]]
     terminal: frozenset[str]
     operator_edges: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    operator_actions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     effects: tuple[str, ...] = ()
     initial: str = ""
 
@@ -50,6 +54,8 @@ class Pipeline:
         object.__setattr__(self, "edges", {k: tuple(v) for k, v in self.edges.items()})
         object.__setattr__(self, "operator_edges",
                            {k: tuple(v) for k, v in self.operator_edges.items()})
+        object.__setattr__(self, "operator_actions",
+                           {k: tuple(v) for k, v in self.operator_actions.items()})
         object.__setattr__(self, "effects", tuple(self.effects))
         if not self.initial and self.steps:
             object.__setattr__(self, "initial", self.steps[0].ready)
@@ -97,6 +103,7 @@ class Pipeline:
                       for s in self.steps],
             "edges": {k: list(v) for k, v in self.edges.items()},
             "operator_edges": {k: list(v) for k, v in self.operator_edges.items()},
+            "operator_actions": {k: list(v) for k, v in self.operator_actions.items()},
             "terminal": sorted(self.terminal), "parked": sorted(self.parked_states),
             "ready": sorted(self.ready_states), "working": sorted(self.working_states),
         }
@@ -110,7 +117,8 @@ class Pipeline:
                                     s.get("memo", True))
                                for s in data["steps"]),
                    edges=data["edges"], terminal=frozenset(data["terminal"]),
-                   operator_edges=data.get("operator_edges", {}))
+                   operator_edges=data.get("operator_edges", {}),
+                   operator_actions=data.get("operator_actions", {}))
 
 
 def _validate(p: Pipeline) -> None:
@@ -134,3 +142,8 @@ def _validate(p: Pipeline) -> None:
             raise ValueError(f"{where}: terminal state {state!r} has edges {p.edges[state]}")
     if p.initial not in p.states:
         raise ValueError(f"{where}: initial state {p.initial!r} is not a state of the table")
+    for action, states in p.operator_actions.items():
+        for state in states:
+            if not p.operator_edges.get(state):
+                raise ValueError(f"{where}: operator_actions says {action!r} always applies "
+                                 f"from {state!r}, which has no operator edge")

@@ -42,7 +42,17 @@ def chaos_pipeline(pipeline: EnginePipeline, effects: tuple[str, ...] = ()) -> P
                          model=not (effects and s.name == last), alternate=s.alternate)
                     for s in pipeline.steps),
         edges=dict(pipeline.edges), operator_edges=dict(pipeline.operator_edges),
-        terminal=pipeline.terminal)
+        operator_actions=operator_actions(pipeline), terminal=pipeline.terminal)
+
+
+def operator_actions(pipeline: EnginePipeline) -> dict[str, tuple[str, ...]]:
+    """Where the engine always carries an operator action out (`engine.store.operator`):
+    a cancel from any state with an operator edge to a terminal state (every ready and
+    parked state), a requeue or resolve from a parked state."""
+    cancel = tuple(s for s, to in pipeline.operator_edges.items()
+                   if any(t in pipeline.terminal for t in to))
+    parked = tuple(sorted({p for s in pipeline.steps for p in (s.parked, s.alternate) if p}))
+    return {"cancel": cancel, "requeue": parked, "resolve": parked}
 
 
 def backoff_bounds(base: float, cap: float, attempts: int) -> tuple[tuple[float, float], ...]:

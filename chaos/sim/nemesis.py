@@ -143,8 +143,9 @@ class SimNemesis:
         sim = self.sim
         jobs = sim.job_ids
         job = jobs[event["pick"] % len(jobs)]
+        started = sim.sched.now()
         result = sim.operate(event["action"], job)
-        self._log("operator", action=event["action"], job=job, result=result)
+        self._log("operator", action=event["action"], job=job, result=result, t_start=started)
         if result == "done":
             self.applied[f"operator_{event['action']}"] += 1
         self.applied["operator"] += 1

@@ -55,10 +55,10 @@ def article_pipeline() -> Pipeline:
                           engine.TERMINAL_FOR[working], model=step.name in calls.SCHEMAS,
                           alternate=ALTERNATE.get(step.name)))
     return Pipeline(name="article", steps=tuple(steps), edges=WORKER_EDGES, terminal=TERMINAL,
-                    operator_edges=OPERATOR_EDGES, effects=EFFECTS, initial="pending")
+                    operator_edges=OPERATOR_EDGES, effects=EFFECTS, initial="pending",
+                    operator_actions={a: tuple(m) for a, m in ACTIONS.items()})
 
 
-PIPELINE = article_pipeline()
 
 #: Operator actions: the state each may start from, and where it takes the job (STATES' edges).
 ACTIONS = {
@@ -67,6 +67,8 @@ ACTIONS = {
                 "failed_deliver": "verified"},
     "resolve": {"needs_human": "extracted"},
 }
+
+PIPELINE = article_pipeline()
 
 # -- settings -----------------------------------------------------------------------------------
 

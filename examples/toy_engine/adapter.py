@@ -39,7 +39,9 @@ PIPELINE = Pipeline(
     operator_edges={**{s: ("dropped",) for s in _LIVE},
                     "stuck": ("queued", "summarized", "dropped")},
     effects=(jobs.EFFECT_KIND,),
-    initial=jobs.INITIAL)
+    initial=jobs.INITIAL,
+    # resolve is left out: it also needs the step's memo, which a state does not show
+    operator_actions={"cancel": _LIVE, "requeue": (jobs.PARKED,)})
 
 
 class ToyEngine:

@@ -61,3 +61,52 @@ def test_two_actions_on_one_job_at_one_instant_are_matched_in_order():
     verdict = run([done(1.0, "requeue"), done(1.0, "cancel"), requeued(1.0), cancelled])
     assert verdict.status == "pass", verdict.reason
     assert verdict.checked == 2
+
+
+# -- refusals ------------------------------------------------------------------------------
+
+W = "worker:host:101:aaaa"
+
+
+def refused(t_start, t, action, why="refused: not parked"):
+    return nemesis(t, "operator", action=action, job=DOC, result=why, t_start=t_start)
+
+
+def parked_in_failed_fetch(t):
+    """A job the worker parked in failed_fetch: a requeue, resolve or cancel always applies."""
+    return [job(t - 0.5, DOC, None, "pending", "submit", 0, op="insert"),
+            job(t, DOC, "fetching", "failed_fetch", W, 1, last_error="fetch: gave up")]
+
+
+@pytest.mark.parametrize("action", ["requeue", "resolve", "cancel"])
+def test_an_action_refused_in_a_state_it_always_applies_from_fails(action):
+    verdict = run(parked_in_failed_fetch(1.0) + [refused(2.0, 2.01, action, "refused: no job")])
+    assert verdict.by_type == {"operator-refused-wrongly": 1}, verdict.reason
+    assert "'failed_fetch' throughout" in verdict.failures[0].message
+
+
+def test_a_refusal_where_the_action_does_not_apply_passes_and_counts():
+    history = [job(0.5, DOC, None, "pending", "submit", 0, op="insert"),
+               job(1.0, DOC, "pending", "fetching", W, 1, old_token=0, lease_until=5.0),
+               refused(2.0, 2.01, "requeue")]
+    verdict = run(history)
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["refusals_judged"] == 1
+
+
+def test_a_refusal_raced_by_a_write_during_the_action_is_not_judged():
+    """The job was parked when the action began, but a write landed while it ran."""
+    history = parked_in_failed_fetch(1.0) + [
+        job(2.005, DOC, "failed_fetch", "cancelled", OP, 2, old_token=1),
+        refused(2.0, 2.01, "requeue")]
+    verdict = run(history)
+    assert verdict.status == "unknown" and verdict.metrics["refusals_judged"] == 0
+
+
+def test_an_action_the_engine_does_not_name_is_not_judged_on_its_refusals():
+    from builders import pipeline_json, snapshot_of as snap
+    history = merge(parked_in_failed_fetch(1.0) + [refused(2.0, 2.01, "requeue")])
+    snapshot = snap(history)
+    snapshot["pipeline"] = {**pipeline_json(), "operator_actions": {"cancel": ["pending"]}}
+    verdict = check_operator_moves(history, snapshot)
+    assert verdict.status == "unknown", verdict.reason
