@@ -76,6 +76,9 @@ def run_checkers(history: list[Event], snapshot: dict[str, Any],
             verdict = Verdict(name).unknown(
                 f"checker crashed: {type(exc).__name__}: {exc}")
             verdict.metrics["traceback"] = traceback.format_exc(limit=5)
+        if verdict.valid is True and not verdict.checked:
+            # A check that examined nothing has no evidence for a pass.
+            verdict.unknown("nothing of its kind happened in this run: no evidence either way")
         verdicts.append(verdict)
     return verdicts
 
