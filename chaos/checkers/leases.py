@@ -221,7 +221,8 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     """With heartbeat on, a live worker keeps the lease of the step it works on: from its
     claim to its write that ends the step (or its death), the lease it holds never runs out
     ("lease-lapsed"), and no renewal moves it past the renewal's time plus one lease
-    ("lease-overextended": the renewal reads its clock before it commits).
+    ("lease-overextended": the renewal reads its clock before it commits), and the claim
+    itself grants at least half a lease from when it is written ("claim-lease-short").
 
     A lapse is judged only while the worker waits on a provider call of its step (a process
     the machine stopped running as a whole is no heartbeat's failure). Not judged where the
@@ -258,6 +259,15 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
 def _check_holding(verdict: Verdict, h, events: list[Event], index: JobIndex,
                    excused: dict[str, Any], lease: float, at) -> None:
     start = h.start["t"]
+    granted = h.start.get("lease_until")
+    if granted is not None and granted < start + lease / 2:
+        # A claim gives its worker a whole lease from when it is written (read before a lock
+        # wait, it may come out a little short: half a lease is far more than any wait).
+        verdict.fail("claim-lease-short", f"job {h.job}: {h.worker}'s claim of step "
+                     f"{h.step['name']!r} at {at(start)} set its lease to end at {at(granted)}, "
+                     f"{granted - start:+.3f} s from the claim: less than half the lease "
+                     f"({lease:g} s)", h.start)
+        return
     died = index.exit_after(h.worker, start)
     # The holding ends with its own write, its death, or the next claim or intervention on
     # the job (a claim by anyone: moving on to the next step is a claim of its own).

@@ -16,8 +16,8 @@ from typing import Any
 
 from ..history import Event
 from .index import readings
-from .ops import (TOL, capable, is_engine, is_heartbeat, is_job, is_operator, is_worker,
-                  pids_by_worker)
+from .ops import (TOL, capable, disturbed, is_engine, is_heartbeat, is_job, is_operator,
+                  is_worker, pids_by_worker)
 from .verdict import Verdict
 POISON_OUTCOMES = frozenset({"bad_content", "schema", "garbage"})
 SYNC_SPAN = 0.020      # retries starting within this span are "at once"
@@ -579,7 +579,8 @@ def _check_outage(verdict: Verdict, tl: Timeline, settings: dict, snapshot: dict
 # -- bounded-work ------------------------------------------------------------------------
 
 def check_bounded_work(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
-    """Claims of one step in a row stay within max_claims; crash-looping jobs end parked."""
+    """Claims of one step in a row stay within max_claims; crash-looping jobs end parked,
+    and a park for a crash loop follows claims that crashed."""
     verdict = Verdict("bounded-work")
     if _unknown_without_audit(verdict, history, snapshot):
         return verdict
@@ -605,6 +606,9 @@ def check_bounded_work(history: list[Event], snapshot: dict[str, Any]) -> Verdic
         runs.update(_run_lengths(holds))
     for job in snapshot["plan"].get("crash_loop", []):
         _check_crash_loop(verdict, tl, snapshot, job)
+    shared = readings(history)
+    for job, holds in tl.holdings.items():
+        _check_crash_loop_park(verdict, tl, shared, job, holds)
     verdict.checked = sum(len(h) for h in tl.holdings.values())
     if cap is None and verdict.valid is not False and not snapshot["plan"].get("crash_loop"):
         verdict.unknown("the engine declares no crash-loop cap and the run had no crash-loop "
@@ -624,6 +628,40 @@ def _run_lengths(holds: list[Holding]) -> list[int]:
             lengths.append(last[h.step["name"]])
         last[h.step["name"]] = h.run
     return lengths + list(last.values())
+
+
+def _check_crash_loop_park(verdict: Verdict, tl: Timeline, shared, job: str,
+                           holds: list[Holding]) -> None:
+    """A park for a crash loop needs the crashes: of the claims of the step in the run that
+    the park ended, at least half ended with their holder dead, paused or its lease taken
+    by the harness. Claims that ended with a live, undisturbed holder walking away are a
+    worker that does not do the work, not a job that kills its workers."""
+    parks = [e for _, e in tl.job_events.get(job, []) if e.get("type") == "state"
+             and e.get("cause") == "crash_loop"]
+    for park in parks:
+        run = [h for h in holds if h.start["t"] <= park["t"] + TOL
+               and h.step["parked"] == park["to"]]
+        if not run:
+            continue
+        run = run[-run[-1].run:]  # the claims since the job last entered the step
+        crashed = sum(_crashed(h, run, shared, park) for h in run)
+        if crashed * 2 < len(run):
+            verdict.fail("crash-loop-without-crashes",
+                         f"job {job}: parked for a crash loop at {tl.at(park['t'])} after "
+                         f"{len(run)} claims of step {run[-1].step['name']!r}, but only "
+                         f"{crashed} of them ended with the worker dead, paused or its lease "
+                         "taken by the harness", run[0].start, park)
+
+
+def _crashed(h: Holding, run: list[Holding], shared, park: Event) -> bool:
+    """Whether holding `h` ended by its holder's death or a harness disturbance before the
+    next claim of the run (or the park)."""
+    later = [x.start["t"] for x in run if x.start["t"] > h.start["t"]]
+    end = min(later) if later else park["t"]
+    died = shared.jobs.exit_after(h.worker, h.start["t"])
+    if died is not None and died["t"] <= end + TOL:
+        return True
+    return disturbed(shared.windows, shared.jobs.pids.get(h.worker), h.start["t"], end)
 
 
 def _check_crash_loop(verdict: Verdict, tl: Timeline, snapshot: dict, job: str) -> None:

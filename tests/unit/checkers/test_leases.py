@@ -260,6 +260,17 @@ def test_a_lease_that_runs_out_under_its_live_worker_fails(history):
     assert "ran out at +" in verdict.failures[0].message
 
 
+@pytest.mark.parametrize("granted, status", [(0.5, "fail"), (1.8, "fail"), (2.2, "pass")],
+                         ids=["already-over", "a-fifth-of-the-lease", "a-little-short"])
+def test_a_claim_that_grants_less_than_half_a_lease_fails(granted, status):
+    history = held(done=2.0)
+    history[0] = {**history[0], "lease_until": granted}
+    verdict = run(check_lease_kept, history)
+    assert verdict.status == status, verdict.reason
+    if status == "fail":
+        assert verdict.by_type == {"claim-lease-short": 1}
+
+
 def test_a_renewal_past_one_lease_ahead_fails():
     verdict = run(check_lease_kept, held((2.0, 6.0)))
     assert verdict.by_type == {"lease-overextended": 1}

@@ -408,9 +408,15 @@ def test_recorded_spend_without_a_provider_ledger_is_unknown():
 
 # -- bounded-work --------------------------------------------------------------------------
 
-def crash_loop(claims, parked=False):
-    history = [claim(1.0, W1, 1)] + [claim(1.0 + i, W1, i + 1, frm="fetching")
-                                     for i in range(1, claims)]
+def crash_loop(claims, parked=False, crashes=True):
+    """`claims` claims of J's fetch, each by a fresh worker that (crashes) dies holding it."""
+    history = []
+    for i in range(claims):
+        worker = f"worker:host:{300 + i}:cccc"
+        history.append(claim(1.0 + i, worker, i + 1, frm="pending" if i == 0 else "fetching"))
+        if crashes:
+            history.append(process(1.5 + i, "exit", f"worker-{i}", 300 + i, signal="SIGKILL",
+                                   killed=True))
     if parked:
         history.append(job(1.0 + claims, J, "fetching", "failed_fetch", W2, claims + 1,
                            old_token=claims, claims=claims, last_error="crash loop: step "
@@ -423,8 +429,8 @@ def test_a_crash_loop_job_without_a_claim_cap_is_caught():
     verdict = bounded(history, plan={**snapshot_with_effects([])["plan"], "crash_loop": [J]})
     assert verdict.by_type == {"too-many-claims": 1, "crash-loop-not-parked": 1}
     too_many, not_parked = verdict.failures
-    assert too_many.events == [history[0], history[8]]
-    assert not_parked.events == [history[-1]]
+    assert too_many.events == [history[0], history[16]]
+    assert not_parked.events == [history[-2]]  # its last claim (the exit follows)
     assert verdict.metrics["max_claims_per_step"] == {"fetch": 12}
 
 
@@ -433,6 +439,14 @@ def test_a_crash_loop_job_parked_at_the_cap_passes():
     verdict = bounded(history, plan={**snapshot_with_effects([])["plan"], "crash_loop": [J]})
     assert verdict.status == "pass", verdict.reason
     assert verdict.metrics["claims_histogram"] == {8: 1}
+
+
+def test_a_park_for_a_crash_loop_whose_claims_never_crashed_fails():
+    """A worker that walks away from every claim (its lease already over when granted, say)
+    makes the cap park a job that crashed nobody."""
+    verdict = bounded(crash_loop(8, parked=True, crashes=False))
+    assert verdict.by_type == {"crash-loop-without-crashes": 1}, verdict.reason
+    assert "only 0 of them" in verdict.failures[0].message
 
 
 def test_a_crash_loop_job_an_operator_cancelled_after_parking_passes():
