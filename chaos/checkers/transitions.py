@@ -168,7 +168,8 @@ def check_submissions_idempotent(history: list[Event], snapshot: dict[str, Any])
       none carries another payload_hash than the submission's;
     - runner submits of a known id: same payload_hash as the first submit -> result
       "exists"; another payload_hash -> "rejected", and the stored job (snapshot.jobs)
-      keeps the first submit's payload_hash.
+      keeps the first submit's payload_hash;
+    - a duplicate submit never raises (the harness logs an error for one that did).
     """
     verdict = Verdict("submissions-idempotent")
     at = clock_of(history)
@@ -179,6 +180,12 @@ def check_submissions_idempotent(history: list[Event], snapshot: dict[str, Any])
         return verdict.unknown("no runner submit events and no submitted operations in the "
                                "history")
     original = _check_submit_results(verdict, at, submits)
+    for e in history:  # a resubmission answers exists or rejected; it never raises
+        if e.get("src") == "nemesis" and e.get("type") == "error" \
+                and e.get("fault") == "duplicate_submit":
+            verdict.checked += 1
+            verdict.fail("submit-raised", f"a duplicate submit at {at(e['t'])} raised instead "
+                         f"of answering exists or rejected: {e.get('error')}", e)
     for job, first in original.items():
         row = stored.get(job)
         if row is not None and row.get("payload_hash") != first["payload_hash"]:

@@ -3,8 +3,8 @@ from the real engine), and each kind of violation fails citing the offending eve
 from __future__ import annotations
 
 import pytest
-from builders import (OP, W1, W2, delivered_job, install_audit, audit_events, job, snapshot,
-                      snapshot_of, submit)
+from builders import (OP, W1, W2, audit_events, delivered_job, install_audit, job, nemesis,
+                      snapshot, snapshot_of, submit)
 
 from chaos.checkers.transitions import check_legal_transitions, check_submissions_idempotent
 from engine.store import SubmissionConflict
@@ -161,6 +161,12 @@ def test_a_duplicate_gets_the_answer_its_payload_calls_for(payload_hash, result,
     history = delivered_job(DOC)
     dup = submit(9.0, DOC, result, payload_hash=payload_hash, duplicate=True)
     assert_fails(idempotent(history + [dup]), type_, history[0], dup)
+
+
+def test_a_duplicate_submit_that_raised_fails():
+    raised = nemesis(9.0, "error", fault="duplicate_submit",
+                     error="IndexError: tuple index out of range")
+    assert_fails(idempotent(delivered_job(DOC) + [raised]), "submit-raised", raised)
 
 
 def test_a_first_submit_that_was_rejected_fails():
