@@ -259,7 +259,8 @@ def _judge_applied(verdict: Verdict, effect: Effect, requests: list[Event], rece
 # -- effects-complete --------------------------------------------------------------------
 
 def check_effects_complete(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
-    """Every delivered job's outbox rows were applied at the receiver, or dead-lettered."""
+    """Every delivered job's outbox rows were applied at the receiver, or dead-lettered; and
+    a row is dead-lettered only for a refusal for good or after outbox_max_attempts."""
     verdict = Verdict("effects-complete")
     if not capable(snapshot, "outbox"):
         return verdict.unknown("the engine declares no outbox: no rows to hold the receiver to")
@@ -301,9 +302,40 @@ def check_effects_complete(history: list[Event], snapshot: dict[str, Any]) -> Ve
                 dead += 1
                 continue
             _judge_missing(verdict, row, idx, note)
+    cap = snapshot["settings"].get("outbox_max_attempts")
+    early = 0
+    for row in snapshot["outbox"]:
+        if row.get("dead_at") is not None and cap is not None:
+            verdict.checked += 1
+            early += _judge_dead_letter(verdict, row, idx, cap)
     verdict.metrics = {"delivered_jobs": len(delivered), "dead_lettered": dead,
+                       "dead_lettered_early": early,
                        "applied_effects": len(applied["effects"]), "drained": drained}
     return verdict
+
+
+#: Answers that say "try again": no answer at all (timeout, dropped, lost), 408, 429, 5xx.
+def _retryable(request: Event | None) -> bool:
+    status = None if request is None else request.get("status")
+    return status is None or status in (408, 429) or status >= 500
+
+
+def _judge_dead_letter(verdict: Verdict, row: dict, idx: _Index, cap: int) -> int:
+    """A row is dead-lettered only when its last answer refused it for good (a 4xx other
+    than 408 and 429) or after outbox_max_attempts attempts; 1 if this one was early."""
+    effect = (row["job"], row["kind"])
+    requests = idx.requests.get(effect, [])
+    claims = sum(_is_claim(e) for e in idx.rows.get(effect, []))
+    attempts = row.get("attempts") if row.get("attempts") is not None else claims
+    last = requests[-1] if requests else None
+    if attempts >= cap or (requests and not _retryable(last)):
+        return 0
+    answer = "no request was ever made" if last is None else (
+        f"its last answer was {last.get('status')} {last.get('outcome')}")
+    verdict.fail("dead-lettered-early", f"job {row['job']} {row['kind']!r}: dead-lettered "
+                 f"after {attempts} attempt(s) of {cap} (outbox_max_attempts), though "
+                 f"{answer}, which says try again", *(requests[-1:] or idx.rows.get(effect, [])[-1:]))
+    return 1
 
 
 def _applied(snapshot: dict[str, Any], idx: _Index) -> dict[str, set]:

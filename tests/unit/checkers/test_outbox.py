@@ -241,6 +241,21 @@ def test_a_dead_lettered_effect_is_allowed_and_counted():
     assert verdict.metrics["dead_lettered"] == 1
 
 
+@pytest.mark.parametrize("attempts, status, verdict_", [
+    (2, 503, "fail"), (2, None, "fail"), (2, 422, "pass"), (6, 503, "pass")],
+    ids=["5xx-before-the-cap", "timeout-before-the-cap", "refused-for-good", "at-the-cap"])
+def test_a_row_is_dead_lettered_only_for_good_or_at_the_cap(attempts, status, verdict_):
+    history = charge_only() + sent_effect(2.0, "doc-1", "charge", 1, status=status,
+                                          outcome="error", applied=False, mark=False)
+    history.append(outbox(2.1, 1, "doc-1", "charge", S1, 2, old_token=1, attempts=attempts,
+                          dead_at=2.1, last_error="dead-lettered"))
+    verdict = complete(history)
+    assert verdict.status == verdict_, verdict.reason
+    if verdict_ == "fail":
+        assert verdict.by_type == {"dead-lettered-early": 1}
+        assert f"after {attempts} attempt(s) of 6" in verdict.failures[0].message
+
+
 @pytest.mark.parametrize("dropped, what", [({"charge", "notify"}, "no outbox row"),
                                             ({"notify"}, "no notify row")])
 def test_a_delivered_job_without_its_outbox_rows_fails(dropped, what):
