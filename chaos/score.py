@@ -232,14 +232,52 @@ def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: 
 
 # -- the report -------------------------------------------------------------------------------
 
-def equivalents(path: str = EQUIVALENT) -> dict[tuple[str, str, int], str]:
-    """(module, operator, occurrence) -> why that mutant cannot change behaviour."""
+#: The two kinds of entry in mutation/equivalent.toml, and the outcome each gives a survivor.
+LISTS = {"equivalent": "equivalent", "out_of_scope": "out-of-scope"}
+
+
+def equivalents(path: str = EQUIVALENT) -> list[dict[str, Any]]:
+    """The hand-argued entries of mutation/equivalent.toml: `equivalent` (no run can tell
+    the mutant from the engine) and `out_of_scope` (a line of the safety modules that is not
+    safety code: a statistic, a message's wording, a path no worker or sender takes). Each
+    names its module and the source line as written (`line`), optionally the operators it
+    covers (`operators`: full names or families, e.g. "NumberReplacer"), and its reason.
+    Raises ValueError naming the entry that lacks a field."""
     if not os.path.exists(path):
-        return {}
+        return []
     with open(path, "rb") as fh:
         data = tomllib.load(fh)
-    return {(e["module"], e["operator"], int(e["occurrence"])): e["reason"]
-            for e in data.get("equivalent", [])}
+    entries = []
+    for table, outcome in LISTS.items():
+        for i, e in enumerate(data.get(table, [])):
+            missing = [k for k in ("module", "line", "reason") if not e.get(k)]
+            if missing:
+                raise ValueError(f"{os.path.relpath(path)}: [[{table}]] entry {i + 1} has no "
+                                 f"{', '.join(missing)}")
+            entries.append({"kind": outcome, "module": e["module"], "line": e["line"].strip(),
+                            "operators": tuple(e.get("operators", ())),
+                            "reason": " ".join(e["reason"].split())})
+    return entries
+
+
+def source_line(row: dict[str, Any]) -> str:
+    """The line a mutant changed, as written in the engine (from its diff)."""
+    for text in row["diff"].splitlines():
+        if text.startswith("-") and not text.startswith("---"):
+            return text[1:].strip()
+    return ""
+
+
+def argued(row: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The entry that covers this mutant, if any."""
+    name = row["operator"].split("/")[-1]
+    family = name.split("_")[0]
+    line = source_line(row)
+    for e in entries:
+        if e["module"] == row["module"] and e["line"] == line and (
+                not e["operators"] or name in e["operators"] or family in e["operators"]):
+            return e
+    return None
 
 
 def results(session: str) -> list[dict[str, Any]]:
@@ -273,12 +311,18 @@ def _outcome(result: dict | None) -> str:
     return "killed" if outcome == "killed" else "survived"
 
 
-def summarize(rows: list[dict[str, Any]], known: dict[tuple[str, str, int], str]) -> dict:
-    """Counts per module and per operator, the score, and the survivors."""
+def summarize(rows: list[dict[str, Any]], entries: list[dict[str, Any]]) -> dict:
+    """Counts per module and per operator, the score, the survivors, and any argued entry
+    that a killed mutant contradicts (an argument to fix, or a false alarm to find)."""
+    contradicted = []
     for row in rows:
-        key = (row["module"], row["operator"], row["occurrence"])
-        if row["outcome"] == "survived" and key in known:
-            row["outcome"], row["reason"] = "equivalent", known[key]
+        entry = argued(row, entries)
+        if entry is None:
+            continue
+        if row["outcome"] == "survived":
+            row["outcome"], row["reason"] = entry["kind"], entry["reason"]
+        elif row["outcome"] == "killed":
+            contradicted.append(row)
     by_module: dict[str, Counter] = defaultdict(Counter)
     by_operator: dict[str, Counter] = defaultdict(Counter)
     for row in rows:
@@ -291,11 +335,14 @@ def summarize(rows: list[dict[str, Any]], known: dict[tuple[str, str, int], str]
     return {"total": dict(total), "score": score, "by_module": by_module,
             "by_operator": by_operator,
             "survivors": [r for r in rows if r["outcome"] == "survived"],
-            "equivalent": [r for r in rows if r["outcome"] == "equivalent"]}
+            "equivalent": [r for r in rows if r["outcome"] == "equivalent"],
+            "out_of_scope": [r for r in rows if r["outcome"] == "out-of-scope"],
+            "contradicted": contradicted}
 
 
 def print_report(summary: dict, session: str) -> None:
-    columns = ("killed", "survived", "equivalent", "timeout", "incompetent", "pending")
+    columns = ("killed", "survived", "equivalent", "out-of-scope", "timeout", "incompetent",
+               "pending")
 
     def table(title: str, groups: dict[str, Counter]) -> None:
         width = max([len(title)] + [len(k) for k in groups])
@@ -314,6 +361,11 @@ def print_report(summary: dict, session: str) -> None:
         print(f"survived: {row['module']}:{row['line']} {row['operator']} "
               f"(occurrence {row['occurrence']})")
         print("  " + "\n  ".join(row["diff"].splitlines()[2:]))
+    for row in summary["contradicted"]:
+        said = row["output"].splitlines()[-1] if row["output"] else "?"
+        print(f"warning: {row['module']}:{row['line']} {row['operator']} is argued in "
+              f"{os.path.relpath(EQUIVALENT, ROOT)} but was killed ({said}): fix the "
+              "argument, or find the false alarm")
     score = summary["score"]
     verdict = "-" if score is None else f"{score:.1%}"
     met = score is not None and score >= TARGET

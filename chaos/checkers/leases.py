@@ -222,7 +222,9 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     claim to its write that ends the step (or its death), the lease it holds never runs out
     ("lease-lapsed"), and no renewal moves it past the renewal's time plus one lease
     ("lease-overextended": the renewal reads its clock before it commits), and the claim
-    itself grants at least half a lease from when it is written ("claim-lease-short").
+    itself grants at least half a lease from when it is written ("claim-lease-short"). And,
+    heartbeat or not, a worker never claims while holding as many live leases as it has
+    slots: it walked away from one ("lease-abandoned").
 
     A lapse is judged only while the worker waits on a provider call of its step (a process
     the machine stopped running as a whole is no heartbeat's failure). Not judged where the
@@ -231,16 +233,19 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     or started without heartbeat."""
     verdict = Verdict("lease-kept")
     settings = snapshot["settings"]
-    if not capable(snapshot, "heartbeat") or not settings.get("heartbeat"):
-        return verdict.unknown("the engine runs without heartbeat here: a lease that runs out "
-                               "under a live worker is expected")
-    lease = settings.get("lease")
-    if lease is None:
-        return verdict.unknown("the engine declares no lease length")
     shared = readings(history)
     tl, index = shared.timeline(snapshot["pipeline"]), shared.jobs
-    excused = shared.windows
     at = clock_of(history)
+    _check_abandoned(verdict, tl, settings.get("slots") or 1, at)
+    if not capable(snapshot, "heartbeat") or not settings.get("heartbeat"):
+        return verdict if verdict.valid is False else verdict.unknown(
+            "the engine runs without heartbeat here: a lease that runs out under a live "
+            "worker is expected")
+    lease = settings.get("lease")
+    if lease is None:
+        return verdict if verdict.valid is False else verdict.unknown(
+            "the engine declares no lease length")
+    excused = shared.windows
     for job, holds in tl.holdings.items():
         events = [e for _, e in tl.job_events.get(job, [])]
         for h in holds:
@@ -254,6 +259,54 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     verdict.metrics = {"holdings": verdict.checked, "lease": lease,
                        "heartbeat_interval": settings.get("heartbeat_interval")}
     return verdict
+
+
+def _check_abandoned(verdict: Verdict, tl, slots: int, at) -> None:
+    """A worker runs at most `slots` jobs at once: when it claims while already holding that
+    many live leases (none ended by its write, by another's claim or by an intervention on
+    the job), it walked away from one, leaving its job to wait for the lease to run out
+    ("lease-abandoned")."""
+    by_worker: dict[str, list] = {}
+    for holds in tl.holdings.values():
+        for h in holds:
+            by_worker.setdefault(h.worker, []).append(h)
+    for worker, holds in by_worker.items():
+        holds.sort(key=lambda h: h.start["t"])
+        live: list = []  # a holding that is no longer live never is again
+        for h in holds:
+            t = h.start["t"]
+            live = [p for p in live if _live_at(p, t, tl)]
+            if len(live) >= slots:
+                old = live[0]
+                verdict.fail("lease-abandoned", f"job {old.job}: {worker} claimed job {h.job} "
+                             f"at {at(t)} while it still held the lease on job {old.job} "
+                             f"(step {old.step['name']!r}, claimed at {at(old.start['t'])}, "
+                             f"lease to {at(_held_until(old, tl, t))}) without having "
+                             "finished or failed it", old.start, h.start)
+                return
+            live.append(h)
+
+
+def _held_until(h, tl, t: float) -> float:
+    """The end of `h`'s lease as last written by its holder before `t`."""
+    until = h.start.get("lease_until") or 0.0
+    for _, e in tl.job_events.get(h.job, []):
+        if h.start["t"] < e["t"] <= t and is_heartbeat(e) and e.get("worker") == h.worker:
+            until = max(until, e.get("lease_until") or 0.0)
+    return until
+
+
+def _live_at(h, t: float, tl) -> bool:
+    """Whether holding `h` still held a live lease at `t`: not ended by its own write, nor
+    by any other write to the job (a claim, an operator's or the harness's), and its lease
+    not run out."""
+    if h.write is not None and h.write["t"] <= t + TOL:
+        return False
+    for _, e in tl.job_events.get(h.job, []):
+        if h.start["t"] < e["t"] <= t + TOL and e is not h.start and not (
+                is_heartbeat(e) and e.get("worker") == h.worker):
+            return False
+    return _held_until(h, tl, t) > t + TOL
 
 
 def _check_holding(verdict: Verdict, h, events: list[Event], index: JobIndex,

@@ -271,6 +271,32 @@ def test_a_claim_that_grants_less_than_half_a_lease_fails(granted, status):
         assert verdict.by_type == {"claim-lease-short": 1}
 
 
+def test_a_worker_that_claims_while_holding_a_live_lease_abandoned_it():
+    """W1 claims DOC (lease to 3.0) and, without finishing or failing it, claims doc-2."""
+    history = [job(1.0, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1,
+                   lease_until=3.0),
+               job(1.5, "doc-2", "pending", "fetching", W1, 1, old_token=0, claims=1,
+                   lease_until=3.5)]
+    verdict = run(check_lease_kept, history)
+    assert verdict.by_type == {"lease-abandoned": 1}, verdict.reason
+    assert verdict.failures[0].events == history
+
+
+@pytest.mark.parametrize("between", [
+    [job(1.2, DOC, "fetching", "fetched", W1, 1)],                       # finished it
+    [job(1.2, DOC, "fetching", "fetching", W2, 2, claims=2, lease_until=4.0)],  # taken over
+    [nemesis(1.2, "expire", leases=1),
+     job(1.2, DOC, "fetching", "fetching", "nemesis", 1, lease_until=1.199)],   # cut short
+], ids=["finished", "taken-over", "expired-by-the-harness"])
+def test_a_claim_after_the_last_lease_ended_is_not_abandonment(between):
+    history = [job(1.0, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1,
+                   lease_until=3.0)] + between + [
+        job(1.5, "doc-2", "pending", "fetching", W1, 1, old_token=0, claims=1,
+            lease_until=3.5)]
+    verdict = run(check_lease_kept, history)
+    assert "lease-abandoned" not in verdict.by_type, verdict.reason
+
+
 def test_a_renewal_past_one_lease_ahead_fails():
     verdict = run(check_lease_kept, held((2.0, 6.0)))
     assert verdict.by_type == {"lease-overextended": 1}
