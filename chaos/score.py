@@ -240,8 +240,9 @@ def equivalents(path: str = EQUIVALENT) -> list[dict[str, Any]]:
     """The hand-argued entries of mutation/equivalent.toml: `equivalent` (no run can tell
     the mutant from the engine) and `out_of_scope` (a line of the safety modules that is not
     safety code: a statistic, a message's wording, a path no worker or sender takes). Each
-    names its module and the source line as written (`line`), optionally the operators it
-    covers (`operators`: full names or families, e.g. "NumberReplacer"), and its reason.
+    names its module and the source line as written (`line`), optionally the function that
+    holds it (`function`, where the line occurs twice) and the operators it covers
+    (`operators`: full names or families, e.g. "NumberReplacer"), and its reason.
     Raises ValueError naming the entry that lacks a field."""
     if not os.path.exists(path):
         return []
@@ -255,6 +256,7 @@ def equivalents(path: str = EQUIVALENT) -> list[dict[str, Any]]:
                 raise ValueError(f"{os.path.relpath(path)}: [[{table}]] entry {i + 1} has no "
                                  f"{', '.join(missing)}")
             entries.append({"kind": outcome, "module": e["module"], "line": e["line"].strip(),
+                            "function": e.get("function"),
                             "operators": tuple(e.get("operators", ())),
                             "reason": " ".join(e["reason"].split())})
     return entries
@@ -275,6 +277,7 @@ def argued(row: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]
     line = source_line(row)
     for e in entries:
         if e["module"] == row["module"] and e["line"] == line and (
+                e["function"] in (None, row.get("function"))) and (
                 not e["operators"] or name in e["operators"] or family in e["operators"]):
             return e
     return None
@@ -293,6 +296,7 @@ def results(session: str) -> list[dict[str, Any]]:
         rows.append({"module": mutation["module_path"], "operator": mutation["operator_name"],
                      "occurrence": mutation["occurrence"],
                      "line": mutation.get("start_pos", [None])[0],
+                     "function": mutation.get("definition_name"),
                      "outcome": _outcome(result), "diff": (result or {}).get("diff") or "",
                      "output": ((result or {}).get("output") or "").strip()[-300:]})
     return [r for r in rows if r["outcome"] != "filtered"]

@@ -61,28 +61,52 @@ def test_the_campaign_configuration_is_one_cosmic_ray_initialises(tmp_path):
     assert not any("BitOr" in r["operator"] or "Pow" in r["operator"] for r in rows)
 
 
-def test_the_report_scores_killed_and_timed_out_over_all_but_the_equivalents():
-    def row(module, operator, occurrence, outcome):
-        return {"module": module, "operator": operator, "occurrence": occurrence, "line": 1,
-                "outcome": outcome, "diff": "", "output": ""}
-    rows = [row("engine/a.py", "core/NumberReplacer", 0, "killed"),
-            row("engine/a.py", "core/NumberReplacer", 1, "survived"),
+def row(module, operator, occurrence, outcome, line="x = 1", function="f"):
+    return {"module": module, "operator": operator, "occurrence": occurrence, "line": 1,
+            "function": function, "outcome": outcome, "output": "killed: sim smoke",
+            "diff": f"--- a/{module}\n+++ b/{module}\n@@ -1 +1 @@\n-    {line}\n+    y\n"}
+
+
+def entry(kind="equivalent", module="engine/a.py", line="x = 1", operators=(), function=None):
+    return {"kind": kind, "module": module, "line": line, "operators": operators,
+            "function": function, "reason": "a default no caller relies on"}
+
+
+def test_the_report_scores_killed_and_timed_out_over_all_but_the_argued():
+    rows = [row("engine/a.py", "core/NumberReplacer", 0, "killed", line="n = 2"),
+            row("engine/a.py", "core/NumberReplacer", 1, "survived", line="n = 2"),
             row("engine/a.py", "core/AddNot", 0, "survived"),
+            row("engine/a.py", "core/NumberReplacer", 2, "survived", line="stats += 1"),
             row("engine/b.py", "core/AddNot", 1, "timeout"),
             row("engine/b.py", "core/AddNot", 2, "incompetent")]
-    known = {("engine/a.py", "core/AddNot", 0): "a default no caller relies on"}
-    summary = score.summarize(rows, known)
-    assert summary["total"] == {"killed": 1, "survived": 1, "equivalent": 1, "timeout": 1,
-                                "incompetent": 1}
+    entries = [entry(operators=("AddNot",)),
+               entry("out-of-scope", line="stats += 1")]
+    summary = score.summarize(rows, entries)
+    assert summary["total"] == {"killed": 1, "survived": 1, "equivalent": 1,
+                                "out-of-scope": 1, "timeout": 1, "incompetent": 1}
     assert summary["score"] == 2 / 3
     assert [r["occurrence"] for r in summary["survivors"]] == [1]
     assert summary["by_module"]["engine/b.py"]["timeout"] == 1
     assert summary["by_operator"]["AddNot"]["equivalent"] == 1
+    assert summary["contradicted"] == []
 
 
-def test_the_equivalents_file_names_scored_modules_and_argues_each_entry():
-    known = score.equivalents()
-    assert known  # the file is read, not silently empty
-    for (module, operator, occurrence), reason in known.items():
-        assert module in score.MODULES and operator.startswith("core/"), module
-        assert occurrence >= 0 and len(reason.split()) >= 5, (module, operator, occurrence)
+def test_an_argued_mutant_that_was_killed_is_reported_not_counted_as_argued():
+    rows = [row("engine/a.py", "core/AddNot", 0, "killed"),
+            row("engine/a.py", "core/AddNot", 1, "survived", function="g")]
+    summary = score.summarize(rows, [entry(function="g")])
+    assert [r["occurrence"] for r in summary["contradicted"]] == []  # function f: not covered
+    summary = score.summarize(rows, [entry()])
+    assert [r["occurrence"] for r in summary["contradicted"]] == [0]
+    assert summary["total"] == {"killed": 1, "equivalent": 1}
+
+
+def test_the_equivalents_file_names_scored_lines_and_argues_each_entry():
+    entries = score.equivalents()
+    assert entries  # the file is read, not silently empty
+    sources = {m: [line.strip() for line in open(os.path.join(ROOT, m), encoding="utf-8")]
+               for m in score.MODULES}
+    for e in entries:
+        assert e["module"] in score.MODULES, e
+        assert e["line"] in sources[e["module"]], f"{e['module']}: no line {e['line']!r}"
+        assert len(e["reason"].split()) >= 5, e
