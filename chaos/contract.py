@@ -105,6 +105,8 @@ class EngineSettings:
     max_claims: int | None = None
     backoff_bounds: tuple[tuple[float, float], ...] = ()
     outbox_max_attempts: int | None = None
+    #: like backoff_bounds, for the sender: the wait after failed send attempt i + 1
+    outbox_backoff_bounds: tuple[tuple[float, float], ...] = ()
     outbox_lease: float | None = None
     send_timeout: float | None = None
     keep_job: bool = False
@@ -119,6 +121,7 @@ class EngineSettings:
     def to_json(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["backoff_bounds"] = [list(b) for b in self.backoff_bounds]
+        data["outbox_backoff_bounds"] = [list(b) for b in self.outbox_backoff_bounds]
         return data
 
     def backoff(self, attempt: int) -> tuple[float, float] | None:

@@ -28,8 +28,9 @@ the adapter can tell (None otherwise), `token` the fencing token when the engine
   effect_claimed row, job, kind, worker, pid, token, attempts, lease_until
   effect_sent    row, job, kind, worker, pid, token, attempts   the row marked sent
   effect_state   row, job, kind, worker, pid, token, attempts, sent_at, dead_at, last_error,
-                 lease_until: any other write to an outbox row (a retry scheduled,
-                 dead-lettered, released; by actor "harness": its lease cut short)
+                 lease_until, next_run_at (optional: when the row is due again): any other
+                 write to an outbox row (a retry scheduled, dead-lettered, released; by
+                 actor "harness": its lease cut short)
   billed         job, step, worker, pid, token, started, ended, outcome, cost, error
                  one billed provider call as the engine recorded it (spend_records only)
 src "provider": the fake model provider's ledger, one per request, t = t_start:

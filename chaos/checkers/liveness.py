@@ -248,11 +248,12 @@ def check_retry_discipline(history: list[Event], snapshot: dict[str, Any]) -> Ve
     _check_give_up(verdict, tl, settings)
     _check_caps(verdict, tl, settings)
     waits = _check_waits(verdict, tl, settings)
+    waits["outbox"] = _check_outbox_waits(verdict, readings(history).outbox, settings)
     outages = [_check_outage(verdict, tl, settings, snapshot, window) for window in tl.outages]
     jobs = snapshot["jobs"]
     poisoned = plan.get("poison", {})
     calls = sum(len(v) for v in tl.calls.values())
-    verdict.checked = calls + waits["retry_writes"]
+    verdict.checked = calls + waits["retry_writes"] + waits["outbox"]["retry_writes"]
     verdict.metrics = {
         "calls": calls,
         "poison_calls": sum(_is_poison(c) for v in tl.calls.values() for _, _, c, _ in v),
@@ -473,9 +474,51 @@ def _check_spread(verdict: Verdict, spread: list) -> dict:
     return report
 
 
-def backoff(settings: dict, attempt: int) -> tuple[float, float] | None:
-    """The engine's declared (lowest, highest) wait after failed attempt `attempt`."""
-    bounds = settings.get("backoff_bounds") or ()
+def _check_outbox_waits(verdict: Verdict, idx, settings: dict) -> dict:
+    """A failed send is retried after a wait within the sender's declared backoff bounds
+    (outbox_backoff_bounds), and those waits are spread as the bounds' jitter says."""
+    stats = Counter()
+    spread: list = []
+    for effect, rows in idx.rows.items():
+        requests = idx.requests.get(effect, [])
+        for e in rows:
+            if not (e["type"] == "effect_state" and e.get("actor") == "sender"
+                    and e.get("next_run_at") is not None and e.get("sent_at") is None
+                    and e.get("dead_at") is None and e.get("last_error")):
+                continue
+            stats["retry_writes"] += 1
+            bounds = backoff(settings, e.get("attempts") or 1, "outbox_backoff_bounds")
+            if bounds is None:
+                stats["skipped_undeclared"] += 1
+                continue
+            low, high = bounds
+            # The sender read its clock between the end of its wait for the answer (the
+            # answer, or its send_timeout giving up first) and this write.
+            sent = [r for r in requests if r.get("worker") == e.get("worker")
+                    and r["t_start"] <= e["t"] + TOL]
+            since = e["t"]
+            if sent:
+                gave_up = sent[-1]["t_start"] + (settings.get("send_timeout") or math.inf)
+                since = min(sent[-1]["t_end"], gave_up, e["t"])
+            shortest, longest = e["next_run_at"] - e["t"], e["next_run_at"] - since
+            if shortest > high + TOL or longest < low - TOL:
+                verdict.fail("outbox-backoff-out-of-bounds",
+                             f"job {e['job']} {e['kind']!r}: after failed send attempt "
+                             f"{e.get('attempts')}, {e.get('worker')} waits {shortest:.3f} s "
+                             f"before the retry; the sender's backoff allows [{low:.3f}, "
+                             f"{high:.3f}] s", *sent[-1:], e)
+            elif high - low > TOL:
+                spread.append(((shortest, longest), low, high, e))
+    return {"retry_writes": stats["retry_writes"],
+            "skipped_undeclared": stats["skipped_undeclared"],
+            "jitter_spread": _check_spread(verdict, spread)}
+
+
+def backoff(settings: dict, attempt: int, name: str = "backoff_bounds"
+            ) -> tuple[float, float] | None:
+    """The engine's declared (lowest, highest) wait after failed attempt `attempt` (of a
+    step, or with name "outbox_backoff_bounds" of a send)."""
+    bounds = settings.get(name) or ()
     if not bounds or attempt < 1:
         return None
     low, high = bounds[min(attempt, len(bounds)) - 1]

@@ -129,6 +129,8 @@ class ReferenceEngine:
             call_timeout=c.call_timeout, max_attempts=c.max_attempts, max_claims=c.max_claims,
             backoff_bounds=backoff_bounds(c.backoff_base, c.backoff_cap, c.max_attempts),
             outbox_max_attempts=c.outbox_max_attempts, outbox_lease=c.outbox_lease,
+            outbox_backoff_bounds=backoff_bounds(c.backoff_base, c.backoff_cap,
+                                                 c.outbox_max_attempts),
             send_timeout=c.send_timeout, keep_job=c.keep_job)
 
     # -- observer ----------------------------------------------------------------------------

@@ -42,7 +42,7 @@ def _outbox(row: str, op: str) -> str:
             f" {'OLD.lease_token' if op == 'update' else row + '.lease_token'},"
             f" 'attempts', {row}.attempts, 'sent_at', {row}.sent_at, 'dead_at', {row}.dead_at,"
             f" 'lease_owner', {row}.lease_owner, 'lease_until', {row}.lease_until,"
-            f" 'last_error', {row}.last_error)")
+            f" 'next_attempt_at', {row}.next_attempt_at, 'last_error', {row}.last_error)")
 
 
 def _spend(row: str) -> str:

@@ -107,7 +107,7 @@ class Mapper:
         ids = {"row": row["row"], "job": row["job"], "kind": row["kind"],
                "attempts": row.get("attempts"), "sent_at": row.get("sent_at"),
                "dead_at": row.get("dead_at"), "lease_until": row.get("lease_until"),
-               "last_error": row.get("last_error")}
+               "next_run_at": row.get("next_attempt_at"), "last_error": row.get("last_error")}
         if op == "insert":
             return {"type": "effect_queued", "key": row.get("key"), **ids}
         if (row.get("token") or 0) > (row.get("old_token") or 0):

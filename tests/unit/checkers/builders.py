@@ -67,13 +67,14 @@ def memo(t, job_id, step, writer, token, cost=0.01, op="insert"):
 
 
 def outbox(t, row, job_id, kind, writer, token, *, op="update", old_token=None, attempts=0,
-           sent_at=None, dead_at=None, last_error=None, was_sent=None, lease_until=None):
+           sent_at=None, dead_at=None, last_error=None, was_sent=None, lease_until=None,
+           next_attempt_at=None):
     return as_operation({
         "t": t, "table": "outbox", "op": op, "row": row, "job": job_id,
         "kind": kind, "writer": writer, "token": token, "key": f"{job_id}:{kind}",
         "old_token": token if old_token is None else old_token, "attempts": attempts,
         "sent_at": sent_at, "dead_at": dead_at, "lease_owner": None, "last_error": last_error,
-        "was_sent": was_sent, "lease_until": lease_until})
+        "was_sent": was_sent, "lease_until": lease_until, "next_attempt_at": next_attempt_at})
 
 
 def spend(t, job_id, step, worker, token, outcome="ok", cost=0.01, started=None, error=None):

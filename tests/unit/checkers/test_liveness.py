@@ -479,3 +479,43 @@ def test_waits_all_at_the_top_of_the_range_are_caught_as_missing_jitter():
     """Write latency blurs equal waits on a loaded machine; all near the ceiling is the tell."""
     waits = [0.0998, 0.0946, 0.0959, 0.1, 0.0951, 0.0937, 0.0935, 0.1]  # ceiling 0.1
     assert retry_check(retries(waits)).by_type == {"no-jitter": 1}
+
+
+# -- retry-discipline: the sender's waits ---------------------------------------------------
+
+def failed_send(t, wait, attempts=1, sender="sender:host:201:cccc", status=503):
+    """A send of doc-1's charge answered `status`, then its retry scheduled `wait` later."""
+    from builders import outbox, request
+    return [outbox(t - 0.05, 1, J, "charge", sender, attempts, old_token=attempts - 1,
+                   attempts=attempts, lease_until=t + 1.0),
+            request(t - 0.04, t - 0.001, J, "charge", worker=sender, n=attempts, status=status,
+                    outcome="error", applied=False),
+            outbox(t, 1, J, "charge", sender, attempts, attempts=attempts, lease_until=0.0,
+                   last_error="charge: RetryableError: 503", next_attempt_at=t + wait)]
+
+
+def outbox_settings(**overrides):
+    return settings(outbox_backoff_bounds=[[0.0, 0.05 * 2 ** i] for i in range(6)],
+                    **overrides)
+
+
+@pytest.mark.parametrize("wait, status", [(0.03, "pass"), (-0.2, "fail"), (0.5, "fail")],
+                         ids=["within", "before-the-failure", "past-the-ceiling"])
+def test_a_failed_send_waits_within_the_senders_backoff(wait, status):
+    history = delivered_job(J) + failed_send(2.0, wait)
+    verdict = retry_check(history, settings=outbox_settings())
+    assert verdict.metrics["outbox"]["retry_writes"] == 1
+    if status == "fail":
+        assert verdict.by_type == {"outbox-backoff-out-of-bounds": 1}, verdict.reason
+    else:
+        assert "outbox-backoff-out-of-bounds" not in verdict.by_type, verdict.reason
+
+
+def test_retried_sends_that_all_wait_nothing_are_not_spread():
+    history = delivered_job(J)
+    for i in range(40):  # 40 rows' first retries, each scheduled at once
+        history += [dict(e, job=f"doc-{i}", key=f"doc-{i}:charge") if e.get("job") else e
+                    for e in failed_send(2.0 + i * 0.1, 0.0005)]
+    verdict = retry_check(history, settings=outbox_settings())
+    assert verdict.by_type.get("jitter-not-spread") == 1, verdict.reason
+    assert verdict.metrics["outbox"]["jitter_spread"]["waits"] == 40
