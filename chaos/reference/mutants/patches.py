@@ -357,6 +357,30 @@ def heartbeat_keeps_deadline() -> None:
     wrap(SQLiteStore, "heartbeat", make)
 
 
+def claim_lease_already_over() -> None:
+    """The claim sets the lease to end before the claim (now - lease, a sign slipped): the
+    worker finds its lease over before it calls, walks away, and the crash-loop cap parks a
+    job that crashed nobody."""
+    def make(original: Callable) -> Callable:
+        def take(self: SQLiteStore, conn, job_id, state, step, claims, attempts, worker, now,
+                 lease):
+            return original(self, conn, job_id, state, step, claims, attempts, worker,
+                            now - 2 * lease, lease)
+        return take
+    wrap(SQLiteStore, "_take_lease", make)
+
+
+def completion_reports_lease_lost() -> None:
+    """A completion that committed reports its lease lost: the worker drops the next step's
+    lease it was handed and claims other work, so each job waits out a whole lease."""
+    def make(original: Callable) -> Callable:
+        def complete(self: SQLiteStore, claim: Claim, *args: Any, **kwargs: Any):
+            original(self, claim, *args, **kwargs)
+            raise LeaseLost(claim.job_id, "finishing the step (mutant)")
+        return complete
+    wrap(SQLiteStore, "complete", make)
+
+
 # -- operator actions -------------------------------------------------------------------------
 
 def operator_move_not_written() -> None:
@@ -382,6 +406,26 @@ def senders_without_claim() -> None:
              SQLEdit(OUTBOX_PICK, "next_attempt_at<=?", live))
 
 
+def dead_letter_at_first_failure() -> None:
+    """A send that fails for a retryable reason (5xx, timeout) is dead-lettered at once."""
+    def make(original: Callable) -> Callable:
+        def failed(self: Sender, row, exc: Exception) -> None:
+            self.store.outbox_failed(row, self.id, self.clock.now(), error=str(exc),
+                                     retry_at=None)
+        return failed
+    wrap(Sender, "_failed", make)
+
+
+def outbox_retry_at_once() -> None:
+    """A failed send is retried at once, without the backoff wait."""
+    def make(original: Callable) -> Callable:
+        def failed(self: Sender, row, exc: Exception) -> None:
+            self.store.outbox_failed(row, self.id, self.clock.now(), error=str(exc),
+                                     retry_at=self.clock.now())
+        return failed
+    wrap(Sender, "_failed", make)
+
+
 def mark_sent_before_send() -> None:
     """The sender marks a row sent before posting it: a post that fails loses the effect."""
     def make(original: Callable) -> Callable:
@@ -398,7 +442,8 @@ PATCHES: dict[str, Callable[[], None]] = {f.__name__: f for f in (
     separate_transactions, outbox_after_commit, spend_unrecorded, poison_retried,
     retry_after_ignored, backoff_without_jitter, jitter_narrowed, no_call_deadline,
     heartbeat_keeps_deadline, operator_move_not_written, sender_without_key, senders_without_claim,
-    mark_sent_before_send)}
+    mark_sent_before_send, claim_lease_already_over, completion_reports_lease_lost,
+    dead_letter_at_first_failure, outbox_retry_at_once)}
 
 
 def apply(name: str) -> None:
