@@ -271,7 +271,7 @@ def _check_abandoned(verdict: Verdict, tl, slots: int, at) -> None:
         for h in holds:
             by_worker.setdefault(h.worker, []).append(h)
     for worker, holds in by_worker.items():
-        holds.sort(key=lambda h: h.start["t"])
+        holds.sort(key=lambda h: h.start_pos)  # history order: times tie within a commit
         live: list = []  # a holding that is no longer live never is again
         for h in holds:
             t = h.start["t"]

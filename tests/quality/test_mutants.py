@@ -18,9 +18,9 @@ PROFILE = "smoke"
 SCENARIOS = sorted({m.scenario for m in CATALOG})
 
 
-def campaign(scenario: str, spec: str, seed: int, out) -> dict:
+def campaign(scenario: str, spec: str, seed: int, out, profile: str = PROFILE) -> dict:
     """Run one campaign; its report."""
-    return run_campaign(load_scenario(scenario, PROFILE), seed, load_engine(spec), str(out),
+    return run_campaign(load_scenario(scenario, profile), seed, load_engine(spec), str(out),
                         engine_spec=spec, progress=False).report
 
 
@@ -64,7 +64,7 @@ def test_the_replacing_submit_edit_turns_the_reference_insert_into_a_replace():
 @pytest.mark.parametrize("name", sorted(BY_NAME))
 def test_mutant_is_caught_by_an_expected_invariant(name, tmp_path):
     mutant = BY_NAME[name]
-    report = campaign(mutant.scenario, mutant.spec, mutant.seed, tmp_path)
+    report = campaign(mutant.scenario, mutant.spec, mutant.seed, tmp_path, mutant.profile)
     failed = {v["name"] for v in report["verdicts"] if v["verdict"] == "fail"}
     assert failed & set(mutant.expect), (
         f"{name} ({mutant.removes}) was not caught by {', '.join(mutant.expect)} on "
@@ -73,11 +73,12 @@ def test_mutant_is_caught_by_an_expected_invariant(name, tmp_path):
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_reference_engine_passes_the_runs_that_catch_the_mutants(scenario, tmp_path):
-    seeds = sorted({m.seed for m in CATALOG if m.scenario == scenario})
-    for seed in seeds:
-        report = campaign(scenario, "reference", seed, tmp_path)
+    runs = sorted({(m.seed, m.profile) for m in CATALOG if m.scenario == scenario})
+    for seed, profile in runs:
+        report = campaign(scenario, "reference", seed, tmp_path / profile, profile)
         assert report["result"] == "pass", (
-            f"the reference engine fails {scenario} seed {seed}: {explain(report)}")
+            f"the reference engine fails {scenario} seed {seed} ({profile}): "
+            f"{explain(report)}")
 
 
 def test_the_matrix_has_a_column_head_for_every_invariant():

@@ -282,6 +282,24 @@ def test_a_worker_that_claims_while_holding_a_live_lease_abandoned_it():
     assert verdict.failures[0].events == history
 
 
+def test_a_claim_in_the_commit_that_finishes_the_last_job_is_not_abandonment():
+    """Real provider-outage seed 1, a false alarm: W1 finished doc-2's last steps and claimed
+    DOC in the same commit, all stamped the same millisecond; DOC's holdings were read first (an
+    earlier claim of it by W2), so W1's claim of DOC looked older than its claim of doc-2."""
+    history = [job(0.5, DOC, "pending", "fetching", W2, 1, old_token=0, claims=1,
+                   lease_until=2.5),
+               job(0.6, DOC, "fetching", "pending", W2, 1, next_run_at=0.7),
+               job(1.5, "doc-2", "pending", "fetching", W1, 1, old_token=0, claims=1,
+                   lease_until=3.5),
+               job(2.0, "doc-2", "fetching", "fetched", W1, 1),
+               job(2.0, "doc-2", "fetched", "extracting", W1, 1, claims=1, lease_until=4.0),
+               job(2.0, "doc-2", "extracting", "extracted", W1, 1),
+               job(2.0, DOC, "pending", "fetching", W1, 2, old_token=1, claims=1,
+                   lease_until=4.0)]
+    verdict = run(check_lease_kept, history)
+    assert "lease-abandoned" not in verdict.by_type, verdict.reason
+
+
 @pytest.mark.parametrize("between", [
     [job(1.2, DOC, "fetching", "fetched", W1, 1)],                       # finished it
     [job(1.2, DOC, "fetching", "fetching", W2, 2, claims=2, lease_until=4.0)],  # taken over
