@@ -135,12 +135,15 @@ def write_config(workdir: str, modules: list[str], command: str, timeout: float,
 
 
 def reset_survivors(session: str) -> int:
-    """Make the session's survivors pending again; how many."""
+    """Make the session's survivors pending again (and the mutants whose run broke off, as
+    a killed campaign leaves them); how many."""
     conn = sqlite3.connect(session)
     try:
-        with conn:
-            return conn.execute("DELETE FROM work_results WHERE worker_outcome='normal' AND"
-                                " test_outcome='survived'").rowcount
+        with conn:  # cosmic-ray stores its outcomes by enum name
+            return conn.execute(
+                "DELETE FROM work_results WHERE (UPPER(worker_outcome)='NORMAL' AND"
+                " UPPER(test_outcome)='SURVIVED') OR UPPER(worker_outcome) IN"
+                " ('EXCEPTION', 'ABNORMAL')").rowcount
     finally:
         conn.close()
 
@@ -182,17 +185,19 @@ def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: 
     tools = os.path.dirname(sys.executable)
     session = os.path.join(workdir, "session.sqlite")
     copies = [os.path.join(workdir, f"worker-{i + 1}") for i in range(args.jobs)]
-    first = os.path.join(copies[0], "engine")
-    started = os.path.isdir(first)  # a resumed campaign: its engine text is the first copy's
+    # The engine as the campaign found it, kept aside: the mutants' positions are in this
+    # text, and a copy left mutated by a campaign that was killed mid-mutant is put back.
+    pristine = os.path.join(workdir, "engine")
+    if not os.path.isdir(pristine):
+        copy_checkout(workdir, ("engine",))
     for copy in copies:
-        if not os.path.isdir(os.path.join(copy, "engine")):
-            copy_checkout(copy)
-            if started:  # the mutants' positions are in that text, not the checkout's now
-                shutil.rmtree(os.path.join(copy, "engine"))
-                shutil.copytree(first, os.path.join(copy, "engine"),
-                                ignore=shutil.ignore_patterns("__pycache__"))
+        if not os.path.isdir(copy):
+            copy_checkout(copy, COPIED)
         elif args.again:
             copy_checkout(copy, HARNESS)
+        shutil.rmtree(os.path.join(copy, "engine"))
+        shutil.copytree(pristine, os.path.join(copy, "engine"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
     ports = [_free_port() for _ in copies]
     urls = [f"http://127.0.0.1:{port}" for port in ports]
     config = write_config(workdir, modules, test_command(args.seeds, args.deep, args.run),
@@ -242,7 +247,8 @@ def equivalents(path: str = EQUIVALENT) -> list[dict[str, Any]]:
     safety code: a statistic, a message's wording, a path no worker or sender takes). Each
     names its module and the source line as written (`line`), optionally the function that
     holds it (`function`, where the line occurs twice) and the operators it covers
-    (`operators`: full names or families, e.g. "NumberReplacer"), and its reason.
+    (`operators`: names, families such as "NumberReplacer", or beginnings ending in "_" such
+    as "ReplaceComparisonOperator_Lt_"), and its reason.
     Raises ValueError naming the entry that lacks a field."""
     if not os.path.exists(path):
         return []
@@ -270,15 +276,24 @@ def source_line(row: dict[str, Any]) -> str:
     return ""
 
 
+def _covers(op: str, name: str) -> bool:
+    """An entry's operator covers a mutant's: the same name, a family ("NumberReplacer"),
+    or a beginning that ends in "_" ("ReplaceComparisonOperator_Lt_")."""
+    if op == name:
+        return True
+    if op.endswith("_"):
+        return name.startswith(op)
+    return "_" not in op and name.split("_")[0] == op
+
+
 def argued(row: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The entry that covers this mutant, if any."""
     name = row["operator"].split("/")[-1]
-    family = name.split("_")[0]
     line = source_line(row)
     for e in entries:
         if e["module"] == row["module"] and e["line"] == line and (
                 e["function"] in (None, row.get("function"))) and (
-                not e["operators"] or name in e["operators"] or family in e["operators"]):
+                not e["operators"] or any(_covers(op, name) for op in e["operators"])):
             return e
     return None
 

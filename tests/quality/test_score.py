@@ -110,3 +110,15 @@ def test_the_equivalents_file_names_scored_lines_and_argues_each_entry():
         assert e["module"] in score.MODULES, e
         assert e["line"] in sources[e["module"]], f"{e['module']}: no line {e['line']!r}"
         assert len(e["reason"].split()) >= 5, e
+
+
+def test_an_entrys_operators_cover_names_families_and_beginnings_ending_in_an_underscore():
+    assert score._covers("ReplaceComparisonOperator_Lt_Is", "ReplaceComparisonOperator_Lt_Is")
+    assert not score._covers("ReplaceComparisonOperator_Lt_Is",
+                             "ReplaceComparisonOperator_Lt_IsNot")
+    assert score._covers("ReplaceComparisonOperator_Lt_", "ReplaceComparisonOperator_Lt_IsNot")
+    assert not score._covers("ReplaceComparisonOperator_Lt_",
+                             "ReplaceComparisonOperator_LtE_Gt")
+    assert score._covers("NumberReplacer", "NumberReplacer")
+    assert score._covers("ReplaceComparisonOperator", "ReplaceComparisonOperator_Eq_Is")
+    assert not score._covers("AddNot", "ReplaceAndWithOr")
