@@ -492,14 +492,10 @@ def _check_outbox_waits(verdict: Verdict, idx, settings: dict) -> dict:
                 stats["skipped_undeclared"] += 1
                 continue
             low, high = bounds
-            # The sender read its clock between the end of its wait for the answer (the
-            # answer, or its send_timeout giving up first) and this write.
+            # (the sender's next claim and request can follow its write within a millisecond)
             sent = [r for r in requests if r.get("worker") == e.get("worker")
-                    and r["t_start"] <= e["t"] + TOL]
-            since = e["t"]
-            if sent:
-                gave_up = sent[-1]["t_start"] + (settings.get("send_timeout") or math.inf)
-                since = min(sent[-1]["t_end"], gave_up, e["t"])
+                    and r["t_start"] < e["t"]]
+            since = _send_ended(e, sent[-1] if sent else None, rows, settings)
             shortest, longest = e["next_run_at"] - e["t"], e["next_run_at"] - since
             if shortest > high + TOL or longest < low - TOL:
                 verdict.fail("outbox-backoff-out-of-bounds",
@@ -512,6 +508,24 @@ def _check_outbox_waits(verdict: Verdict, idx, settings: dict) -> dict:
     return {"retry_writes": stats["retry_writes"],
             "skipped_undeclared": stats["skipped_undeclared"],
             "jitter_spread": _check_spread(verdict, spread)}
+
+
+def _send_ended(write: Event, request: Event | None, rows: list[Event],
+                settings: dict) -> float:
+    """The earliest the sender can have read its clock for the retry `write` schedules:
+    after the answer, when its request was answered in time; after its send timeout from
+    its claim of the row, when it gave up (it sent after claiming; the fake may log the
+    request's arrival later still, on a loaded machine); never after the write."""
+    timeout = settings.get("send_timeout")
+    # A dropped connection is seen at once; a held request only when the sender gives up.
+    if request is not None and request.get("fault") not in ("timeout", "lost") and (
+            timeout is None or request["t_end"] - request["t_start"] < timeout - TOL):
+        return min(request["t_end"], write["t"])
+    claims = [r for r in rows if r["type"] == "effect_claimed"
+              and r.get("worker") == write.get("worker") and r["t"] < write["t"]]
+    if not claims:
+        return write["t"]
+    return min(claims[-1]["t"] + (timeout or 0.0), write["t"])
 
 
 def backoff(settings: dict, attempt: int, name: str = "backoff_bounds"

@@ -519,3 +519,25 @@ def test_retried_sends_that_all_wait_nothing_are_not_spread():
     verdict = retry_check(history, settings=outbox_settings())
     assert verdict.by_type.get("jitter-not-spread") == 1, verdict.reason
     assert verdict.metrics["outbox"]["jitter_spread"]["waits"] == 40
+
+
+@pytest.mark.parametrize("fault, logged_at, answered_at", [("lost", 10.551, 11.451),
+                                                           ("drop", 10.551, 10.552)],
+                         ids=["held-past-the-timeout", "dropped-at-once"])
+def test_a_retry_is_timed_from_when_the_sender_can_have_given_up(fault, logged_at, answered_at):
+    """Real everything seed 4 under load, a false alarm: the fake logged a lost request 75 ms
+    after the sender's claim, and the sender, timing out 0.6 s after it really sent, wrote a
+    retry due before the fake's arrival time plus 0.6 s. A held request ends, for the
+    sender, its send timeout after its claim at the earliest; a dropped one at its answer."""
+    from builders import outbox, request
+    sender = "sender:host:201:cccc"
+    read = 11.076 if fault == "lost" else 10.56  # when the sender read its clock
+    history = delivered_job(J) + [
+        outbox(10.476, 1, J, "charge", sender, 1, old_token=0, attempts=1, lease_until=12.0),
+        dict(request(logged_at, answered_at, J, "charge", worker=sender, status=None,
+                     outcome=fault, applied=False), fault=fault),
+        outbox(11.097, 1, J, "charge", sender, 1, attempts=1, lease_until=0.0,
+               last_error="charge: CallTimeout", next_attempt_at=read + 0.005)]
+    verdict = retry_check(history, settings=outbox_settings(send_timeout=0.6))
+    assert "outbox-backoff-out-of-bounds" not in verdict.by_type, verdict.reason
+    assert verdict.metrics["outbox"]["retry_writes"] == 1
