@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from chaos.reference.mutants.catalog import Mutant  # noqa: E402
 from chaos.mutants.matrix import REFERENCE, Task, caught_by, run_task, select  # noqa: E402
+from chaos.supervisor import die_with_parent  # noqa: E402
 
 
 def tasks_for(mutants: list[Mutant], seeds: int, profile: str | None, out: str) -> list[Task]:
@@ -58,7 +59,9 @@ def run_all(tasks: list[Task], parallel: int, sim: bool = False) -> list[dict]:
     """Every task's run, printing one line per finished run."""
     results = []
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=parallel, mp_context=context) as pool:
+    # each pool process dies with this script, however it ends
+    with ProcessPoolExecutor(max_workers=parallel, mp_context=context,
+                             initializer=die_with_parent) as pool:
         futures = [pool.submit(sim_task if sim else run_task, t) for t in tasks]
         for n, future in enumerate(as_completed(futures), 1):
             run = future.result()

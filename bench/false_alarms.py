@@ -25,6 +25,7 @@ from collections import defaultdict
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from chaos.contract import load_engine  # noqa: E402
+from chaos.supervisor import die_with_parent  # noqa: E402
 from chaos.scenario import load_scenario  # noqa: E402
 from chaos.sim import SeededChoices, SimSpec, simulate  # noqa: E402
 
@@ -72,7 +73,9 @@ def main() -> int:
     found: dict[str, dict[tuple[str, str], list]] = defaultdict(lambda: defaultdict(list))
     runs: dict[str, int] = defaultdict(int)
     spent: dict[str, float] = defaultdict(float)
-    with multiprocessing.get_context("spawn").Pool(args.processes) as pool:
+    # each pool process dies with this script, however it ends
+    with multiprocessing.get_context("spawn").Pool(args.processes,
+                                                   initializer=die_with_parent) as pool:
         for name, seed, bad, seconds in pool.imap_unordered(one, tasks, chunksize=4):
             runs[name] += 1
             spent[name] += seconds
