@@ -22,9 +22,11 @@ arithmetic) are filtered out. Mutants listed in `mutation/equivalent.toml`, each
 reason it cannot change behaviour, are left out of the score; the report lists every survivor
 with its diff, so that each is either caught by a stronger check or argued equivalent there.
 
-`--again` re-judges the survivors of a finished campaign with the harness as it is now (its
-copy refreshed from the checkout; the engine copy is kept, so mutants stay where they were)
-and the stages given now: strengthen a check, then ask it again of only what survived.
+`--again` re-judges the survivors of a finished campaign (those of `--modules`) with the
+harness as it is now (its copy refreshed from the checkout; the engine copy is kept, so
+mutants stay where they were) and the stages given now: strengthen a check, then ask it
+again of only what survived; or give the survivors of engine/http.py real processes with
+`--modules engine/http.py --again --run`.
 """
 from __future__ import annotations
 
@@ -134,16 +136,18 @@ def write_config(workdir: str, modules: list[str], command: str, timeout: float,
     return config
 
 
-def reset_survivors(session: str) -> int:
-    """Make the session's survivors pending again (and the mutants whose run broke off, as
-    a killed campaign leaves them); how many."""
+def reset_survivors(session: str, modules: list[str]) -> int:
+    """Make the session's survivors in `modules` pending again (and the mutants whose run
+    broke off, as a killed campaign leaves them); how many."""
     conn = sqlite3.connect(session)
+    marks = ",".join("?" * len(modules))
     try:
         with conn:  # cosmic-ray stores its outcomes by enum name
             return conn.execute(
-                "DELETE FROM work_results WHERE (UPPER(worker_outcome)='NORMAL' AND"
+                "DELETE FROM work_results WHERE ((UPPER(worker_outcome)='NORMAL' AND"
                 " UPPER(test_outcome)='SURVIVED') OR UPPER(worker_outcome) IN"
-                " ('EXCEPTION', 'ABNORMAL')").rowcount
+                " ('EXCEPTION', 'ABNORMAL')) AND job_id IN (SELECT job_id FROM"
+                f" mutation_specs WHERE module_path IN ({marks}))", modules).rowcount
     finally:
         conn.close()
 
@@ -203,8 +207,8 @@ def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: 
     config = write_config(workdir, modules, test_command(args.seeds, args.deep, args.run),
                           args.timeout, urls)
     if args.again and not fresh:
-        print(f"re-judging {reset_survivors(session)} survivors with the harness as it is now",
-              flush=True)
+        print(f"re-judging {reset_survivors(session, modules)} survivors of "
+              f"{', '.join(modules)} with the harness as it is now", flush=True)
     workers = []
     try:
         for copy, port in zip(copies, ports):

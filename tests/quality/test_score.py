@@ -122,3 +122,29 @@ def test_an_entrys_operators_cover_names_families_and_beginnings_ending_in_an_un
     assert score._covers("NumberReplacer", "NumberReplacer")
     assert score._covers("ReplaceComparisonOperator", "ReplaceComparisonOperator_Eq_Is")
     assert not score._covers("AddNot", "ReplaceAndWithOr")
+
+
+def test_again_makes_only_the_survivors_of_the_given_modules_pending(tmp_path):
+    import sqlite3
+    work = str(tmp_path)
+    config = score.write_config(work, ["engine/retry.py", "engine/store/operator.py"],
+                                score.test_command(1, 0, False), 60, ["http://127.0.0.1:1"])
+    score.copy_checkout(work, ("engine",))
+    session = os.path.join(work, "session.sqlite")
+    subprocess.run([os.path.join(os.path.dirname(sys.executable), "cosmic-ray"), "init",
+                    config, session], cwd=work, check=True, capture_output=True, timeout=120)
+    conn = sqlite3.connect(session)
+    jobs = conn.execute("SELECT job_id, module_path FROM mutation_specs").fetchall()
+    outcomes = ["SURVIVED", "KILLED"]
+    with conn:
+        for i, (job, _) in enumerate(jobs):
+            conn.execute("INSERT INTO work_results (worker_outcome, output, test_outcome, diff,"
+                         " job_id) VALUES ('NORMAL', '', ?, '', ?)", (outcomes[i % 2], job))
+    survivors = {m: sum(1 for i, (_, mm) in enumerate(jobs) if mm == m and i % 2 == 0)
+                 for m in ("engine/retry.py", "engine/store/operator.py")}
+    assert score.reset_survivors(session, ["engine/retry.py"]) == survivors["engine/retry.py"]
+    left = dict(conn.execute("SELECT m.module_path, COUNT(*) FROM work_results r JOIN"
+                             " mutation_specs m USING (job_id) WHERE r.test_outcome='SURVIVED'"
+                             " GROUP BY 1").fetchall())
+    assert left == {"engine/store/operator.py": survivors["engine/store/operator.py"]}
+    conn.close()
