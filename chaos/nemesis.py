@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 from .contract import Engine
 from .history import Event, payload_hash
-from .plan import (FaultPlan, documents_for, forced_provider_fault, forced_receiver_fault,
-                   latency_fault, provider_fault, receiver_fault)
+from .plan import (FaultPlan, document_fault, documents_for, forced_provider_fault,
+                   forced_receiver_fault, latency_fault, provider_fault, receiver_fault)
 from .scenario import Scenario
 from .supervisor import Supervisor
 
@@ -42,10 +42,10 @@ class FaultPolicy:
         self.healed.set()
 
     def provider_fault(self, job: str, step: str, n: int) -> dict | None:
+        own = document_fault(self.plan, job, step)
+        if own is not None:
+            return own  # the document's nature: it never heals
         fault = provider_fault(self.scenario, self.plan, job, step, n)
-        poisoned = self.plan.poison.get(job)
-        if poisoned is not None and poisoned["step"] == step:
-            return fault  # poison is the document's nature: it never heals
         if self.healed.is_set():
             return (forced_provider_fault(self.scenario, self.plan, job, step, n)
                     or latency_fault(self.scenario, self.plan, job, step, n))

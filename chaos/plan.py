@@ -39,6 +39,8 @@ class FaultPlan:
     crash_seeds: list[int] = field(default_factory=list)  # per spawn, for armed points
     forced_provider: list[list[str]] = field(default_factory=list)  # [job, step, fault]
     forced_receiver: list[list[str]] = field(default_factory=list)  # [job, kind, fault]
+    #: job -> the step whose every call the model answers 503 (it parks at max_attempts)
+    unavailable: dict[str, str] = field(default_factory=dict)
     version: int = PLAN_VERSION
 
     def to_json(self) -> dict:
@@ -91,6 +93,7 @@ def make_plan(scenario: Scenario, seed: int, pipeline: Pipeline) -> FaultPlan:
               for j in _share(rng, jobs, f.poison, taken)}
     crash_loop = _share(rng, jobs, f.crash_loop, taken)
     needs_review = _share(rng, jobs, run.needs_review, taken)
+    unavailable = {j: rng.choice(model_steps) for j in _share(rng, jobs, f.unavailable, taken)}
     duplicates = {"same": _share(rng, jobs, f.duplicate_same, set()),
                   "different": _share(rng, jobs, f.duplicate_different, set())}
     timeline: list[dict[str, Any]] = []
@@ -115,7 +118,7 @@ def make_plan(scenario: Scenario, seed: int, pipeline: Pipeline) -> FaultPlan:
                      poison=poison, crash_loop=crash_loop, needs_review=needs_review,
                      duplicates=duplicates, timeline=timeline, skewed=skewed,
                      crash_seeds=crash_seeds, forced_provider=forced_provider,
-                     forced_receiver=forced_receiver)
+                     forced_receiver=forced_receiver, unavailable=unavailable)
 
 
 #: The refusals a real provider answers a request it will never accept with: a poisoned
@@ -164,19 +167,31 @@ def _draw(table: list[tuple[str, float, dict]], u: float) -> dict | None:
     return None
 
 
-def provider_fault(scenario: Scenario, plan: FaultPlan, job: str, step: str,
-                   n: int) -> dict | None:
-    """The fault for the n-th call of (job, step): a pure function of the plan.
-
-    Poison jobs fail their poisoned step every time; the plan's forced calls get their fault
-    (so every configured fault fires, however small the run); other calls draw one number and
-    walk the cumulative shares of the scenario's provider faults.
-    """
+def document_fault(plan: FaultPlan, job: str, step: str) -> dict | None:
+    """The fault a document brings to every call of one step, whatever else happens (it
+    never heals): poison, or the 503 of an unavailable one; None for any other call."""
     poisoned = plan.poison.get(job)
     if poisoned and poisoned["step"] == step:
         kind = poisoned["kind"]
         return {"kind": "status", "status": poison_status(plan, job)} if kind == "status400" \
             else {"kind": kind}
+    if plan.unavailable.get(job) == step:
+        return {"kind": "status", "status": 503, "retry_after": None}
+    return None
+
+
+def provider_fault(scenario: Scenario, plan: FaultPlan, job: str, step: str,
+                   n: int) -> dict | None:
+    """The fault for the n-th call of (job, step): a pure function of the plan.
+
+    Poison and unavailable jobs fail their step every time (document_fault); the plan's
+    forced calls get their fault (so every configured fault fires, however small the run);
+    other calls draw one number and walk the cumulative shares of the scenario's provider
+    faults.
+    """
+    own = document_fault(plan, job, step)
+    if own is not None:
+        return own
     table = _provider_faults(scenario.faults, n)
     fault = forced(table, plan.forced_provider, job, step, n) or _draw(
         table, unit(plan.seed, "provider", job, step, n))

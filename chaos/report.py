@@ -41,7 +41,8 @@ def faults_applied(plan: FaultPlan, events: list[Event], nemesis: Counter) -> di
         elif fault == "status" and status and 400 <= status < 500:
             counts["poison"] += 1  # 429 was counted above
         elif fault == "status" and status and status >= 500:
-            counts["provider_5xx"] += 1
+            counts["unavailable" if plan.unavailable.get(e.get("job")) == e.get("step")
+                   else "provider_5xx"] += 1
         elif fault in ("hang", "reset", "slow"):
             counts[fault] += 1
         elif fault in ("bad_content", "schema", "garbage"):
@@ -78,12 +79,14 @@ def _windows(events: list[Event], start: str, end: str) -> list[tuple[float, flo
 #: fault setting -> the applied-count key that proves it fired.
 EVIDENCE = {
     "kill": "kill", "pause": "pause", "lease_expiry": "lease_expiry",
-    "skewed_workers": "skewed_worker", "heartbeat_off_workers": "heartbeat_off_worker", "slow": "slow", "provider_429": "provider_429",
-    "provider_5xx": "provider_5xx", "hang": "hang", "reset": "reset", "outages": "outage",
-    "poison": "poison", "crash_loop": "crash_loop", "latency": "slow", "duplicate_same": "duplicate_same",
-    "duplicate_different": "duplicate_different", "receiver_5xx": "receiver_5xx",
-    "receiver_timeout": "receiver_timeout", "receiver_drop": "receiver_drop",
-    "receiver_lost": "receiver_lost", "contention": "contention", "operator": "operator", "crash_points": "crash_point",
+    "skewed_workers": "skewed_worker", "heartbeat_off_workers": "heartbeat_off_worker",
+    "slow": "slow", "provider_429": "provider_429", "provider_5xx": "provider_5xx",
+    "hang": "hang", "reset": "reset", "outages": "outage", "poison": "poison",
+    "unavailable": "unavailable", "crash_loop": "crash_loop", "latency": "slow",
+    "duplicate_same": "duplicate_same", "duplicate_different": "duplicate_different",
+    "receiver_5xx": "receiver_5xx", "receiver_timeout": "receiver_timeout",
+    "receiver_drop": "receiver_drop", "receiver_lost": "receiver_lost",
+    "contention": "contention", "operator": "operator", "crash_points": "crash_point",
 }
 
 

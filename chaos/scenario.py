@@ -69,6 +69,7 @@ class Faults:
     latency: str = ""                     # every call's latency: fixed:S, uniform:A:B, ...
     # jobs, as shares of the submitted documents
     poison: float = 0.0                   # 400, malformed content, schema-invalid output
+    unavailable: float = 0.0              # 503 on every call of one step: parked at the cap
     crash_loop: float = 0.0               # documents that kill their worker every time
     duplicate_same: float = 0.0
     duplicate_different: float = 0.0
@@ -108,7 +109,8 @@ class Scenario:
                 "expect": dataclasses.asdict(self.expect)}
 
 
-SHARES = ("slow", "provider_429", "provider_5xx", "hang", "reset", "poison", "crash_loop",
+SHARES = ("slow", "provider_429", "provider_5xx", "hang", "reset", "poison", "unavailable",
+          "crash_loop",
           "duplicate_same", "duplicate_different", "receiver_5xx", "receiver_timeout",
           "receiver_drop", "receiver_lost", "crash_point_probability")
 RATES = ("kill", "pause", "lease_expiry", "contention", "operator")

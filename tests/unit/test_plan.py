@@ -47,8 +47,10 @@ def with_changes(name: str, run: dict | None = None, faults: dict | None = None)
 
 
 def poison_fault_for(p: FaultPlan, job: str, step: str) -> dict | None:
-    """The fault a poisoned (job, step) must get on every call, else None."""
+    """The fault a poisoned or unavailable (job, step) must get on every call, else None."""
     poisoned = p.poison.get(job)
+    if p.unavailable.get(job) == step:
+        return {"kind": "status", "status": 503, "retry_after": None}
     if not poisoned or poisoned["step"] != step:
         return None
     if poisoned["kind"] == "status400":
@@ -257,7 +259,8 @@ TOLERANCE = 0.01  # absolute, on shares estimated from >= 16,000 calls (about 4 
 
 def test_provider_fault_frequencies_match_the_scenario_shares():
     s, p = scenario("everything"), plan("everything")
-    calls = [c for c in provider_calls(p, 100) if c[0] not in p.poison]
+    calls = [c for c in provider_calls(p, 100)
+             if c[0] not in p.poison and c[0] not in p.unavailable]
     faults = [provider_fault(s, p, *c) for c in calls]
     seen = Counter(provider_kind(f) for f in faults if f)
     f = s.faults
@@ -272,7 +275,7 @@ def test_provider_fault_details_follow_the_scenario():
     f = s.faults
     for job, step, n in provider_calls(p, 40):
         fault = provider_fault(s, p, job, step, n)
-        if job in p.poison or not fault:
+        if job in p.poison or job in p.unavailable or not fault:
             continue
         if fault.get("status") == 429:  # Retry-After on half of them (odd n)
             assert fault["retry_after"] == (f.retry_after if n % 2 else None)
@@ -403,3 +406,16 @@ def test_receiver_timeouts_outlast_the_send_timeout():
                 else:
                     assert got == planned
     assert timeouts > 0
+
+
+def test_unavailable_documents_are_their_own_and_get_a_503_on_every_call():
+    p = plan("provider-outage")
+    assert p.unavailable, "provider-outage plans documents the model is unavailable for"
+    assert not set(p.unavailable) & (set(p.poison) | set(p.crash_loop) | set(p.needs_review))
+    job, step = next(iter(p.unavailable.items()))
+    pol, _ = policy("provider-outage")
+    for n in range(1, 12):
+        assert pol.provider_fault(job, step, n) == {"kind": "status", "status": 503,
+                                                    "retry_after": None}
+    pol.heal()
+    assert pol.provider_fault(job, step, 20)["status"] == 503  # it never heals

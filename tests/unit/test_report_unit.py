@@ -83,7 +83,8 @@ def test_a_crash_counts_as_crash_loop_only_for_a_crash_loop_job(job, key):
 
 EVERY_FAULT = {"kill", "crash_points", "pause", "lease_expiry", "skewed_workers",
                "heartbeat_off_workers", "slow", "provider_429", "provider_5xx", "hang", "reset",
-               "outages", "poison", "crash_loop", "duplicate_same", "duplicate_different",
+               "outages", "poison", "unavailable", "crash_loop", "duplicate_same",
+               "duplicate_different",
                "receiver_5xx", "receiver_timeout", "receiver_drop", "receiver_lost", "contention",
                "operator"}
 
@@ -106,7 +107,7 @@ def test_unfired_is_empty_when_every_configured_fault_has_evidence():
     applied = faults_applied(PLAN, EVENTS, NEMESIS)
     everything = load_scenario("everything")
     applied.update(lease_expiry=1, duplicate_different=1, contention=1, operator=1,
-                   receiver_lost=1)
+                   receiver_lost=1, unavailable=1)
     assert unfired(everything, applied) == []
 
 
