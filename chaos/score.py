@@ -136,20 +136,47 @@ def write_config(workdir: str, modules: list[str], command: str, timeout: float,
     return config
 
 
-def reset_survivors(session: str, modules: list[str]) -> int:
+def reset_survivors(session: str, modules: list[str], keep: set[str] = frozenset()) -> int:
     """Make the session's survivors in `modules` pending again (and the mutants whose run
-    broke off, as a killed campaign leaves them); how many."""
+    broke off, as a killed campaign leaves them), except the job ids in `keep`; how many."""
     conn = sqlite3.connect(session)
     marks = ",".join("?" * len(modules))
     try:
         with conn:  # cosmic-ray stores its outcomes by enum name
-            return conn.execute(
-                "DELETE FROM work_results WHERE ((UPPER(worker_outcome)='NORMAL' AND"
-                " UPPER(test_outcome)='SURVIVED') OR UPPER(worker_outcome) IN"
-                " ('EXCEPTION', 'ABNORMAL')) AND job_id IN (SELECT job_id FROM"
-                f" mutation_specs WHERE module_path IN ({marks}))", modules).rowcount
+            rows = conn.execute(
+                "SELECT r.job_id FROM work_results r JOIN mutation_specs m USING (job_id)"
+                " WHERE ((UPPER(r.worker_outcome)='NORMAL' AND UPPER(r.test_outcome)="
+                "'SURVIVED') OR UPPER(r.worker_outcome) IN ('EXCEPTION', 'ABNORMAL'))"
+                f" AND m.module_path IN ({marks})", modules).fetchall()
+            reset = [job for (job,) in rows if job not in keep]
+            conn.executemany("DELETE FROM work_results WHERE job_id=?", [(j,) for j in reset])
+            return len(reset)
     finally:
         conn.close()
+
+
+def argued_jobs(session: str, engine_root: str, entries: list[dict[str, Any]]) -> set[str]:
+    """The session's mutants an entry of mutation/equivalent.toml covers, read from the
+    mutation specs and the engine's text as the campaign mutates it (`engine_root` holds
+    engine/): they need no judging again."""
+    conn = sqlite3.connect(session)
+    try:
+        specs = conn.execute("SELECT job_id, module_path, operator_name, start_pos_row,"
+                             " definition_name FROM mutation_specs").fetchall()
+    finally:
+        conn.close()
+    lines: dict[str, list[str]] = {}
+    kept = set()
+    for job, module, operator, row, function in specs:
+        if module not in lines:
+            with open(os.path.join(engine_root, module), encoding="utf-8") as fh:
+                lines[module] = fh.read().splitlines()
+        text = lines[module][row - 1] if 0 < row <= len(lines[module]) else ""
+        probe = {"module": module, "operator": operator, "function": function,
+                 "diff": f"-{text}\n"}
+        if argued(probe, entries) is not None:
+            kept.add(job)
+    return kept
 
 
 def _free_port() -> int:
@@ -207,8 +234,10 @@ def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: 
     config = write_config(workdir, modules, test_command(args.seeds, args.deep, args.run),
                           args.timeout, urls)
     if args.again and not fresh:
-        print(f"re-judging {reset_survivors(session, modules)} survivors of "
-              f"{', '.join(modules)} with the harness as it is now", flush=True)
+        keep = argued_jobs(session, workdir, equivalents())
+        print(f"re-judging {reset_survivors(session, modules, keep)} survivors of "
+              f"{', '.join(modules)} with the harness as it is now (argued ones kept)",
+              flush=True)
     workers = []
     try:
         for copy, port in zip(copies, ports):

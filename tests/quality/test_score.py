@@ -148,3 +148,31 @@ def test_again_makes_only_the_survivors_of_the_given_modules_pending(tmp_path):
                              " GROUP BY 1").fetchall())
     assert left == {"engine/store/operator.py": survivors["engine/store/operator.py"]}
     conn.close()
+
+
+def test_again_keeps_the_argued_mutants_it_need_not_judge_again(tmp_path):
+    import sqlite3
+    work = str(tmp_path)
+    config = score.write_config(work, ["engine/retry.py"], score.test_command(1, 0, False), 60,
+                                ["http://127.0.0.1:1"])
+    score.copy_checkout(work, ("engine",))
+    session = os.path.join(work, "session.sqlite")
+    subprocess.run([os.path.join(os.path.dirname(sys.executable), "cosmic-ray"), "init",
+                    config, session], cwd=work, check=True, capture_output=True, timeout=120)
+    entries = [entry(module="engine/retry.py", line="cap: float = 30.0",
+                     operators=("NumberReplacer",))]
+    keep = score.argued_jobs(session, work, entries)
+    conn = sqlite3.connect(session)
+    lines = open(os.path.join(work, "engine", "retry.py"), encoding="utf-8").read().splitlines()
+    want = {job for job, row, op in conn.execute(
+        "SELECT job_id, start_pos_row, operator_name FROM mutation_specs")
+        if lines[row - 1].strip() == "cap: float = 30.0" and op == "core/NumberReplacer"}
+    assert keep == want and want
+    with conn:
+        conn.executemany("INSERT INTO work_results (worker_outcome, output, test_outcome, diff,"
+                         " job_id) VALUES ('NORMAL', '', 'SURVIVED', '', ?)",
+                         [(j,) for (j,) in conn.execute("SELECT job_id FROM mutation_specs")])
+    total = conn.execute("SELECT COUNT(*) FROM work_results").fetchone()[0]
+    assert score.reset_survivors(session, ["engine/retry.py"], keep) == total - len(keep)
+    assert {j for (j,) in conn.execute("SELECT job_id FROM work_results")} == keep
+    conn.close()
