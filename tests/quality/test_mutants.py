@@ -61,14 +61,26 @@ def test_the_replacing_submit_edit_turns_the_reference_insert_into_a_replace():
 
 # -- every mutant is caught; the reference is not ------------------------------------------------
 
+#: Seeds a mutant gets before it counts as uncaught, as `ninelives mutants` spends them: a
+#: mutant that needs a race to show (two workers between a read and a write, a crash in a
+#: window) shows in most seeds, not in each one on a loaded machine.
+SEED_BUDGET = 3
+
+
 @pytest.mark.parametrize("name", sorted(BY_NAME))
 def test_mutant_is_caught_by_an_expected_invariant(name, tmp_path):
     mutant = BY_NAME[name]
-    report = campaign(mutant.scenario, mutant.spec, mutant.seed, tmp_path, mutant.profile)
-    failed = {v["name"] for v in report["verdicts"] if v["verdict"] == "fail"}
-    assert failed & set(mutant.expect), (
-        f"{name} ({mutant.removes}) was not caught by {', '.join(mutant.expect)} on "
-        f"{mutant.scenario} seed {mutant.seed}: {explain(report)}")
+    tried = []
+    for seed in range(mutant.seed, mutant.seed + SEED_BUDGET):
+        report = campaign(mutant.scenario, mutant.spec, seed, tmp_path / f"seed{seed}",
+                          mutant.profile)
+        failed = {v["name"] for v in report["verdicts"] if v["verdict"] == "fail"}
+        if failed & set(mutant.expect):
+            return
+        tried.append(explain(report))
+    pytest.fail(f"{name} ({mutant.removes}) was not caught by {', '.join(mutant.expect)} on "
+                f"{mutant.scenario} in {SEED_BUDGET} seeds from {mutant.seed}:\n"
+                + "\n".join(tried))
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

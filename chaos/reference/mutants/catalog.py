@@ -116,7 +116,7 @@ CATALOG: tuple[Mutant, ...] = (
            "mutation score)", ("effects-complete",), "outbox-ambiguous"),
     Mutant("outbox_retry_at_once",
            "a failed send is retried at once, without backoff (found by the mutation score)",
-           ("retry-discipline",), "outbox-ambiguous", profile="ci"),
+           ("retry-discipline",), "mutants/outbox-retries"),
     Mutant("submit_replaces",
            "submit replaces an existing job (INSERT OR REPLACE) instead of keeping it",
            ("submissions-idempotent",), "duplicate-submit"),
