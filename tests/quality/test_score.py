@@ -176,3 +176,32 @@ def test_again_keeps_the_argued_mutants_it_need_not_judge_again(tmp_path):
     assert score.reset_survivors(session, ["engine/retry.py"], keep) == total - len(keep)
     assert {j for (j,) in conn.execute("SELECT job_id FROM work_results")} == keep
     conn.close()
+
+
+def test_a_campaign_runs_end_to_end_on_parallel_workers_and_leaves_nothing_running(tmp_path):
+    """The smallest real campaign (the operator's actions, one sim seed, no deep stage) on
+    two workers: it prints its report, scores what it judged, and every worker is gone."""
+    work = str(tmp_path / "campaign")
+    done = subprocess.run([sys.executable, "-m", "chaos.cli", "score", "--modules",
+                           "engine/store/operator.py", "--seeds", "1", "--deep", "0", "--jobs",
+                           "2", "--timeout", "60", "--workdir", work],
+                          capture_output=True, text=True, timeout=400)
+    assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-2000:]
+    assert "engine/store/operator.py" in done.stdout and "mutation score:" in done.stdout
+    rows = score.results(os.path.join(work, "session.sqlite"))
+    assert rows and all(r["outcome"] != "pending" for r in rows)
+    assert any(r["outcome"] == "killed" for r in rows)
+    assert not processes_in(work), "a worker or test command outlived the campaign"
+
+
+def processes_in(folder: str) -> list[int]:
+    """The processes whose working directory lies under `folder`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue  # gone, or not ours to read
+        if cwd == folder or cwd.startswith(folder + os.sep):
+            found.append(int(pid))
+    return found
