@@ -287,26 +287,26 @@ def _check_abandoned(verdict: Verdict, tl, slots: int, at) -> None:
             live.append(h)
 
 
-def _held_until(h, tl, t: float) -> float:
-    """The end of `h`'s lease as last written by its holder before `t`."""
+def _held_until(h, tl, t: float) -> float | None:
+    """The end of `h`'s lease as its holder last wrote it before `t`; None when another
+    write to the job came first (a claim, an operator's or the harness's): the lease ended."""
     until = h.start.get("lease_until") or 0.0
     for _, e in tl.job_events.get(h.job, []):
-        if h.start["t"] < e["t"] <= t and is_heartbeat(e) and e.get("worker") == h.worker:
-            until = max(until, e.get("lease_until") or 0.0)
+        if not h.start["t"] < e["t"] <= t + TOL or e is h.start:
+            continue
+        if not (is_heartbeat(e) and e.get("worker") == h.worker):
+            return None
+        until = max(until, e.get("lease_until") or 0.0)
     return until
 
 
 def _live_at(h, t: float, tl) -> bool:
     """Whether holding `h` still held a live lease at `t`: not ended by its own write, nor
-    by any other write to the job (a claim, an operator's or the harness's), and its lease
-    not run out."""
+    by any other write to the job, and its lease not run out."""
     if h.write is not None and h.write["t"] <= t + TOL:
         return False
-    for _, e in tl.job_events.get(h.job, []):
-        if h.start["t"] < e["t"] <= t + TOL and e is not h.start and not (
-                is_heartbeat(e) and e.get("worker") == h.worker):
-            return False
-    return _held_until(h, tl, t) > t + TOL
+    until = _held_until(h, tl, t)
+    return until is not None and until > t + TOL
 
 
 def _check_holding(verdict: Verdict, h, events: list[Event], index: JobIndex,

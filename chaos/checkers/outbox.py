@@ -143,8 +143,7 @@ def _killed_before_next_send(sender: str | None, start: float, idx: _Index) -> b
 
 def _lease_taken(sender: str | None, start: float, rows: list[Event],
                  settings: dict[str, Any]) -> bool:
-    own = [e for e in rows if _is_claim(e) and e.get("worker") == sender
-           and e["t"] <= start + TOL]
+    own = _claims_before(sender, start, rows)
     taken = [e for e in rows if _is_claim(e) and e.get("worker") != sender
              and e["t"] >= start - TOL]
     if not own or not taken:
@@ -161,12 +160,16 @@ def _sent_after_lease(sender: str | None, start: float, rows: list[Event],
     between its claim and the send): another sender was entitled to the row by then, so
     this request is the lapse's, not a resend of a clean answer. No check before sending
     closes that window, since a pause can fall between the check and the send."""
-    own = [e for e in rows if _is_claim(e) and e.get("worker") == sender
-           and e["t"] <= start + TOL]
+    own = _claims_before(sender, start, rows)
     if not own:
         return False
     until = _lease_end(own[-1], rows, settings)
     return until is not None and start >= until - TOL
+
+
+def _claims_before(sender: str | None, t: float, rows: list[Event]) -> list[Event]:
+    """`sender`'s claims of the row up to `t`, oldest first."""
+    return [e for e in rows if _is_claim(e) and e.get("worker") == sender and e["t"] <= t + TOL]
 
 
 def _lease_end(claim: Event, rows: list[Event], settings: dict[str, Any]) -> float | None:
