@@ -68,4 +68,7 @@ def harness_snapshot(scenario: Scenario, plan: FaultPlan, engine: Any,
                  "expect": expectations(scenario, engine, settings)},
         "phases": phases,
         "submitted": kept,
+        # The harness ran both fakes and kept their ledgers: an empty ledger means no request
+        # reached that fake, not that its ledger was lost.
+        "ledgers": ["provider", "receiver"],
     }

@@ -24,6 +24,8 @@ chaos.history for the vocabulary) and the final snapshot, a dict built when the 
                          "settle": bool}}
   phases:    {"chaos_start","heal_start","drain_start","drain_end", "drained": bool}
   submitted: [job_id...]   every id the runner meant to create
+  ledgers:   ["provider", "receiver"]   the fakes whose ledgers the harness kept, so that an
+             empty one is evidence (absent in a history from elsewhere)
 
 A check whose evidence the engine does not provide (a capability it does not declare) is
 `unknown` with that reason, never pass or fail; so is one that examined nothing while the

@@ -237,7 +237,9 @@ def check_retry_discipline(history: list[Event], snapshot: dict[str, Any]) -> Ve
     verdict = Verdict("retry-discipline")
     plan = snapshot["plan"]
     has_calls = any(e.get("src") == "provider" and e.get("type") == "call" for e in history)
-    if not has_calls and (snapshot.get("spend") or plan.get("poison")):
+    # No call at all is evidence only when the harness kept the provider's ledger.
+    if not has_calls and "provider" not in snapshot.get("ledgers", ()) and (
+            snapshot.get("spend") or plan.get("poison")):
         return verdict.unknown("the engine recorded provider spend (or the plan poisons jobs) "
                                "but the history has no provider call (provider ledger missing)")
     if _unknown_without_audit(verdict, history, snapshot):
@@ -245,7 +247,7 @@ def check_retry_discipline(history: list[Event], snapshot: dict[str, Any]) -> Ve
     tl = readings(history).timeline(snapshot["pipeline"])
     settings = snapshot["settings"]
     _check_poison(verdict, tl)
-    _check_give_up(verdict, tl, settings)
+    parks = _check_give_up(verdict, tl, settings)
     _check_caps(verdict, tl, settings)
     waits = _check_waits(verdict, tl, settings)
     waits["outbox"] = _check_outbox_waits(verdict, readings(history).outbox, settings)
@@ -253,7 +255,7 @@ def check_retry_discipline(history: list[Event], snapshot: dict[str, Any]) -> Ve
     jobs = snapshot["jobs"]
     poisoned = plan.get("poison", {})
     calls = sum(len(v) for v in tl.calls.values())
-    verdict.checked = calls + waits["retry_writes"] + waits["outbox"]["retry_writes"]
+    verdict.checked = calls + parks + waits["retry_writes"] + waits["outbox"]["retry_writes"]
     verdict.metrics = {
         "calls": calls,
         "poison_calls": sum(_is_poison(c) for v in tl.calls.values() for _, _, c, _ in v),
@@ -316,29 +318,51 @@ def _check_poison(verdict: Verdict, tl: Timeline) -> None:
             event, write, later)
 
 
-def _check_give_up(verdict: Verdict, tl: Timeline, settings: dict) -> None:
-    """A job is parked only when the engine's rules say so: as poison after a poison answer,
-    never after one worth retrying (429, 5xx, a timeout, a dropped connection); for its
-    attempts only once it has failed max_attempts of them."""
+def _check_give_up(verdict: Verdict, tl: Timeline, settings: dict) -> int:
+    """A job is parked only when the engine's rules say so, and the provider's ledger shows
+    why: as poison after a poison answer (a 4xx other than 429, garbage, unusable content),
+    never after one worth retrying (429, 5xx, a timeout, a dropped connection), nor with no
+    refusal at all; for its attempts only once it has failed max_attempts of them, each a
+    call the provider received. Returns how many parks it judged."""
     cap = settings.get("max_attempts")
+    judged = 0
     for holds in tl.holdings.values():
         for h in holds:
             w = h.write
             if w is None or w["to"] != h.step["parked"] or not is_worker(w):
                 continue
+            judged += 1
             before = [c for _, c in h.calls if c["t_start"] <= w["t"] + TOL]
             call = before[-1] if before else None
+            # Every call of this step since the job's last operator move, whichever holding
+            # made it: a park's evidence need not lie in the holding that wrote it.
+            received = [c for _, seg, c, _ in tl.calls.get((h.job, h.step["name"]), [])
+                        if seg == h.segment and c["t_start"] <= w["t"] + TOL]
+            where = f"job {h.job}: {h.worker} parked step {h.step['name']!r}"
             if w.get("cause") == "poison" and call is not None and _is_retryable(call):
                 verdict.fail("retryable-parked-as-poison",
-                             f"job {h.job}: {h.worker} parked step {h.step['name']!r} as poison "
-                             f"at {tl.at(w['t'])} after a {call.get('status')} "
-                             f"{call.get('outcome')} answer, which is worth retrying", call, w)
+                             f"{where} as poison at {tl.at(w['t'])} after a "
+                             f"{call.get('status')} {call.get('outcome')} answer, which is "
+                             "worth retrying", call, w)
+            elif w.get("cause") == "poison" and not any(_is_poison(c) for c in received):
+                verdict.fail("parked-without-refusal",
+                             f"{where} as poison at {tl.at(w['t'])}, but the provider refused "
+                             f"none of the step's {len(received)} call(s) (no 4xx, garbage or "
+                             f"unusable answer); last error {w.get('last_error')!r}",
+                             w, *received[-1:])
             elif (w.get("cause") == "attempts" and cap is not None
                   and w.get("attempts") is not None and w["attempts"] < cap):
                 verdict.fail("parked-before-cap",
-                             f"job {h.job}: {h.worker} parked step {h.step['name']!r} for its "
-                             f"attempts at {tl.at(w['t'])} after {w['attempts']} failed "
-                             f"attempt(s), fewer than max_attempts={cap}", w)
+                             f"{where} for its attempts at {tl.at(w['t'])} after "
+                             f"{w['attempts']} failed attempt(s), fewer than max_attempts={cap}",
+                             w)
+            elif w.get("cause") == "attempts" and cap is not None and len(received) < cap:
+                verdict.fail("parked-before-cap",
+                             f"{where} for its attempts at {tl.at(w['t'])}, but the provider "
+                             f"received only {len(received)} call(s) of the step, fewer than "
+                             f"max_attempts={cap}; last error {w.get('last_error')!r}",
+                             w, *received[-1:])
+    return judged
 
 
 def _check_caps(verdict: Verdict, tl: Timeline, settings: dict) -> None:

@@ -222,6 +222,34 @@ def test_a_job_parked_against_the_engines_own_rules_fails(status, error, kind):
     assert kind in verdict.by_type, verdict.reason
 
 
+@pytest.mark.parametrize("answer", [None, {"status": 200, "outcome": "ok"}],
+                         ids=["no-call-reached-the-provider", "the-provider-answered-200"])
+def test_a_poison_park_the_provider_never_refused_fails(answer):
+    # A call that fails in the client (a bug before the request is sent) is not poison.
+    story = [claim(1.0, W1, 1)] + ([fetch_call(1.01, W1, **answer)] if answer else []) + [
+        park(1.03, W1, 1, error="fetch: TypeError: unsupported operand (poison: parked at once)")]
+    verdict = retry_check(story, ledgers=["provider", "receiver"])
+    assert verdict.by_type == {"parked-without-refusal": 1}, verdict.reason
+    assert verdict.failures[0].events[0] is story[-1]
+
+
+def test_with_no_provider_ledger_kept_a_park_without_calls_is_unknown():
+    story = [claim(1.0, W1, 1), park(1.03, W1, 1)]
+    verdict = retry_check(story, plan={**snapshot_with_effects(story)["plan"],
+                                       "poison": {J: "status400"}})
+    assert verdict.status == "unknown" and "ledger missing" in verdict.reason
+
+
+def test_a_park_for_attempts_with_fewer_calls_than_the_cap_fails():
+    # The engine's own counter says 4 (the cap), but the provider saw 2 calls of the step.
+    history = failed_try(1.0, W1, 1, 1, 0.05) + [
+        claim(2.0, W1, 2, frm="pending"), fetch_call(2.01, W1, status=503, outcome="error"),
+        park(2.03, W1, 2, attempts=4, error="fetch: RetryableError: 503 (parked after 4 attempts)")]
+    verdict = retry_check(history)
+    assert verdict.by_type == {"parked-before-cap": 1}, verdict.reason
+    assert "received only 2 call(s)" in verdict.failures[0].message
+
+
 def test_poison_parked_at_once_after_a_4xx_passes():
     poisoned = [claim(1.0, W1, 1), fetch_call(1.01, W1, status=400, outcome="error"),
                 park(1.03, W1, 1, error="fetch: PoisonError: 400 (poison: parked at once)")]
