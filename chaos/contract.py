@@ -111,6 +111,11 @@ class EngineSettings:
     send_timeout: float | None = None
     keep_job: bool = False
     slots: int = 1
+    #: "due": a claim takes the job that fell due first (claims-prompt checks it exactly)
+    claim_order: str | None = None
+    #: seconds a free worker takes at most to claim a due job: its longest poll, plus the
+    #: claim (claims-prompt adds the machine's scheduling slack)
+    claim_latency: float | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -48,7 +48,7 @@ def expectations(scenario: Scenario, engine: Any, settings: EngineSettings) -> d
 def harness_snapshot(scenario: Scenario, plan: FaultPlan, engine: Any,
                      settings: EngineSettings, *, integrity: list[dict],
                      receiver_applied: Iterable[dict], phases: dict[str, Any],
-                     jobs: Iterable[str]) -> dict[str, Any]:
+                     jobs: Iterable[str], clock: str = "real") -> dict[str, Any]:
     """The snapshot's keys that the harness, not the engine, knows (see chaos.checkers);
     `jobs` are the ids that took part (a shrunk simulation keeps some)."""
     kept = list(jobs)
@@ -71,4 +71,7 @@ def harness_snapshot(scenario: Scenario, plan: FaultPlan, engine: Any,
         # The harness ran both fakes and kept their ledgers: an empty ledger means no request
         # reached that fake, not that its ledger was lost.
         "ledgers": ["provider", "receiver"],
+        # "virtual" in the simulation: checks with a deadline allow its scheduling, not a
+        # loaded machine's.
+        "clock": clock,
     }

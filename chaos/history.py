@@ -48,6 +48,8 @@ src "process": the supervisor's lifecycle records and the probe's log:
   spawn | exit   name, role ("worker" | "sender"), slot, pid, code, signal, killed (exit:
                  True when the harness sent the signal), log_tail (exit by itself)
   crashpoint     pid, point, job                         the probe killed its process
+  stall          pid, name, role, thread, seconds        (simulation only) one thread of the
+                 process was left waiting `seconds`, as a loaded machine would
 src "runner": phases (`phase`) and submissions (`submit`: job, payload_hash, result,
   duplicate).
 """

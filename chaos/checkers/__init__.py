@@ -24,6 +24,7 @@ chaos.history for the vocabulary) and the final snapshot, a dict built when the 
                          "settle": bool}}
   phases:    {"chaos_start","heal_start","drain_start","drain_end", "drained": bool}
   submitted: [job_id...]   every id the runner meant to create
+  clock:     "real" | "virtual" (the simulation)
   ledgers:   ["provider", "receiver"]   the fakes whose ledgers the harness kept, so that an
              empty one is evidence (absent in a history from elsewhere)
 
@@ -52,14 +53,14 @@ INVARIANTS = (
     "all-jobs-settle", "submissions-idempotent", "memo-consistent", "retry-discipline",
     "bounded-work", "lease-exclusive", "lease-kept", "deadlines-kept", "operator-moves",
     "fenced-writes", "cost-accounted", "db-intact",
-    "processes-survive",
+    "processes-survive", "claims-prompt",
 )
 
 
 def _load() -> None:
     import importlib
     for module in ("transitions", "billing", "outbox", "liveness", "leases", "deadlines",
-                   "operator", "integrity", "processes"):
+                   "operator", "integrity", "processes", "promptness"):
         CHECKERS.update(importlib.import_module(f"{__name__}.{module}").CHECKS)
 
 

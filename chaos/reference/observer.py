@@ -78,7 +78,8 @@ class Mapper:
         common = {"job": row["job"], "worker": writer, "pid": pid_of(writer),
                   "actor": actor_of(writer), "token": row.get("token"),
                   "attempts": row.get("attempts"), "claims": row.get("claims"),
-                  "lease_until": row.get("lease_until"), "payload_hash": row.get("payload_hash")}
+                  "lease_until": row.get("lease_until"), "next_run_at": row.get("next_run_at"),
+                  "payload_hash": row.get("payload_hash")}
         if op == "insert":
             return {"type": "submitted", "state": row["to"], "from": None, "to": row["to"],
                     **common}
@@ -97,7 +98,7 @@ class Mapper:
         # to park it (the claim that finds a crash loop parks instead of running).
         took = (common["actor"] == "worker"
                 and (row.get("token") or 0) > (row.get("old_token") or 0))
-        return {"type": "state", "from": frm, "to": to, "next_run_at": row.get("next_run_at"),
+        return {"type": "state", "from": frm, "to": to,
                 "last_error": row.get("last_error"), "heartbeat": heartbeat, "took_lease": took,
                 "cause": cause_of(row.get("last_error")) if to in self.parked else None,
                 **common}

@@ -233,6 +233,12 @@ class Simulation:
         if how == CRASH or (how == RUN and self._crash_loops(actor)):
             self.kill(actor.process, actor.point)
             return index, CRASH
+        if how == STALLED:
+            # A stalled thread is the simulation's loaded machine: recorded, so that a check
+            # with a deadline can tell a late process from a slow engine.
+            self.record({"t": self.sched.now(), "src": "process", "type": "stall",
+                         "pid": actor.process.pid, "name": actor.process.name,
+                         "role": actor.process.role, "thread": actor.name, "seconds": STALL})
         return index, how
 
     def _crash_chance(self, actor: Actor) -> float:
@@ -358,7 +364,7 @@ class Simulation:
         snap.update(harness_snapshot(self.scenario, self.plan, engine, self.settings,
                                      integrity=self.integrity,
                                      receiver_applied=self.receiver.effects,
-                                     phases=self.phases, jobs=self.job_ids))
+                                     phases=self.phases, jobs=self.job_ids, clock="virtual"))
         return snap
 
 

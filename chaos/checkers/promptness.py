@@ -1,0 +1,311 @@
+"""claims-prompt: due work is claimed in the order it fell due, and without delay while a
+worker is free.
+
+A job is *due* from the moment the engine may hand it to a worker: its `next_run_at` when
+its operations report one (a submission, a retry's backoff, a lease that lapses), else the
+end of its lease in a working state, else the write that left it ready. It stops being due
+at the next write that takes it (a claim, a claim that parks a crash loop) or settles it.
+
+Two claims, each checked only where the engine declares it (chaos.contract.EngineSettings):
+
+- `claim_order = "due"`: a claim takes the job that fell due first among those due at the
+  claim's own time (its lease start, `lease_until - lease`). This is exact: claims commit
+  one at a time, so the due times of every other job at that commit are the ones the
+  operations before it left. A claim that skips an older due job starves it.
+- `claim_latency` seconds: a free worker claims due work within this long (its poll
+  interval at the longest, plus the claim). A worker process is free from the write that
+  released its last job until its next claim, and only while it is alive, holds fewer jobs
+  than its slots, runs on the true clock, and the harness is not pausing it, stalling it
+  (the simulation's loaded machine) or holding the write lock. A job that stays due while
+  some worker is free for longer than claim_latency plus the scheduling slack fails.
+
+The slack is what the machine, not the engine, adds to a poll: on the simulation's virtual
+clock the turns that other writers' transactions take (SIM_SLACK); between real processes,
+scheduling on a loaded machine as well (RUN_SLACK). Both are stated, not tuned per run.
+"""
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..history import Event
+from .ops import capable, harness_windows, is_job, is_operator, is_worker
+from .verdict import Verdict
+
+#: Exact comparisons of an engine's own stored times allow for float rounding only.
+EPS = 1e-6
+#: Scheduling slack on the simulation's virtual clock (its turns are 10 ms each, and a
+#: claim waits its turn behind the other writers' transactions).
+SIM_SLACK = 0.15
+#: Scheduling slack between real processes on a loaded machine.
+RUN_SLACK = 1.0
+MAX_REPORTED = 20
+
+
+@dataclass
+class _Job:
+    state: str | None = None
+    due: float | None = None      # when the engine may hand it out; None: not claimable
+    due_since: float | None = None  # history time the current due spell was opened
+    holder: str | None = None
+
+
+@dataclass
+class _Worker:
+    pid: int | None
+    active: set = field(default_factory=set)
+    free_from: float | None = None
+    windows: list = field(default_factory=list)   # [(from, to)] free, in time order
+
+
+def check_claims_prompt(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
+    """Claims take the oldest due job first (claim_order "due"), and a free worker claims
+    due work within claim_latency (see the module docstring)."""
+    verdict = Verdict("claims-prompt")
+    settings = snapshot.get("settings") or {}
+    order, latency = settings.get("claim_order"), settings.get("claim_latency")
+    if order is None and latency is None:
+        return verdict.unknown("the engine declares neither a claim order nor a claim latency "
+                               "(settings.claim_order, settings.claim_latency)")
+    if not any(is_job(e) for e in history):
+        return verdict.unknown("the history has no job operation")
+    pipeline = snapshot["pipeline"]
+    reading = _read(history, pipeline, settings)
+    stats: dict[str, Any] = {"claims": reading.claims}
+    if order == "due":
+        stats["order_checked"] = _check_order(verdict, reading, settings)
+    if latency is not None:
+        stats.update(_check_latency(verdict, reading, history, snapshot, float(latency)))
+    verdict.checked = stats.get("order_checked", 0) + stats.get("due_spells", 0)
+    verdict.metrics = stats
+    return verdict
+
+
+# -- one pass over the job operations ----------------------------------------------------------
+
+@dataclass
+class _Reading:
+    t0: float
+    claims: int = 0
+    # every claim that chose a job: (position, claim event, {job: due} of the others then)
+    choices: list = field(default_factory=list)
+    # (job, due from, ended at, how it ended)
+    spells: list = field(default_factory=list)
+    workers: dict = field(default_factory=dict)   # worker id -> _Worker
+    open_jobs: dict = field(default_factory=dict)
+
+
+def _read(history: list[Event], pipeline: dict, settings: dict) -> _Reading:
+    ready, working = set(pipeline["ready"]), set(pipeline["working"])
+    settled = set(pipeline["terminal"]) | set(pipeline["parked"])
+    slots = int(settings.get("slots") or 1)
+    reading = _Reading(t0=history[0]["t"] if history else 0.0)
+    jobs: dict[str, _Job] = defaultdict(_Job)
+    workers = reading.workers
+    for pos, e in enumerate(history):
+        if not is_job(e):
+            continue
+        job_id, t = e["job"], e["t"]
+        j = jobs[job_id]
+        takes = e["type"] == "claimed" and not e.get("continued") or bool(e.get("took_lease"))
+        if takes and is_worker(e):
+            reading.claims += 1
+            w = workers.setdefault(e.get("worker") or "", _Worker(e.get("pid")))
+            if e["type"] == "claimed":
+                due_now = {k: v.due for k, v in jobs.items() if k != job_id and v.due is not None}
+                reading.choices.append((pos, e, j.due, due_now))
+                if slots == 1:
+                    w.active.clear()  # one slot: whatever it held before is over
+                _busy(w, t, slots)
+                w.active.add(job_id)
+            # (a claim that parks a crash loop takes the job and lets it go in one write)
+            _close(reading, job_id, j, t, "claimed")
+        elif e["type"] == "claimed" and is_worker(e):
+            # Moving on to the next step under the lease it held: still its job.
+            w = workers.setdefault(e.get("worker") or "", _Worker(e.get("pid")))
+            _busy(w, t, slots)
+            w.active.add(job_id)
+            _close(reading, job_id, j, t, "claimed")
+        elif e["type"] == "removed":
+            _close(reading, job_id, j, t, "removed")
+            j.due = None
+            continue
+        elif is_worker(e) and not e.get("heartbeat"):
+            w = workers.get(e.get("worker") or "")
+            releases = e.get("to") not in working or (
+                e.get("lease_until") is None or e["lease_until"] <= t)
+            if w is not None and releases and job_id in w.active:
+                w.active.discard(job_id)
+                if len(w.active) < slots and w.free_from is None:
+                    w.free_from = t
+        elif e.get("type") == "state" and (is_operator(e) or e.get("actor") == "harness"):
+            _close(reading, job_id, j, t, "moved")
+        j.state = e.get("to") if e.get("to") is not None else e.get("state")
+        j.due = _due_after(e, j.state, ready, working, settled)
+        if j.due is not None and j.due_since is None:
+            j.due_since = t
+    reading.open_jobs = {k: v for k, v in jobs.items() if v.due is not None}
+    return reading
+
+
+def _due_after(e: Event, state: str | None, ready: set, working: set, settled: set
+               ) -> float | None:
+    """When the engine may hand the job out after this operation (None: it may not)."""
+    if state is None or state in settled or (state not in ready and state not in working):
+        return None
+    if e.get("next_run_at") is not None:
+        return float(e["next_run_at"])
+    if state in working:
+        return e.get("lease_until")
+    return e["t"]
+
+
+def _close(reading: _Reading, job_id: str, j: _Job, t: float, how: str) -> None:
+    if j.due is not None:
+        reading.spells.append((job_id, j.due, t, how))
+    j.due_since = None
+
+
+def _busy(w: _Worker, t: float, slots: int) -> None:
+    if w.free_from is not None and len(w.active) + 1 >= slots:
+        w.windows.append((w.free_from, t))
+        w.free_from = None
+
+
+# -- claim order --------------------------------------------------------------------------------
+
+def _check_order(verdict: Verdict, reading: _Reading, settings: dict) -> int:
+    lease = settings.get("lease")
+    checked = 0
+    for pos, claim, due, others in reading.choices:
+        until = claim.get("lease_until")
+        if lease is None or until is None or due is None:
+            continue
+        now = until - lease  # the claim's own clock: its lease starts when it is written
+        checked += 1
+        older = [(d, k) for k, d in others.items() if d <= now + EPS and d < due - EPS]
+        if older:
+            d, k = min(older)
+            if len(verdict.failures) < MAX_REPORTED:
+                verdict.fail("claimed-out-of-order",
+                             f"{claim.get('worker')} claimed job {claim['job']} (due "
+                             f"+{due - reading.t0:.3f} s) at +{now - reading.t0:.3f} s while job "
+                             f"{k}, due since +{d - reading.t0:.3f} s, waited "
+                             f"({len(older)} job(s) due earlier in all)", claim)
+            else:
+                verdict.error_count += 1
+    return checked
+
+
+# -- claim latency ------------------------------------------------------------------------------
+
+def _check_latency(verdict: Verdict, reading: _Reading, history: list[Event],
+                   snapshot: dict, latency: float) -> dict[str, Any]:
+    phases = snapshot.get("phases") or {}
+    end = phases.get("drain_end") or (history[-1]["t"] if history else 0.0)
+    slack = SIM_SLACK if snapshot.get("clock") == "virtual" else RUN_SLACK
+    bound = latency + slack
+    excluded = _excluded(history, snapshot)
+    free = _free_windows(reading, history, end, excluded)
+    spells = reading.spells + [(k, j.due, end, "open") for k, j in reading.open_jobs.items()]
+    longest, judged = 0.0, 0
+    for job_id, due, ended, how in spells:
+        if ended - due <= bound:
+            continue
+        judged += 1
+        worst = None
+        for worker, windows in free.items():
+            for a, b in _overlaps(windows, due, ended):
+                if b - a > bound and (worst is None or b - a > worst[2] - worst[1]):
+                    worst = (worker, a, b)
+        if worst is None:
+            continue
+        longest = max(longest, worst[2] - worst[1])
+        worker, a, b = worst
+        t0 = reading.t0
+        if len(verdict.failures) < MAX_REPORTED:
+            verdict.fail("due-job-waited",
+                         f"job {job_id} was due from +{due - t0:.3f} s until it was {how} at "
+                         f"+{ended - t0:.3f} s, while {worker} was free from +{a - t0:.3f} s to "
+                         f"+{b - t0:.3f} s ({b - a:.3f} s, over claim_latency {latency:g} s + "
+                         f"slack {slack:g} s)")
+        else:
+            verdict.error_count += 1
+    return {"due_spells": len(spells), "due_spells_judged": judged, "bound": bound,
+            "longest_wait_beside_a_free_worker": round(longest, 3)}
+
+
+def _excluded(history: list[Event], snapshot: dict) -> dict[int | None, list]:
+    """Per pid, the spans the harness stopped it (pauses, stalls); key None: every pid
+    (the write lock held)."""
+    windows = harness_windows(history)
+    out: dict[int | None, list] = defaultdict(list)
+    for pid, a, b in windows["pauses"]:
+        out[pid].append((a, b))
+    out[None] += windows["locks"]
+    for e in history:
+        if e.get("src") == "process" and e.get("type") == "stall":
+            out[e.get("pid")].append((e["t"], e["t"] + float(e.get("seconds") or 0.0)))
+    return out
+
+
+def _free_windows(reading: _Reading, history: list[Event], end: float,
+                  excluded: dict) -> dict[str, list]:
+    """worker id -> its free spans, cut where its process ended and where the harness
+    stopped it; workers on a skewed clock are left out (they see other due times)."""
+    exits = {e.get("pid"): e["t"] for e in history
+             if e.get("src") == "process" and e.get("type") == "exit"}
+    skewed = {e.get("pid") for e in history if e.get("src") == "nemesis"
+              and e.get("type") == "skew"} | _skewed_by_slot(history)
+    free = {}
+    for worker, w in reading.workers.items():
+        if w.pid is None or w.pid in skewed:
+            continue
+        spans = list(w.windows)
+        if w.free_from is not None:
+            spans.append((w.free_from, end))
+        stop = min(exits.get(w.pid, end), end)
+        spans = [(a, min(b, stop)) for a, b in spans if a < stop]
+        cuts = sorted(excluded.get(w.pid, []) + excluded.get(None, []))
+        free[worker] = _subtract(spans, cuts)
+    return free
+
+
+def _skewed_by_slot(history: list[Event]) -> set:
+    slots = {e.get("slot") for e in history if e.get("src") == "nemesis"
+             and e.get("type") == "skew" and e.get("slot") is not None}
+    return {e.get("pid") for e in history if e.get("src") == "process"
+            and e.get("type") == "spawn" and e.get("slot") in slots and e.get("role") == "worker"}
+
+
+def _subtract(spans: list, cuts: list) -> list:
+    out = []
+    for a, b in spans:
+        for c, d in cuts:
+            if d <= a or c >= b:
+                continue
+            if c > a:
+                out.append((a, c))
+            a = max(a, d)
+            if a >= b:
+                break
+        if a < b:
+            out.append((a, b))
+    return sorted(out)
+
+
+def _overlaps(windows: list, start: float, end: float) -> list:
+    i = max(bisect.bisect_left(windows, (start,)) - 1, 0)
+    out = []
+    for a, b in windows[i:]:
+        if a >= end:
+            break
+        lo, hi = max(a, start), min(b, end)
+        if hi > lo:
+            out.append((lo, hi))
+    return out
+
+
+CHECKS = {"claims-prompt": check_claims_prompt}

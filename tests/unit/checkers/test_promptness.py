@@ -1,0 +1,138 @@
+"""claims-prompt on hand-made histories: claims take the oldest due job first, and a free
+worker does not leave due work waiting past the engine's claim latency."""
+from __future__ import annotations
+
+import pytest
+from builders import W1, W2, job, nemesis, snapshot_with_effects
+
+from chaos.checkers.promptness import RUN_SLACK, SIM_SLACK, check_claims_prompt
+
+LATENCY = 0.03
+
+
+def declared(history, **overrides):
+    snap = snapshot_with_effects(history)
+    snap["settings"] = {**snap["settings"], "claim_order": "due", "claim_latency": LATENCY,
+                        **overrides.pop("settings", {})}
+    snap.update(overrides)
+    return check_claims_prompt(history, snap)
+
+
+def submitted(t, job_id):
+    return job(t, job_id, None, "pending", "submitter", 0, op="insert", next_run_at=t)
+
+
+def claim(t, worker, job_id, token=1, lease=2.0):
+    return job(t, job_id, "pending", "fetching", worker, token, old_token=token - 1, claims=1,
+               lease_until=t + lease)
+
+
+def done(t, worker, job_id, token=1):
+    return job(t, job_id, "fetching", "delivered", worker, token)
+
+
+def retry(t, worker, job_id, wait, token=1):
+    """The worker lets the job go with a backoff: due again at t + wait."""
+    return job(t, job_id, "fetching", "pending", worker, token, attempts=1, next_run_at=t + wait,
+               last_error="fetch: RetryableError")
+
+
+# -- claim order ---------------------------------------------------------------------------
+
+def two_due_jobs():
+    """Job a is due from 1.0, job b from 2.0; W1 claims at 3.0."""
+    return [submitted(1.0, "a"), submitted(2.0, "b")]
+
+
+def test_a_claim_of_the_oldest_due_job_passes():
+    history = two_due_jobs() + [claim(3.0, W1, "a"), claim(3.01, W2, "b"), done(3.1, W1, "a"),
+                                done(3.2, W2, "b")]
+    verdict = declared(history)
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["order_checked"] == 2
+
+
+def test_a_claim_that_skips_an_older_due_job_fails():
+    history = two_due_jobs() + [claim(3.0, W1, "b")]
+    verdict = declared(history)
+    assert verdict.by_type["claimed-out-of-order"] == 1
+    assert "job a" in verdict.failures[0].message and verdict.failures[0].events == [history[-1]]
+
+
+def test_a_job_whose_backoff_has_not_run_out_does_not_count_as_skipped():
+    # a's retry is due at 3.5: at 3.0 only b is due, whatever a's history.
+    history = [submitted(1.0, "a"), claim(1.1, W1, "a"), retry(1.2, W1, "a", 2.3),
+               submitted(2.0, "b"), claim(3.0, W2, "b"), claim(3.5, W1, "a", token=2),
+               done(3.6, W1, "a", token=2), done(3.7, W2, "b")]
+    assert declared(history).status == "pass"
+
+
+def test_a_lapsed_lease_is_due_work_too():
+    # W1 died holding a (lease to 2.0); at 4.0 W2 claims the newer b first.
+    history = [submitted(0.5, "a"), claim(1.0, W1, "a", lease=1.0), submitted(3.0, "b"),
+               claim(4.0, W2, "b")]
+    verdict = declared(history)
+    assert verdict.by_type == {"claimed-out-of-order": 1}
+
+
+# -- claim latency -------------------------------------------------------------------------
+
+def free_worker_and_waiting_job(claimed_at):
+    """W1 finishes job x at 1.0 and has nothing to do; job a is due from 1.0 and is claimed
+    (by W2) at `claimed_at`."""
+    return [submitted(0.0, "x"), claim(0.1, W1, "x"),
+            done(1.0, W1, "x"), submitted(1.0, "a"), claim(claimed_at, W2, "a"),
+            done(claimed_at + 0.1, W2, "a")]
+
+
+def test_due_work_beside_a_free_worker_past_the_latency_fails():
+    verdict = declared(free_worker_and_waiting_job(1.0 + LATENCY + RUN_SLACK + 0.5))
+    assert verdict.by_type == {"due-job-waited": 1}, verdict.reason
+    assert W1 in verdict.failures[0].message
+
+
+def test_a_claim_within_latency_and_slack_passes():
+    verdict = declared(free_worker_and_waiting_job(1.0 + LATENCY + RUN_SLACK - 0.1))
+    assert verdict.status == "pass", verdict.reason
+
+
+def test_the_simulation_allows_only_its_own_slack():
+    late = free_worker_and_waiting_job(1.0 + LATENCY + SIM_SLACK + 0.1)
+    assert declared(late, clock="virtual").by_type == {"due-job-waited": 1}
+    assert declared(late).status == "pass"  # the same wait is within a real machine's slack
+
+
+@pytest.mark.parametrize("excuse", ["pause", "contention", "stall"])
+def test_a_worker_the_harness_stopped_is_not_free(excuse):
+    history = free_worker_and_waiting_job(4.0)
+    pid = int(W1.split(":")[2])
+    if excuse == "pause":
+        cut = [nemesis(1.1, "pause", pid=pid), nemesis(3.9, "resume", pid=pid)]
+    elif excuse == "contention":
+        cut = [nemesis(1.1, "contention"), nemesis(3.9, "contention_end")]
+    else:
+        cut = [{"t": 1.1, "src": "process", "type": "stall", "pid": pid, "seconds": 2.8}]
+    verdict = declared(sorted(history + cut, key=lambda e: e["t"]))
+    assert verdict.status == "pass", verdict.reason
+
+
+def test_a_worker_on_a_skewed_clock_is_not_counted_free():
+    pid = int(W1.split(":")[2])
+    history = [nemesis(0.0, "skew", pid=pid)] + free_worker_and_waiting_job(4.0)
+    assert declared(history).status == "pass"
+
+
+def test_a_worker_moving_on_under_its_lease_is_busy():
+    # W1 finishes fetch and continues to extract under the same lease: not free.
+    history = [submitted(0.0, "x"), claim(0.1, W1, "x"),
+               job(1.0, "x", "fetching", "fetched", W1, 1),
+               job(1.0, "x", "fetched", "extracting", W1, 1, lease_until=3.0),
+               submitted(1.0, "a"), claim(4.0, W2, "a"), done(4.1, W2, "a"),
+               job(4.2, "x", "extracting", "delivered", W1, 1)]
+    assert declared(history).status == "pass"
+
+
+def test_an_engine_that_declares_no_claim_rule_is_unknown():
+    history = free_worker_and_waiting_job(9.0)
+    verdict = declared(history, settings={"claim_order": None, "claim_latency": None})
+    assert verdict.status == "unknown" and "declares neither" in verdict.reason
