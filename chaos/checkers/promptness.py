@@ -1,5 +1,5 @@
-"""claims-prompt: due work is claimed in the order it fell due, and without delay while a
-worker is free.
+"""claims-prompt: due work (jobs, outbox rows) is claimed in the order it fell due, and without
+delay while a worker (a sender) is free.
 
 A job is *due* from the moment the engine may hand it to a worker: its `next_run_at` when
 its operations report one (a submission, a retry's backoff, a lease that lapses), else the
@@ -19,6 +19,10 @@ Two claims, each checked only where the engine declares it (chaos.contract.Engin
   (the simulation's loaded machine) or holding the write lock. A job that stays due while
   some worker is free for longer than claim_latency plus the scheduling slack fails.
 
+Outbox rows are judged the same way, with senders as the workers: a row is due from its
+`next_run_at` (queued, a retry's backoff, its lease ended) until a sender claims it or it is
+sent or dead-lettered, and a claim's own time is `lease_until - outbox_lease`.
+
 The slack is what the machine, not the engine, adds to a poll: on the simulation's virtual
 clock the turns that other writers' transactions take (SIM_SLACK); between real processes,
 scheduling on a loaded machine as well (RUN_SLACK). Both are stated, not tuned per run.
@@ -31,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..history import Event
-from .ops import capable, harness_windows, is_job, is_operator, is_worker
+from .ops import capable, harness_windows, is_effect, is_job, is_operator, is_worker
 from .verdict import Verdict
 
 #: Exact comparisons of an engine's own stored times allow for float rounding only.
@@ -69,17 +73,21 @@ def check_claims_prompt(history: list[Event], snapshot: dict[str, Any]) -> Verdi
     if order is None and latency is None:
         return verdict.unknown("the engine declares neither a claim order nor a claim latency "
                                "(settings.claim_order, settings.claim_latency)")
-    if not any(is_job(e) for e in history):
-        return verdict.unknown("the history has no job operation")
-    pipeline = snapshot["pipeline"]
-    reading = _read(history, pipeline, settings)
-    stats: dict[str, Any] = {"claims": reading.claims}
-    if order == "due":
-        stats["order_checked"] = _check_order(verdict, reading, settings)
-    if latency is not None:
-        stats.update(_check_latency(verdict, reading, history, snapshot, float(latency)))
-    verdict.checked = stats.get("order_checked", 0) + stats.get("due_spells", 0)
-    verdict.metrics = stats
+    if not any(is_job(e) or is_effect(e) for e in history):
+        return verdict.unknown("the history has no job or outbox operation")
+    readings = {"job": (_read(history, snapshot["pipeline"], settings), settings.get("lease"))}
+    if capable(snapshot, "outbox"):
+        readings["outbox row"] = (_read_rows(history), settings.get("outbox_lease"))
+    verdict.metrics = {}
+    for unit, (reading, lease) in readings.items():
+        stats: dict[str, Any] = {"claims": reading.claims}
+        if order == "due":
+            stats["order_checked"] = _check_order(verdict, reading, lease, unit)
+        if latency is not None:
+            stats.update(_check_latency(verdict, reading, history, snapshot, float(latency),
+                                        unit))
+        verdict.checked += stats.get("order_checked", 0) + stats.get("due_spells", 0)
+        verdict.metrics["jobs" if unit == "job" else "outbox"] = stats
     return verdict
 
 
@@ -150,6 +158,44 @@ def _read(history: list[Event], pipeline: dict, settings: dict) -> _Reading:
     return reading
 
 
+def _read_rows(history: list[Event]) -> _Reading:
+    """The outbox's reading: rows are the units, senders the workers (one row at a time)."""
+    reading = _Reading(t0=history[0]["t"] if history else 0.0)
+    rows: dict[Any, _Job] = defaultdict(_Job)
+    senders = reading.workers
+    for pos, e in enumerate(history):
+        if not is_effect(e):
+            continue
+        key, t = e["row"], e["t"]
+        r = rows[key]
+        over = e.get("sent_at") is not None or e.get("dead_at") is not None
+        if e["type"] == "effect_claimed" and is_worker(e):
+            reading.claims += 1
+            w = senders.setdefault(e.get("worker") or "", _Worker(e.get("pid")))
+            if not over:  # (a claim that dead-letters a row past its cap lets it go at once)
+                reading.choices.append((pos, e, r.due, {k: v.due for k, v in rows.items()
+                                                        if k != key and v.due is not None}))
+                w.active.clear()
+                _busy(w, t, 1)
+                w.active.add(key)
+            _close(reading, key, r, t, "claimed")
+        elif is_worker(e):
+            w = senders.get(e.get("worker") or "")
+            lapsed = e.get("lease_until") is None or e["lease_until"] <= t
+            if w is not None and key in w.active and (over or lapsed):
+                w.active.discard(key)
+                if w.free_from is None:
+                    w.free_from = t
+        elif e.get("actor") == "harness":
+            _close(reading, key, r, t, "moved")
+        r.due = None if over else (e.get("next_run_at") if e.get("next_run_at") is not None
+                                   else e.get("lease_until") or t)
+        if r.due is not None and r.due_since is None:
+            r.due_since = t
+    reading.open_jobs = {k: v for k, v in rows.items() if v.due is not None}
+    return reading
+
+
 def _due_after(e: Event, state: str | None, ready: set, working: set, settled: set
                ) -> float | None:
     """When the engine may hand the job out after this operation (None: it may not)."""
@@ -176,8 +222,7 @@ def _busy(w: _Worker, t: float, slots: int) -> None:
 
 # -- claim order --------------------------------------------------------------------------------
 
-def _check_order(verdict: Verdict, reading: _Reading, settings: dict) -> int:
-    lease = settings.get("lease")
+def _check_order(verdict: Verdict, reading: _Reading, lease: float | None, unit: str) -> int:
     checked = 0
     for pos, claim, due, others in reading.choices:
         until = claim.get("lease_until")
@@ -190,10 +235,10 @@ def _check_order(verdict: Verdict, reading: _Reading, settings: dict) -> int:
             d, k = min(older)
             if len(verdict.failures) < MAX_REPORTED:
                 verdict.fail("claimed-out-of-order",
-                             f"{claim.get('worker')} claimed job {claim['job']} (due "
-                             f"+{due - reading.t0:.3f} s) at +{now - reading.t0:.3f} s while job "
-                             f"{k}, due since +{d - reading.t0:.3f} s, waited "
-                             f"({len(older)} job(s) due earlier in all)", claim)
+                             f"{claim.get('worker')} claimed {_name(unit, claim)} (due "
+                             f"+{due - reading.t0:.3f} s) at +{now - reading.t0:.3f} s while "
+                             f"{unit} {k}, due since +{d - reading.t0:.3f} s, waited "
+                             f"({len(older)} due earlier in all)", claim)
             else:
                 verdict.error_count += 1
     return checked
@@ -201,8 +246,12 @@ def _check_order(verdict: Verdict, reading: _Reading, settings: dict) -> int:
 
 # -- claim latency ------------------------------------------------------------------------------
 
+def _name(unit: str, e: Event) -> str:
+    return f"job {e['job']}" if unit == "job" else f"outbox row {e['row']} ({e['job']} {e['kind']!r})"
+
+
 def _check_latency(verdict: Verdict, reading: _Reading, history: list[Event],
-                   snapshot: dict, latency: float) -> dict[str, Any]:
+                   snapshot: dict, latency: float, unit: str) -> dict[str, Any]:
     phases = snapshot.get("phases") or {}
     end = phases.get("drain_end") or (history[-1]["t"] if history else 0.0)
     slack = SIM_SLACK if snapshot.get("clock") == "virtual" else RUN_SLACK
@@ -226,8 +275,8 @@ def _check_latency(verdict: Verdict, reading: _Reading, history: list[Event],
         worker, a, b = worst
         t0 = reading.t0
         if len(verdict.failures) < MAX_REPORTED:
-            verdict.fail("due-job-waited",
-                         f"job {job_id} was due from +{due - t0:.3f} s until it was {how} at "
+            verdict.fail("due-job-waited" if unit == "job" else "due-row-waited",
+                         f"{unit} {job_id} was due from +{due - t0:.3f} s until it was {how} at "
                          f"+{ended - t0:.3f} s, while {worker} was free from +{a - t0:.3f} s to "
                          f"+{b - t0:.3f} s ({b - a:.3f} s, over claim_latency {latency:g} s + "
                          f"slack {slack:g} s)")

@@ -3,7 +3,7 @@ worker does not leave due work waiting past the engine's claim latency."""
 from __future__ import annotations
 
 import pytest
-from builders import W1, W2, job, nemesis, snapshot_with_effects
+from builders import S1, W1, W2, job, nemesis, outbox, snapshot_with_effects
 
 from chaos.checkers.promptness import RUN_SLACK, SIM_SLACK, check_claims_prompt
 
@@ -49,7 +49,7 @@ def test_a_claim_of_the_oldest_due_job_passes():
                                 done(3.2, W2, "b")]
     verdict = declared(history)
     assert verdict.status == "pass", verdict.reason
-    assert verdict.metrics["order_checked"] == 2
+    assert verdict.metrics["jobs"]["order_checked"] == 2
 
 
 def test_a_claim_that_skips_an_older_due_job_fails():
@@ -136,3 +136,40 @@ def test_an_engine_that_declares_no_claim_rule_is_unknown():
     history = free_worker_and_waiting_job(9.0)
     verdict = declared(history, settings={"claim_order": None, "claim_latency": None})
     assert verdict.status == "unknown" and "declares neither" in verdict.reason
+
+
+# -- the outbox: rows and senders --------------------------------------------------------------
+
+S2 = "sender:host:202:dddd"
+
+
+def queued(t, row, job_id="a"):
+    return outbox(t, row, job_id, "charge", W1, 1, op="insert", next_attempt_at=t)
+
+
+def send_claim(t, sender, row, job_id="a", token=1):
+    return outbox(t, row, job_id, "charge", sender, token, old_token=token - 1, attempts=1,
+                  lease_until=t + 2.0, next_attempt_at=t + 2.0)
+
+
+def sent(t, sender, row, job_id="a", token=1):
+    return outbox(t, row, job_id, "charge", sender, token, attempts=1, sent_at=t,
+                  lease_until=0.0)
+
+
+def test_a_sender_that_skips_an_older_due_row_fails():
+    history = [queued(1.0, 1, "a"), queued(2.0, 2, "b"), send_claim(3.0, S1, 2, "b"),
+               sent(3.1, S1, 2, "b"), send_claim(3.2, S1, 1, "a"), sent(3.3, S1, 1, "a")]
+    verdict = declared(history, settings={"outbox_lease": 2.0})
+    assert verdict.by_type == {"claimed-out-of-order": 1}, verdict.reason
+    assert "outbox row 1" in verdict.failures[0].message
+
+
+def test_a_due_row_beside_a_free_sender_past_the_latency_fails():
+    history = [queued(0.0, 1, "x"), send_claim(0.1, S1, 1, "x"), sent(0.2, S1, 1, "x"),
+               queued(0.5, 2, "a"), send_claim(3.0, S2, 2, "a"), sent(3.1, S2, 2, "a")]
+    verdict = declared(history, settings={"outbox_lease": 2.0})
+    assert verdict.by_type == {"due-row-waited": 1}, verdict.reason
+    assert S1 in verdict.failures[0].message
+    prompt = history[:4] + [send_claim(0.55, S2, 2, "a"), sent(0.6, S2, 2, "a")]
+    assert declared(prompt, settings={"outbox_lease": 2.0}).status == "pass"
