@@ -16,7 +16,8 @@ from typing import Any, Callable
 from .contract import Engine
 from .history import Event, payload_hash
 from .plan import (FaultPlan, document_fault, documents_for, forced_provider_fault,
-                   forced_receiver_fault, latency_fault, provider_fault, receiver_fault)
+                   forced_receiver_fault, latency_fault, provider_fault, provider_form,
+                   receiver_fault)
 from .scenario import Scenario
 from .supervisor import Supervisor
 
@@ -43,14 +44,15 @@ class FaultPolicy:
 
     def provider_fault(self, job: str, step: str, n: int) -> dict | None:
         own = document_fault(self.plan, job, step)
-        if own is not None:
-            return own  # the document's nature: it never heals
+        if own is not None:  # the document's nature: it never heals
+            return provider_form(self.plan, job, step, n, own)
         fault = provider_fault(self.scenario, self.plan, job, step, n)
         if self.healed.is_set():
             return (forced_provider_fault(self.scenario, self.plan, job, step, n)
                     or latency_fault(self.scenario, self.plan, job, step, n))
         if self.outage.is_set():
-            return {"kind": "status", "status": 503, "retry_after": None}
+            return provider_form(self.plan, job, step, n,
+                                 {"kind": "status", "status": 503, "retry_after": None})
         return fault
 
     def receiver_fault(self, job: str, kind: str, n: int) -> dict | None:

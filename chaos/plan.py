@@ -159,6 +159,34 @@ def _receiver_faults(f, n: int) -> list[tuple[str, float, dict]]:
     ]
 
 
+#: The forms real providers give their faults, drawn per call apart from the fault itself
+#: (so the faults a plan draws are the same with or without them): a share of the 429s
+#: that carry Retry-After send it as an HTTP date (RFC 9110) instead of delta-seconds; a
+#: share of the other 429s and of the 503s carry one no client can parse (a proxy's
+#: "Retry-After: soon"); a share of the hangs trickle their answer a byte at a time.
+RETRY_AFTER_DATE_SHARE = 0.5
+RETRY_AFTER_JUNK_SHARE = 0.25
+TRICKLE_SHARE = 0.5
+
+
+def provider_form(plan: FaultPlan, job: str, step: str, n: int,
+                  fault: dict | None) -> dict | None:
+    """`fault` as a real provider gives it on the n-th call of (job, step): a pure function
+    of the plan. Adds `retry_after_form` "date" (Retry-After as an HTTP date) or "junk" (an
+    unparseable Retry-After) to a 429 or 503, `trickle` True to a hang; else returns it as
+    it is."""
+    if fault is None:
+        return None
+    u = unit(plan.seed, "form", job, step, n)
+    if fault["kind"] == "status" and fault["status"] in (429, 503):
+        if fault.get("retry_after") is not None:
+            return {**fault, "retry_after_form": "date"} if u < RETRY_AFTER_DATE_SHARE else fault
+        return {**fault, "retry_after_form": "junk"} if u < RETRY_AFTER_JUNK_SHARE else fault
+    if fault["kind"] == "hang" and u < TRICKLE_SHARE:
+        return {**fault, "trickle": True}
+    return fault
+
+
 def _draw(table: list[tuple[str, float, dict]], u: float) -> dict | None:
     for _, share, fault in table:
         if u < share:
@@ -187,15 +215,15 @@ def provider_fault(scenario: Scenario, plan: FaultPlan, job: str, step: str,
     Poison and unavailable jobs fail their step every time (document_fault); the plan's
     forced calls get their fault (so every configured fault fires, however small the run);
     other calls draw one number and walk the cumulative shares of the scenario's provider
-    faults.
+    faults. Each fault comes in the form the call draws apart (provider_form).
     """
     own = document_fault(plan, job, step)
     if own is not None:
-        return own
+        return provider_form(plan, job, step, n, own)
     table = _provider_faults(scenario.faults, n)
     fault = forced(table, plan.forced_provider, job, step, n) or _draw(
         table, unit(plan.seed, "provider", job, step, n))
-    return fault or latency_fault(scenario, plan, job, step, n)
+    return provider_form(plan, job, step, n, fault) or latency_fault(scenario, plan, job, step, n)
 
 
 def latency_fault(scenario: Scenario, plan: FaultPlan, job: str, step: str,
@@ -222,7 +250,8 @@ def forced(table: list[tuple[str, float, dict]], forced_calls: list[list[str]], 
 
 def forced_provider_fault(scenario: Scenario, plan: FaultPlan, job: str, step: str,
                           n: int) -> dict | None:
-    return forced(_provider_faults(scenario.faults, n), plan.forced_provider, job, step, n)
+    return provider_form(plan, job, step, n, forced(_provider_faults(scenario.faults, n),
+                                                    plan.forced_provider, job, step, n))
 
 
 def forced_receiver_fault(scenario: Scenario, plan: FaultPlan, job: str, kind: str,

@@ -61,8 +61,10 @@ class Faults:
     slow_seconds: float = 2.0
     provider_429: float = 0.0
     retry_after: float = 0.5              # seconds in Retry-After on half of the 429s
+                                          # (half of those as an HTTP date: plan.provider_form)
     provider_5xx: float = 0.0
-    hang: float = 0.0                     # past the client timeout, still billed
+    hang: float = 0.0                     # past the client timeout, still billed (half
+                                          # trickle a byte every 0.2 s: plan.provider_form)
     hang_seconds: float = 2.0
     reset: float = 0.0
     outages: tuple[tuple[float, float], ...] = ()  # [start, end] seconds into the chaos phase

@@ -1,7 +1,8 @@
 """The fault plan: a pure function of (scenario, seed) that survives JSON; its timeline, job
 picks and duplicates follow the scenario; provider and receiver faults are pure functions of
-(seed, job, step, n) whose frequencies match the scenario's shares; poison stays on its step;
-and the FaultPolicy the fakes consult (outage switch, heal, receiver timeouts)."""
+(seed, job, step, n) whose frequencies match the scenario's shares, in the forms real
+providers give them (Retry-After as an HTTP date or junk, trickling hangs); poison stays on
+its step; and the FaultPolicy the fakes consult (outage switch, heal, receiver timeouts)."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,8 +16,9 @@ import pytest
 
 from chaos.documents import make_documents
 from chaos.nemesis import FaultPolicy
-from chaos.plan import (POISON_KINDS, POISON_STATUSES, FaultPlan, documents_for, make_plan,
-                        poison_status, provider_fault, receiver_fault)
+from chaos.plan import (POISON_KINDS, POISON_STATUSES, RETRY_AFTER_DATE_SHARE,
+                        RETRY_AFTER_JUNK_SHARE, TRICKLE_SHARE, FaultPlan, documents_for,
+                        make_plan, poison_status, provider_fault, receiver_fault)
 from chaos.reference import REFERENCE
 from chaos.scenario import RATES, SCENARIO_DIR, load_scenario
 
@@ -56,6 +58,14 @@ def poison_fault_for(p: FaultPlan, job: str, step: str) -> dict | None:
     if poisoned["kind"] == "status400":
         return {"kind": "status", "status": poison_status(p, job)}
     return {"kind": poisoned["kind"]}
+
+
+FORMS = ("retry_after_form", "trickle")
+
+
+def formless(fault: dict | None) -> dict | None:
+    """The fault without the form a call gives it (provider_form)."""
+    return None if fault is None else {k: v for k, v in fault.items() if k not in FORMS}
 
 
 def is_poison(fault: dict | None) -> bool:
@@ -286,6 +296,45 @@ def test_provider_fault_details_follow_the_scenario():
                                         else f.slow_seconds)
 
 
+def test_faults_come_in_the_forms_real_providers_give_them_at_their_shares():
+    s, p = scenario("provider-outage"), plan("provider-outage")
+    pol, _ = policy("provider-outage")
+    seen: Counter = Counter()
+    for c in provider_calls(p, 60):
+        for fault in (provider_fault(s, p, *c), pol.provider_fault(*c)):
+            if fault is None:
+                continue
+            form = fault.get("retry_after_form")
+            if fault["kind"] == "status" and fault["status"] in (429, 503):
+                asked = fault.get("retry_after") is not None
+                assert form in ((None, "date") if asked else (None, "junk")), fault
+                seen["date" if asked else "junk", form is not None] += 1
+            else:
+                assert form is None, fault
+            if fault["kind"] == "hang":
+                seen["trickle", bool(fault.get("trickle"))] += 1
+            else:
+                assert "trickle" not in fault, fault
+    for form, share in (("date", RETRY_AFTER_DATE_SHARE), ("junk", RETRY_AFTER_JUNK_SHARE),
+                        ("trickle", TRICKLE_SHARE)):
+        total = seen[form, True] + seen[form, False]
+        assert total > 100 and abs(seen[form, True] / total - share) < 0.1, (form, seen)
+
+
+def test_forms_move_no_fault_and_the_outage_refusals_get_them_too():
+    s, p = scenario("provider-outage"), plan("provider-outage")
+    pol, _ = policy("provider-outage")
+    pol.outage.set()
+    outage = [pol.provider_fault(*c) for c in provider_calls(p, 10)
+              if poison_fault_for(p, c[0], c[1]) is None]
+    assert {f.get("retry_after_form") for f in outage} == {None, "junk"}
+    for job, step, n in provider_calls(p, 10):
+        fault = provider_fault(s, p, job, step, n)
+        if fault and fault.get("status") == 429:  # Retry-After on odd n, in either form
+            assert formless(fault) == {"kind": "status", "status": 429,
+                                       "retry_after": s.faults.retry_after if n % 2 else None}
+
+
 def test_receiver_fault_frequencies_match_the_scenario_shares():
     s, p = scenario("everything"), plan("everything")
     calls = [(job, kind, n) for job in p.jobs for kind in EFFECT_KINDS for n in range(1, 101)]
@@ -310,7 +359,7 @@ def test_poison_lands_on_its_step_every_time_and_nowhere_else(name):
     for job, step, n in provider_calls(p, 30):
         fault, poisoned = provider_fault(s, p, job, step, n), poison_fault_for(p, job, step)
         if poisoned:
-            assert fault == poisoned, (job, step, n)
+            assert formless(fault) == poisoned, (job, step, n)
         else:
             assert not is_poison(fault), (job, step, n, fault)
 
@@ -354,8 +403,8 @@ def test_an_outage_makes_every_non_poison_provider_call_a_503(name):
     pol, p = policy(name)
     pol.outage.set()
     want = {"kind": "status", "status": 503, "retry_after": None}
-    assert not differences((c, pol.provider_fault(*c), poison_fault_for(p, c[0], c[1]) or want)
-                           for c in provider_calls(p))
+    assert not differences((c, formless(pol.provider_fault(*c)),
+                            poison_fault_for(p, c[0], c[1]) or want) for c in provider_calls(p))
 
 
 @pytest.mark.parametrize("name", POLICY_SCENARIOS)
@@ -371,7 +420,7 @@ def test_after_heal_only_poison_and_forced_faults_remain(name):
         if n == 1 and (job, step) in forced_calls:
             assert got is not None and got == provider_fault(s, p, job, step, n)
         else:
-            assert got == poison_fault_for(p, job, step), (job, step, n)
+            assert formless(got) == poison_fault_for(p, job, step), (job, step, n)
     forced_effects = {(job, kind) for job, kind, _ in p.forced_receiver}
     for job in p.jobs:
         for kind in EFFECT_KINDS:
@@ -415,7 +464,7 @@ def test_unavailable_documents_are_their_own_and_get_a_503_on_every_call():
     job, step = next(iter(p.unavailable.items()))
     pol, _ = policy("provider-outage")
     for n in range(1, 12):
-        assert pol.provider_fault(job, step, n) == {"kind": "status", "status": 503,
-                                                    "retry_after": None}
+        assert formless(pol.provider_fault(job, step, n)) == {"kind": "status", "status": 503,
+                                                              "retry_after": None}
     pol.heal()
     assert pol.provider_fault(job, step, 20)["status"] == 503  # it never heals
