@@ -2,8 +2,11 @@
 function that decides whether a failure is worth retrying (the exception type says so)."""
 from __future__ import annotations
 
+import email.utils
 import http.client
 import json
+import math
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -38,15 +41,28 @@ def post(url: str, body: Any, headers: dict[str, str], timeout: float) -> tuple[
         raise Retryable(f"{type(exc).__name__}: {exc}") from None
 
 
-def classify(status: int, retry_after: str | None) -> Exception:
-    """The exception an HTTP error status stands for."""
+def classify(status: int, retry_after: str | None, now: float | None = None) -> Exception:
+    """The exception an HTTP error status stands for. `now` is the time an HTTP-date
+    Retry-After is read against (default: the machine's clock)."""
     if status == 429 or status >= 500:
-        try:
-            wait = float(retry_after) if retry_after is not None else None
-        except ValueError:
-            wait = None
-        return Retryable(f"HTTP {status}", wait)
+        return Retryable(f"HTTP {status}", retry_after_seconds(retry_after, now))
     return Poison(f"HTTP {status}")
+
+
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """The wait a Retry-After header asks for: delta-seconds or an HTTP date (RFC 9110);
+    None for no header or one that is neither (no guidance)."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value).timestamp()
+        except (TypeError, ValueError):
+            return None
+        seconds = when - (time.time() if now is None else now)
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def summarize(provider_url: str, key: str, model: str, job: str, worker: str,
