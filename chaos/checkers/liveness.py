@@ -415,6 +415,10 @@ def _check_waits(verdict: Verdict, tl: Timeline, settings: dict) -> dict:
             before = [(p, c) for p, c in h.calls if c["t_start"] <= w["t"] + TOL]
             call_pos, call = before[-1] if before else (None, None)
             retry_after = call.get("retry_after") if call else None
+            # An HTTP date asks for the wait up to it, up to a second more than its seconds.
+            asked = (max(retry_after, call["retry_at"] - call["t_end"])
+                     if retry_after is not None and call.get("retry_at") is not None
+                     else retry_after)
             if retry_after is not None and call.get("status") in (429, 503):
                 stats["retry_after_checked"] += 1
                 if _retry_after_ignored(verdict, tl, h, call_pos, call, retry_after):
@@ -424,7 +428,7 @@ def _check_waits(verdict: Verdict, tl: Timeline, settings: dict) -> dict:
                 stats["skipped_undeclared"] += 1  # the engine declares no backoff bounds
                 continue
             low, ceiling = bounds
-            _check_backoff(verdict, tl, h, call, low, max(ceiling, retry_after or 0.0), timeout)
+            _check_backoff(verdict, tl, h, call, low, max(ceiling, asked or 0.0), timeout)
             if retry_after is None:
                 samples[w.get("attempts") or 0].append((w["next_run_at"] - w["t"], w))
                 if ceiling - low > TOL:
@@ -567,9 +571,14 @@ def _retry_after_ignored(verdict: Verdict, tl: Timeline, h: Holding, call_pos: i
                          retry_after: float) -> bool:
     # The engine read its clock after the answer (t_end), so retry_at >= t_end + R; the
     # audit's own t may be later still (waiting for the write lock) and is not the bound.
-    w, earliest = h.write, call["t_end"] + retry_after
+    # An HTTP date names the instant itself (the call's retry_at): nothing before it.
+    retry_at = call.get("retry_at")
+    w = h.write
+    earliest = call["t_end"] + retry_after if retry_at is None else retry_at
+    asked = (f"{retry_after:g} s" if retry_at is None else
+             f"{call.get('retry_after_header')!r} (an HTTP date, {tl.at(retry_at)})")
     head = (f"job {h.job}: step {h.step['name']!r} answered {call.get('status')} with "
-            f"Retry-After {retry_after:g} s at {tl.at(call['t_end'])}")
+            f"Retry-After {asked} at {tl.at(call['t_end'])}")
     if w["next_run_at"] < earliest - TOL:
         verdict.fail("retry-after-ignored",
                      f"{head}, but {h.worker} scheduled the retry "

@@ -17,8 +17,16 @@ fault, `outcome` (what the fake did), billing, and `completion` (what the caller
 "ok" a 200 completion delivered; "fail" a definite answer it cannot use (429, 5xx, 4xx, garbage,
 bad content, schema-breaking content); "info" it cannot have had the answer (a hang, a reset,
 or a client that had already gone when the answer was ready).
+
+A refusal's Retry-After. `retry_after` is the wait it asks for, in seconds (None: no
+guidance). A fault's `retry_after_form` says how the header carries it, as real providers
+and proxies do: delta-seconds (no form: "0.5"); "date", an HTTP date (RFC 9110, one-second
+resolution) rounded up so that it is never earlier than the seconds promised, its epoch
+time ledgered as `retry_at`; "junk", a header no client can parse ("soon", ledgered with
+`retry_after` None). `retry_after_header` is the header as sent, whenever one is.
 """
 
+import email.utils
 import hashlib
 import json
 import math
@@ -33,6 +41,8 @@ PROVIDER_FAULTS = frozenset({"status", "hang", "slow", "reset", "garbage", "bad_
 _COMPLETION_PATHS = ("/v1/chat/completions", "/chat/completions")
 _MODELS = {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
 _GARBAGE = b"<html>upstream garbage"
+#: The Retry-After a "junk" refusal carries: what some proxies send, and no client can parse.
+JUNK_RETRY_AFTER = "soon"
 
 
 # --- the pipeline's steps, answered deterministically -------------------------------------------
@@ -158,7 +168,8 @@ class FakeProvider(FakeServer):
         if kind == "reset":
             return _unbilled(None, "reset"), http.reset_connection
         if kind == "status":
-            return _refusal(http, fault["status"], fault.get("retry_after"))
+            return _refusal(http, fault["status"], fault.get("retry_after"),
+                            form=fault.get("retry_after_form"))
         if kind == "garbage":
             return _unbilled(200, "garbage"), partial(http.send_bytes, 200, _GARBAGE, "text/html")
         try:
@@ -305,17 +316,36 @@ def _error_body(message: str, error_type: str, code: str) -> dict:
     return {"error": {"message": message, "type": error_type, "code": code}}
 
 
-def _refusal(http: JsonHandler, status: int, retry_after, message: str | None = None
-             ) -> tuple[dict, Deliver]:
+def retry_after_header(retry_after: float | None, form: str | None, now: float
+                       ) -> tuple[str | None, dict]:
+    """The Retry-After header a refusal sends at time `now` (None: none) and its ledger
+    fields: retry_after, and retry_at for an HTTP date, retry_after_header when one is sent
+    (see the module docstring)."""
+    if form == "junk":
+        return JUNK_RETRY_AFTER, {"retry_after": None, "retry_after_header": JUNK_RETRY_AFTER}
+    if retry_after is None:
+        return None, {"retry_after": None}
+    if form == "date":
+        # Rounded up: a date has one-second resolution, and must not promise less than asked.
+        retry_at = math.ceil(now + retry_after)
+        header = email.utils.formatdate(retry_at, usegmt=True)
+        return header, {"retry_after": retry_after, "retry_at": float(retry_at),
+                        "retry_after_header": header}
+    return str(retry_after), {"retry_after": retry_after, "retry_after_header": str(retry_after)}
+
+
+def _refusal(http: JsonHandler, status: int, retry_after, message: str | None = None,
+             form: str | None = None) -> tuple[dict, Deliver]:
     if status == 429:
         error_type, code = "rate_limit_error", "rate_limit_exceeded"
     elif status < 500:
         error_type, code = "invalid_request_error", "invalid_request"
     else:
         error_type, code = "server_error", "server_error"
-    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    header, fields = retry_after_header(retry_after, form, time.time())
+    headers = {"Retry-After": header} if header is not None else None
     body = _error_body(message or f"injected HTTP {status}", error_type, code)
-    return ({**_unbilled(status, "error"), "retry_after": retry_after},
+    return ({**_unbilled(status, "error"), **fields},
             partial(http.send_json, status, body, headers))
 
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from ..fakes.attribution import call_attribution, effect_attribution
 from ..fakes.provider import (PRICE_PER_1K, _content, _error_body, _messages, _parse_input,
-                              _step_from_prompt, step_output)
+                              _step_from_prompt, retry_after_header, step_output)
 from ..fakes.server import BadRequest
 from .scheduler import Scheduler
 
@@ -31,8 +31,11 @@ RECEIVER_URL = "sim://receiver/v1/effects"
 class ClientErrors(Protocol):
     """What the engine's HTTP function raises, for the fakes to raise in its place."""
 
-    def status(self, url: str, status: int, body: Any, retry_after: str | None) -> Exception:
-        """A non-2xx answer (`retry_after`: the Retry-After header, if any)."""
+    def status(self, url: str, status: int, body: Any, retry_after: str | None,
+               now: float) -> Exception:
+        """A non-2xx answer (`retry_after`: the Retry-After header, if any, as sent: seconds,
+        an HTTP date or junk), arriving at virtual time `now`: what `time.time()` would
+        give the client then, the clock an HTTP date is read against."""
 
     def reset(self, url: str) -> Exception:
         """The connection was dropped before an answer."""
@@ -65,9 +68,10 @@ class SimProvider:
         entry = {"server": "provider", "t_start": sched.now(), "job": job, "step": step,
                  "worker": who["worker"], "n": n,
                  "auth": "Authorization" in headers, "fault": kind}
-        answer = self._answer(url, entry, fault, kind, request, step)
         wait = fault["seconds"] if kind in ("hang", "slow") else LATENCY
-        entry["t_end"] = sched.time_at(start + sched.us(wait))
+        answered = sched.time_at(start + sched.us(wait))
+        answer = self._answer(url, entry, fault, kind, request, step, answered)
+        entry["t_end"] = answered
         entry["seq"] = len(self.entries) + 1
         self.entries.append(entry)
         sched.sleep(min(wait, timeout))
@@ -78,13 +82,15 @@ class SimProvider:
         return answer
 
     def _answer(self, url: str, entry: dict, fault: dict | None, kind: str | None,
-                request: Any, step: str) -> tuple[int, Any] | Exception:
-        """Fill the ledger fields; return the client's answer or the error it will raise."""
+                request: Any, step: str, answered: float) -> tuple[int, Any] | Exception:
+        """Fill the ledger fields; return the client's answer (which reaches it at virtual
+        time `answered`) or the error it will raise."""
         if kind == "reset":
             entry.update(_unbilled(None, "reset"))
             return self.errors.reset(url)
         if kind == "status":
-            return self._refusal(url, entry, fault["status"], fault.get("retry_after"))
+            return self._refusal(url, entry, fault["status"], fault.get("retry_after"),
+                                 answered, form=fault.get("retry_after_form"))
         if kind == "garbage":
             entry.update(_unbilled(200, "garbage"))
             return 200, "<html>upstream garbage"
@@ -92,7 +98,7 @@ class SimProvider:
             system, user = _messages(request)
             content = _content(step_output(step, _parse_input(user)), kind)
         except BadRequest as exc:
-            return self._refusal(url, entry, 400, None, str(exc))
+            return self._refusal(url, entry, 400, None, answered, str(exc))
         prompt, completion = math.ceil(len(system + user) / 4), math.ceil(len(content) / 4)
         cost = round(prompt / 1000 * PRICE_PER_1K[0] + completion / 1000 * PRICE_PER_1K[1], 8)
         self._completions += 1
@@ -109,13 +115,14 @@ class SimProvider:
                       "total_tokens": prompt + completion, "cost": cost}}
 
     def _refusal(self, url: str, entry: dict, status: int, retry_after: float | None,
-                 message: str | None = None) -> Exception:
-        entry.update({**_unbilled(status, "error"), "retry_after": retry_after})
+                 answered: float, message: str | None = None,
+                 form: str | None = None) -> Exception:
+        header, fields = retry_after_header(retry_after, form, self.sched.now())
+        entry.update({**_unbilled(status, "error"), **fields})
         error_type = ("rate_limit_error" if status == 429 else
                       "invalid_request_error" if status < 500 else "server_error")
         body = _error_body(message or f"injected HTTP {status}", error_type, error_type)
-        return self.errors.status(url, status, body,
-                                  None if retry_after is None else str(retry_after))
+        return self.errors.status(url, status, body, header, now=answered)
 
 
 def _unbilled(status: int | None, outcome: str) -> dict:
@@ -161,7 +168,8 @@ class SimReceiver:
         if fkind == "status":
             entry.update(_not_applied(fault["status"]))
             answer: tuple | Exception = self.errors.status(
-                url, fault["status"], {"error": f"injected HTTP {fault['status']}"}, None)
+                url, fault["status"], {"error": f"injected HTTP {fault['status']}"}, None,
+                now=sched.now())
         else:
             answer = self._decide(url, entry, who)
             if fkind == "drop":
@@ -210,7 +218,8 @@ class SimReceiver:
         if prior["fingerprint"] != fingerprint:
             entry.update(_not_applied(422), outcome="conflict")
             return self.errors.status(url, 422, {"error": "idempotency key reused with a "
-                                                 "different body"}, None)
+                                                 "different body"}, None,
+                                      now=self.sched.now())
         entry.update(status=200, outcome="replayed", applied=False, effect_id=prior["id"])
         return 200, {"id": prior["id"], "applied": True}
 

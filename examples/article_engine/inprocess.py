@@ -27,7 +27,9 @@ class ArticleErrors:
     """What `calls.post_json` raises, for the simulation's fakes to raise in its place."""
 
     @staticmethod
-    def status(url: str, status: int, body: Any, retry_after: str | None) -> Exception:
+    def status(url: str, status: int, body: Any, retry_after: str | None,
+               now: float) -> Exception:
+        # The article reads no Retry-After (its published bug), in any form.
         if status == 429 or status >= 500:
             return calls.HTTPRetryable(f"POST {url}: HTTP {status}")
         return calls.HTTPRefused(f"POST {url}: HTTP {status}")

@@ -17,8 +17,9 @@ class ToyErrors:
     """What `calls.post` raises, for the simulation's fakes to raise in its place."""
 
     @staticmethod
-    def status(url: str, status: int, body: Any, retry_after: str | None) -> Exception:
-        return calls.classify(status, retry_after)
+    def status(url: str, status: int, body: Any, retry_after: str | None,
+               now: float) -> Exception:
+        return calls.classify(status, retry_after, now)  # an HTTP date read at virtual `now`
 
     @staticmethod
     def reset(url: str) -> Exception:

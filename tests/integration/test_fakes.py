@@ -1,6 +1,7 @@
 """The fakes of the outside world, exercised over real HTTP on 127.0.0.1: answers, billing, ledgers,
 every injected fault, idempotency under concurrency, and the `python -m chaos.fakes` entry point."""
 
+import email.utils
 import hashlib
 import http.client
 import json
@@ -330,6 +331,32 @@ def test_status_faults_answer_an_openai_error_unbilled_then_recover(start, statu
         "error", status, 0.0, "status")
     assert (recovered["n"], recovered["outcome"]) == (2, "ok")
     assert (failed["completion"], recovered["completion"]) == ("fail", "ok")
+
+
+def test_a_retry_after_as_an_http_date_is_never_earlier_than_its_seconds(start):
+    fault = {"kind": "status", "status": 429, "retry_after": 1.5, "retry_after_form": "date"}
+    provider = start(FakeProvider, ScriptedFaults(provider={("j", "fetch", 1): fault}))
+    sent = time.time()
+    reply = chat(provider, "fetch", {"title": "t"}, job="j")
+    assert reply.status == 429
+    header = reply.headers.get("Retry-After")
+    when = email.utils.parsedate_to_datetime(header).timestamp()  # an RFC 9110 HTTP date
+    [entry] = provider.entries()
+    assert (entry["retry_after"], entry["retry_at"], entry["retry_after_header"]) == (
+        1.5, when, header)
+    assert when == int(when) and when >= entry["t_start"] + 1.5  # whole seconds, rounded up
+    assert sent + 1.5 <= when <= time.time() + 2.5
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_an_unparseable_retry_after_is_sent_and_ledgered_as_no_guidance(start, status):
+    fault = {"kind": "status", "status": status, "retry_after": None, "retry_after_form": "junk"}
+    provider = start(FakeProvider, ScriptedFaults(provider={("j", "fetch", 1): fault}))
+    reply = chat(provider, "fetch", {"title": "t"}, job="j")
+    assert (reply.status, reply.headers.get("Retry-After")) == (status, "soon")
+    [entry] = provider.entries()
+    assert (entry["retry_after"], entry["retry_after_header"]) == (None, "soon")
+    assert "retry_at" not in entry
 
 
 def test_hang_bills_the_call_while_the_client_times_out(start):

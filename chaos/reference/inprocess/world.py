@@ -37,11 +37,14 @@ class EngineErrors:
     """What `engine.http.post_json` raises, for the in-process fakes to raise."""
 
     @staticmethod
-    def status(url: str, status: int, body: Any, retry_after: str | None) -> Exception:
+    def status(url: str, status: int, body: Any, retry_after: str | None,
+               now: float) -> Exception:
         text = body if isinstance(body, str) else json.dumps(body)
         message = f"POST {url} answered {status}: {text[:200]}"
         if classify_status(status):
-            return RetryableError(message, retry_after=parse_retry_after(retry_after))
+            # An HTTP date is read against the virtual time the answer came (the machine's
+            # clock, unskewed, as the engine's client reads it in a real run).
+            return RetryableError(message, retry_after=parse_retry_after(retry_after, now=now))
         return PoisonError(message)
 
     @staticmethod

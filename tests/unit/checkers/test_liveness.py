@@ -300,6 +300,51 @@ def test_a_call_made_before_the_retry_after_elapsed_is_caught():
     assert "called again 0.490 s after it" in verdict.failures[0].message
 
 
+DATE = "Thu, 01 Jan 1970 00:00:04 GMT"  # epoch 4.0
+
+
+def retry_at_story(next_run_at, next_call_at):
+    """A 429 at +0.02 s whose Retry-After is an HTTP date: 2 s, rounded up to the whole
+    second (4.0, 0.98 s past t_end + 2 s), the retry write at 1.03 and the next try."""
+    failed = failed_try(1.0, W1, 1, 1, next_run_at - 1.03, status=429, retry_after=2.0)
+    failed[1].update(retry_at=4.0, retry_after_header=DATE)
+    nxt = [claim(next_call_at - 0.01, W2, 2), fetch_call(next_call_at, W2)]
+    return failed, nxt
+
+
+@pytest.mark.parametrize("next_run_at, next_call_at", [(4.0, 4.0), (4.0, 4.3)],
+                         ids=["at-the-date", "after-it"])
+def test_a_retry_at_or_after_an_http_date_passes(next_run_at, next_call_at):
+    failed, nxt = retry_at_story(next_run_at, next_call_at)
+    verdict = retry_check(failed + nxt)
+    assert verdict.status == "pass", verdict.reason  # the date's extra second is no backoff fault
+    assert verdict.metrics["retry_after_checked"] == 1
+
+
+def test_a_retry_scheduled_before_an_http_date_is_caught_though_its_seconds_passed():
+    failed, nxt = retry_at_story(next_run_at=3.5, next_call_at=4.1)  # t_end + 2 s is 3.02
+    verdict = retry_check(failed + nxt)
+    assert verdict.by_type == {"retry-after-ignored": 1}
+    assert verdict.failures[0].events == [failed[1], failed[2]]
+    assert f"Retry-After {DATE!r} (an HTTP date" in verdict.failures[0].message
+
+
+def test_a_call_made_before_an_http_date_is_caught():
+    failed, nxt = retry_at_story(next_run_at=4.0, next_call_at=3.6)
+    verdict = retry_check(failed + nxt)
+    assert verdict.by_type == {"retry-after-ignored": 1}
+    assert verdict.failures[0].events == [failed[1], failed[2], nxt[1]]
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_an_unparseable_retry_after_asks_for_no_minimum_wait(status):
+    history = failed_try(1.0, W1, 1, 1, 0.05, status=status)  # within [0, 0.1] s
+    history[1]["retry_after_header"] = "soon"
+    verdict = retry_check(history)
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["retry_after_checked"] == 0
+
+
 @pytest.mark.parametrize("wait", [1.0, -0.5], ids=["past-the-ceiling", "negative"])
 def test_a_backoff_outside_full_jitter_bounds_is_caught(wait):
     history = failed_try(1.0, W1, 1, 1, wait)  # attempt 1: [0, backoff_base=0.1] s
