@@ -36,11 +36,13 @@ the adapter can tell (None otherwise), `token` the fencing token when the engine
 src "provider": the fake model provider's ledger, one per request, t = t_start:
   call           job, step, worker, n, t_start, t_end, status, outcome ("ok" | "error" |
                  "hang" | "reset" | "garbage" | "bad_content" | "schema"), billed, fault,
-                 retry_after, retry_at, retry_after_header,
+                 retry_after, retry_at, retry_after_header, trickle, client_gone_at,
                  completion ("info" when the caller cannot have had the answer)
                  a refusal's Retry-After: `retry_after` the seconds it asks for (None: no
                  guidance, also for a header no client can parse), `retry_at` the epoch time
-                 of an HTTP date (only then), `retry_after_header` the header as sent
+                 of an HTTP date (only then), `retry_after_header` the header as sent; a hang
+                 with `trickle` true sent its answer a byte at a time (`client_gone_at`: when
+                 the fake found the client gone, None if it stayed)
 src "receiver": the fake receiver's ledger, one per request, t = t_start:
   request        key, job, kind, worker, n, t_start, t_end, status, outcome ("applied" |
                  "replayed" | "conflict" | "error" | "dropped" | "applied_late"), applied,

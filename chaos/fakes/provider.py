@@ -24,6 +24,13 @@ and proxies do: delta-seconds (no form: "0.5"); "date", an HTTP date (RFC 9110, 
 resolution) rounded up so that it is never earlier than the seconds promised, its epoch
 time ledgered as `retry_at`; "junk", a header no client can parse ("soon", ledgered with
 `retry_after` None). `retry_after_header` is the header as sent, whenever one is.
+
+A hang whose fault has `trickle` True sends the status line and headers at once, then the
+body one byte every TRICKLE_INTERVAL seconds (shorter than any client timeout) for the
+hang's seconds, then the rest: a client that bounds each socket read, not the whole
+exchange, waits it out. Its ledger entry says `trickle` true, and `client_gone_at` the time
+a write found the client gone (None: it stayed to the end); its t_end is still when the
+hang ended, as for any hang.
 """
 
 import email.utils
@@ -43,6 +50,8 @@ _MODELS = {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
 _GARBAGE = b"<html>upstream garbage"
 #: The Retry-After a "junk" refusal carries: what some proxies send, and no client can parse.
 JUNK_RETRY_AFTER = "soon"
+#: Seconds between two bytes of a trickling hang: shorter than any client's socket timeout.
+TRICKLE_INTERVAL = 0.2
 
 
 # --- the pipeline's steps, answered deterministically -------------------------------------------
@@ -176,10 +185,25 @@ class FakeProvider(FakeServer):
             completion, usage = self._complete(request, step, kind)
         except BadRequest as exc:
             return _refusal(http, 400, None, str(exc))
+        if kind == "hang" and fault.get("trickle"):
+            return self._trickle(http, completion, usage, fault)
         if kind in ("hang", "slow"):
             self.pause(fault["seconds"])  # the work is done and billed; only the answer is late
         outcome = kind if kind in ("hang", "bad_content", "schema") else "ok"
         return {"status": 200, "outcome": outcome, **usage}, partial(http.send_json, 200, completion)
+
+    def _trickle(self, http: JsonHandler, completion: dict, usage: dict, fault: dict
+                 ) -> tuple[dict, Deliver]:
+        """A hang that keeps the connection busy: headers now, a byte per interval for the
+        hang's seconds, the rest of the body once the ledger line is written."""
+        interval = fault.get("interval", TRICKLE_INTERVAL)
+        body = json.dumps(completion).encode()
+        # Leading whitespace leaves the JSON as it was; enough that one byte is left to the end.
+        body = b" " * max(0, math.ceil(fault["seconds"] / interval) + 1 - len(body)) + body
+        sent, gone_at = http.trickle(200, body, fault["seconds"], interval, self.pause)
+        deliver = partial(http.send_rest, body[sent:]) if gone_at is None else (lambda: False)
+        return ({"status": 200, "outcome": "hang", **usage, "trickle": True,
+                 "client_gone_at": gone_at}, deliver)
 
     def _complete(self, request, step, kind) -> tuple[dict, dict]:
         system, user = _messages(request)

@@ -8,6 +8,7 @@ import socketserver
 import sys
 import struct
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -131,9 +132,10 @@ class FakeServer:
         """Return the ledger's entries (see Ledger.entries)."""
         return self.ledger.entries()
 
-    def pause(self, seconds: float) -> None:
-        """Sleep for an injected delay; cut short when the fake closes so close() never waits it out."""
-        self._closing.wait(max(0.0, float(seconds)))
+    def pause(self, seconds: float) -> bool:
+        """Sleep for an injected delay; cut short when the fake closes so close() never waits it
+        out. Return True if it was cut short."""
+        return self._closing.wait(max(0.0, float(seconds)))
 
     def count_call(self, key: tuple) -> int:
         """Count one more call for `key` and return the 1-based count, this call included."""
@@ -234,6 +236,42 @@ class JsonHandler(BaseHTTPRequestHandler):
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(body)
+            return True
+        except _DISCONNECTS:
+            self.close_connection = True
+            return False
+
+    def trickle(self, status: int, body: bytes, seconds: float, interval: float,
+                pause: Callable[[float], bool], content_type="application/json"
+                ) -> tuple[int, float | None]:
+        """Write the status line and headers of a complete response now, then `body` one byte
+        every `interval` seconds for `seconds` (`pause(s)` sleeps, returning True to stop
+        early), always keeping its last byte back. Return (bytes of the body written, when a
+        write found the client gone or None); send_rest writes the remainder."""
+        written, gone_at = 0, None
+        deadline = time.monotonic() + seconds
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+        except _DISCONNECTS:
+            self.close_connection, gone_at = True, time.time()
+        while (left := deadline - time.monotonic()) > 0:
+            if pause(min(interval, left)):
+                break  # the fake is closing
+            if gone_at is None and written < len(body) - 1 and deadline > time.monotonic():
+                try:
+                    self.wfile.write(body[written:written + 1])
+                    written += 1
+                except _DISCONNECTS:
+                    self.close_connection, gone_at = True, time.time()
+        return written, gone_at
+
+    def send_rest(self, rest: bytes) -> bool:
+        """Write the rest of a trickled response; return False if the client had already gone."""
+        try:
+            self.wfile.write(rest)
             return True
         except _DISCONNECTS:
             self.close_connection = True

@@ -68,6 +68,8 @@ class SimProvider:
         entry = {"server": "provider", "t_start": sched.now(), "job": job, "step": step,
                  "worker": who["worker"], "n": n,
                  "auth": "Authorization" in headers, "fault": kind}
+        # A trickling hang (fault "trickle") is a hang here: the fake answers in place of
+        # the engine's HTTP function, so no bytes trickle; the virtual time passes the same.
         wait = fault["seconds"] if kind in ("hang", "slow") else LATENCY
         answered = sched.time_at(start + sched.us(wait))
         answer = self._answer(url, entry, fault, kind, request, step, answered)
@@ -106,6 +108,8 @@ class SimProvider:
         entry.update(status=200, billed=cost, prompt_tokens=prompt, completion_tokens=completion,
                      completion_id=completion_id,
                      outcome=kind if kind in ("hang", "bad_content", "schema") else "ok")
+        if kind == "hang" and fault.get("trickle"):
+            entry["trickle"] = True
         return 200, {
             "id": completion_id, "object": "chat.completion",
             "created": int(self.sched.now()), "model": request.get("model") or "fake-model",

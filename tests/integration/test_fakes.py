@@ -359,6 +359,51 @@ def test_an_unparseable_retry_after_is_sent_and_ledgered_as_no_guidance(start, s
     assert "retry_at" not in entry
 
 
+def trickle_fault(seconds=1.6):
+    return ScriptedFaults(provider={("j", "fetch", 1): {"kind": "hang", "seconds": seconds,
+                                                         "trickle": True}})
+
+
+def test_a_trickling_hang_holds_a_client_that_bounds_only_each_socket_read(start):
+    provider = start(FakeProvider, trickle_fault())
+    parts = urlsplit(provider.url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=0.5)
+    began = time.monotonic()
+    try:
+        conn.request("POST", parts.path + "/chat/completions",
+                     body=json.dumps(chat_request("fetch", {"title": "t"})).encode(),
+                     headers={"Content-Type": "application/json", "X-Ninelives-Job": "j",
+                              "X-Ninelives-Step": "fetch"})
+        response = conn.getresponse()
+        assert response.status == 200 and time.monotonic() - began < 0.5  # headers at once
+        body = response.read()  # no read waits 0.5 s: a byte comes every 0.2 s
+    finally:
+        conn.close()
+    took = time.monotonic() - began
+    assert took > 1.0, f"the answer took only {took:.2f} s"
+    assert json.loads(content_of(Reply(200, None, body)))["title"] == "t"
+    entry = ledger_entry(provider, "hang")
+    assert (entry["trickle"], entry["client_gone_at"], entry["completion"]) == (True, None, "info")
+    assert entry["t_end"] - entry["t_start"] >= 1.6 and entry["billed"] > 0
+
+
+def test_a_trickling_hang_is_cut_by_a_whole_exchange_deadline(start):
+    from engine import CallTimeout
+    from engine.http import post_json
+    provider = start(FakeProvider, trickle_fault())
+    began = time.monotonic()
+    with pytest.raises(CallTimeout):
+        post_json(provider.url + "/chat/completions", chat_request("fetch", {"title": "t"}),
+                  {"X-Ninelives-Job": "j", "X-Ninelives-Step": "fetch"}, timeout=0.5)
+    assert time.monotonic() - began < 0.5 + 0.4
+    entry = ledger_entry(provider, "hang")
+    # the fake holds the call to the end, as any hang, and saw the client leave long before
+    assert entry["trickle"] is True and entry["t_end"] - entry["t_start"] >= 1.6
+    assert entry["client_gone_at"] is not None
+    assert entry["client_gone_at"] - entry["t_start"] < 1.5
+    assert entry["completion"] == "info"
+
+
 def test_hang_bills_the_call_while_the_client_times_out(start):
     faults = ScriptedFaults(provider={("j", "fetch", 1): {"kind": "hang", "seconds": 0.6}})
     provider = start(FakeProvider, faults)
