@@ -11,9 +11,14 @@ know): "ok" applied or replayed and answered; "fail" an error status answered, n
 connection or a timeout, applied or not (a "lost" request is held past the timeout and never
 applied), or a sender that had already gone when the answer was
 ready: it cannot know whether the effect landed.
+
+A first apply is answered 201 (created), or as real payment APIs sometimes do 200 or 202
+(accepted), for a share of requests fixed by (job, kind, n) (apply_status); a replay is
+answered 200 with Idempotent-Replayed: true.
 """
 
 import copy
+import hashlib
 import json
 import threading
 import time
@@ -27,6 +32,15 @@ RECEIVER_FAULTS = frozenset({"status", "timeout", "drop", "lost"})
 
 _CONFLICT = {"error": "idempotency key reused with a different body"}
 _NOT_JSON = object()  # a body that does not parse (JSON null is an effect like any other)
+#: The statuses a first apply is answered with, drawn per request by apply_status.
+_APPLY_STATUSES = (201, 201, 201, 201, 200, 202)
+
+
+def apply_status(job, kind, n: int) -> int:
+    """The 2xx the n-th request of (job, kind) is answered with if it applies its effect:
+    201 for two thirds of them, 200 or 202 for a sixth each (a pure function of its args)."""
+    digest = hashlib.blake2b(f"apply:{job}:{kind}:{n}".encode(), digest_size=8).digest()
+    return _APPLY_STATUSES[int.from_bytes(digest, "big") % len(_APPLY_STATUSES)]
 
 
 @dataclass
@@ -73,7 +87,7 @@ class FakeReceiver(FakeServer):
         key, job, kind, worker = who["key"], who["job"], who["kind"], who["worker"]
         n = self.count_call((job, kind))
         fault = self.faults.receiver_fault(job, kind, n) if self.faults else None
-        result, deliver = self._answer(http, effect, (key, job, kind, worker), fault)
+        result, deliver = self._answer(http, effect, (key, job, kind, worker, n), fault)
         completion = INFO if http.client_gone() else _completion(result["outcome"], fault)
         self.ledger.append({
             "server": "receiver", "t_start": t_start, "t_end": time.time(), **who, "n": n,
@@ -105,25 +119,26 @@ class FakeReceiver(FakeServer):
                  "applied": decision.applied, "effect_id": decision.effect_id},
                 partial(http.send_json, decision.status, decision.body, decision.headers))
 
-    def _apply(self, key, job, kind, worker, effect) -> _Decision:
+    def _apply(self, key, job, kind, worker, n, effect) -> _Decision:
         fingerprint = json.dumps(effect, sort_keys=True)  # 1 and true differ, as on the wire
         with self._apply_lock:  # check-and-apply is atomic: one key applies at most once
             prior = self._by_key.get(key) if key is not None else None
             if prior is None:
-                return self._record(key, job, kind, worker, effect, fingerprint)
+                return self._record(key, job, kind, worker, effect, fingerprint,
+                                    apply_status(job, kind, n))
             if prior["fingerprint"] != fingerprint:
                 return _Decision(422, _CONFLICT, "conflict", False, None)
             return _Decision(200, prior["response"], "replayed", False, prior["response"]["id"],
                              {"Idempotent-Replayed": "true"})
 
-    def _record(self, key, job, kind, worker, effect, fingerprint) -> _Decision:
+    def _record(self, key, job, kind, worker, effect, fingerprint, status: int) -> _Decision:
         effect_id = f"eff_{len(self._effects) + 1}"
         self._effects.append({"id": effect_id, "key": key, "job": job, "kind": kind, "worker": worker,
                               "body": effect, "t": time.time()})
         response = {"id": effect_id, "applied": True}
         if key is not None:
             self._by_key[key] = {"fingerprint": fingerprint, "response": response}
-        return _Decision(201, response, "applied", True, effect_id)
+        return _Decision(status, response, "applied", True, effect_id)
 
 
 class _ReceiverHandler(JsonHandler):

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from ..fakes.attribution import call_attribution, effect_attribution
 from ..fakes.provider import (PRICE_PER_1K, _content, _error_body, _messages, _parse_input,
                               _step_from_prompt, retry_after_header, step_output)
+from ..fakes.receiver import apply_status
 from ..fakes.server import BadRequest
 from .scheduler import Scheduler
 
@@ -159,7 +160,7 @@ class SimReceiver:
         sched = self.sched
         entry = {"server": "receiver", "t_start": sched.now(), "key": key, "job": job,
                  "kind": kind, "worker": worker, "n": n, "fault": fkind}
-        who = (key, job, kind, worker, effect)
+        who = (key, job, kind, worker, n, effect)
         if fkind == "timeout":
             return self._late(url, entry, fault["seconds"], who, timeout)
         if fkind == "lost":  # held past the client's timeout, then thrown away
@@ -208,7 +209,7 @@ class SimReceiver:
         return answer[0]
 
     def _decide(self, url: str, entry: dict, who: tuple) -> tuple[int, Any] | Exception:
-        key, job, kind, worker, effect = who
+        key, job, kind, worker, n, effect = who
         fingerprint = json.dumps(effect, sort_keys=True)
         prior = self._by_key.get(key) if key is not None else None
         if prior is None:
@@ -217,8 +218,9 @@ class SimReceiver:
                                  "worker": worker, "body": effect, "t": self.sched.now()})
             if key is not None:
                 self._by_key[key] = {"fingerprint": fingerprint, "id": effect_id}
-            entry.update(status=201, outcome="applied", applied=True, effect_id=effect_id)
-            return 201, {"id": effect_id, "applied": True}
+            status = apply_status(job, kind, n)
+            entry.update(status=status, outcome="applied", applied=True, effect_id=effect_id)
+            return status, {"id": effect_id, "applied": True}
         if prior["fingerprint"] != fingerprint:
             entry.update(_not_applied(422), outcome="conflict")
             return self.errors.status(url, 422, {"error": "idempotency key reused with a "

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from chaos.fakes import FakeProvider, FakeReceiver, Ledger, ScriptedFaults, read_ledger
+from chaos.fakes.receiver import apply_status
 
 REPO = Path(__file__).resolve().parents[2]
 Reply = namedtuple("Reply", "status headers body")
@@ -506,7 +507,8 @@ def test_same_key_twice_applies_once_and_replays_the_stored_answer(start):
     receiver = start(FakeReceiver)
     first = effect(receiver, {"amount": 100}, key="k1")
     second = effect(receiver, {"amount": 100}, key="k1")
-    assert (first.status, json.loads(first.body)) == (201, {"id": "eff_1", "applied": True})
+    assert (first.status, json.loads(first.body)) == (apply_status("job-1", "payment", 1),
+                                                      {"id": "eff_1", "applied": True})
     assert (second.status, json.loads(second.body)) == (200, {"id": "eff_1", "applied": True})
     assert second.headers.get("Idempotent-Replayed") == "true"
     assert first.headers.get("Idempotent-Replayed") is None
@@ -560,9 +562,27 @@ def test_concurrent_requests_with_one_key_apply_once(start):
         thread.start()
     for thread in threads:
         thread.join(timeout=10)
-    assert Counter(statuses) == {201: 1, 200: 19}
+    [applied] = [e for e in receiver.entries() if e["outcome"] == "applied"]
+    assert Counter(statuses) == Counter([apply_status("job-1", "payment", applied["n"])] + [200] * 19)
     assert len(receiver.applied()) == 1
     assert sorted(e["n"] for e in receiver.entries()) == list(range(1, 21))
+
+
+def test_applies_answered_200_or_202_still_apply_once_and_replays_still_replay(start):
+    receiver = start(FakeReceiver)
+    # (job-i, payment, 1) for i in 1..9 draws every status a first apply is answered with
+    firsts = [effect(receiver, {"amount": i}, key=f"k{i}", job=f"job-{i}") for i in range(1, 10)]
+    want = [apply_status(f"job-{i}", "payment", 1) for i in range(1, 10)]
+    assert [r.status for r in firsts] == want and {200, 201, 202} <= set(want)
+    assert all(r.headers.get("Idempotent-Replayed") is None for r in firsts)
+    replays = [effect(receiver, {"amount": i}, key=f"k{i}", job=f"job-{i}") for i in range(1, 10)]
+    assert {r.status for r in replays} == {200}
+    assert all(r.headers.get("Idempotent-Replayed") == "true" for r in replays)
+    assert [json.loads(r.body) for r in replays] == [json.loads(r.body) for r in firsts]
+    assert len(receiver.applied()) == 9
+    assert Counter((e["outcome"], e["completion"]) for e in receiver.entries()) == {
+        ("applied", "ok"): 9, ("replayed", "ok"): 9}
+    assert [e["status"] for e in receiver.entries() if e["outcome"] == "applied"] == want
 
 
 @pytest.mark.parametrize("status", [500, 502, 503])
@@ -571,9 +591,10 @@ def test_status_fault_is_not_applied(start, status):
     receiver = start(FakeReceiver, faults)
     assert effect(receiver, {"amount": 9}, key="k").status == status
     assert receiver.applied() == []
-    assert effect(receiver, {"amount": 9}, key="k").status == 201  # the key was never used up
+    applied = apply_status("job-1", "payment", 2)
+    assert effect(receiver, {"amount": 9}, key="k").status == applied  # the key was never used up
     assert [(e["outcome"], e["status"], e["completion"]) for e in receiver.entries()] == [
-        ("error", status, "fail"), ("applied", 201, "ok")]
+        ("error", status, "fail"), ("applied", applied, "ok")]
 
 
 def test_drop_applies_then_the_retry_with_the_same_key_replays(start):
@@ -603,7 +624,8 @@ def test_timeout_applies_late_after_the_client_gave_up(start):
     with pytest.raises(TimeoutError):
         effect(receiver, {"amount": 8}, key="k", timeout=0.3)
     late = ledger_entry(receiver, "applied_late")
-    assert (late["status"], late["applied"], late["effect_id"]) == (201, True, "eff_1")
+    assert (late["status"], late["applied"], late["effect_id"]) == (
+        apply_status("job-1", "payment", 1), True, "eff_1")
     assert late["completion"] == "info"
     assert effect(receiver, {"amount": 8}, key="k").status == 200
     assert len(receiver.applied()) == 1
@@ -623,7 +645,8 @@ def test_a_sender_without_headers_is_attributed_by_the_body(start):
     receiver = start(FakeReceiver, faults)
     body = {"job": "job-b", "kind": "charge", "worker": "s-1", "amount_cents": 5}
     assert call(receiver.url, document=body, headers={"Idempotency-Key": "k"}).status == 503
-    assert call(receiver.url, document=body, headers={"Idempotency-Key": "k"}).status == 201
+    assert call(receiver.url, document=body, headers={"Idempotency-Key": "k"}).status == \
+        apply_status("job-b", "charge", 2)
     assert [(e["job"], e["kind"], e["worker"], e["n"], e["attributed"], e["completion"])
             for e in receiver.entries()] == [("job-b", "charge", "s-1", 1, "body", "fail"),
                                              ("job-b", "charge", "s-1", 2, "body", "ok")]
@@ -678,7 +701,8 @@ def test_entry_point_exits_cleanly_on_sigterm(tmp_path):
     with spawn("receiver", tmp_path / "r.jsonl") as proc:
         try:
             url = read_url(proc)
-            assert call(url, document={"amount": 1}, headers={"Idempotency-Key": "k"}).status == 201
+            reply = call(url, document={"amount": 1}, headers={"Idempotency-Key": "k"})
+            assert reply.status == apply_status(None, None, 1)
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=5) == 0
         finally:
