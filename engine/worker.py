@@ -125,14 +125,17 @@ class Worker:
     """Runs jobs of one pipeline from one database.
 
     store: the worker's store; runner: the step implementations; clock and rng are the
-    injected time and random sources; beat_store opens the heartbeat's own connection.
+    injected time and random sources; beat_store opens the heartbeat's own connection, and
+    beat_thread and monotonic are the heartbeat's thread and interval clock (see Heartbeat).
     """
 
     def __init__(self, store: SQLiteStore, config: EngineConfig, *,
                  pipeline: Pipeline | None = None, runner: StepRunner | None = None,
                  clock: Clock | None = None, rng: random.Random | None = None,
                  worker_id: str | None = None,
-                 beat_store: Callable[[], SQLiteStore] | None = None) -> None:
+                 beat_store: Callable[[], SQLiteStore] | None = None,
+                 beat_thread: Callable[..., Any] = threading.Thread,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.store, self.config = store, config
         self.pipeline = pipeline or get_pipeline(config.pipeline)
         self.runner = runner or make_runner(config)
@@ -141,8 +144,9 @@ class Worker:
         self.id = worker_id or new_worker_id()
         self.backoff = Backoff(config.backoff_base, config.backoff_cap)
         self.heartbeat = Heartbeat(beat_store or self._open_beat_store, self.clock,
-                                   config.lease, config.beat_every,
-                                   self.id) if config.heartbeat else None
+                                   config.lease, config.beat_every, self.id,
+                                   thread=beat_thread, monotonic=monotonic,
+                                   ) if config.heartbeat else None
         self.stats = WorkerStats()
 
     # -- the loop ------------------------------------------------------------------------

@@ -138,9 +138,14 @@ def _print_result(result: SimResult, run_dir: str, target: str | None = None) ->
     print(f"\n{'FAIL' if result.failed else 'PASS'}: {headline(result.verdicts, target)}")
     print(f"{result.turns} turns, {result.virtual_seconds:.2f} virtual s, "
           f"{result.wall_seconds:.2f} s")
-    if result.errors:
-        print(f"{len(result.errors)} engine thread(s) raised (each ended its process, as it "
+    ended = [e for e in result.errors if e.get("process")]
+    if ended:
+        print(f"{len(ended)} engine thread(s) raised (each ended its process, as it "
               f"would a real one): see sim.thread_errors in report.json")
+    if len(ended) < len(result.errors):
+        print(f"{len(result.errors) - len(ended)} thread(s) outside the simulation's actors "
+              "raised: the simulation did not run the engine faithfully (see "
+              "sim.thread_errors in report.json)")
     print(f"run folder: {run_dir}\nreplay it: {report['replay_command']}")
 
 

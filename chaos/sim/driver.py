@@ -16,6 +16,8 @@ whether an armed crash point fires where it stands.
 from __future__ import annotations
 
 import random
+import threading
+import traceback
 import time
 from typing import Any, Callable
 
@@ -257,6 +259,15 @@ class Simulation:
                 and actor.process.role == "worker"
                 and actor.process.data.get("job") in self.plan.crash_loop)
 
+    def _thread_raised(self, args: threading.ExceptHookArgs) -> None:
+        """A thread outside the scheduler's actors raised (an engine thread the simulation
+        does not run, say): recorded with no process, as the simulation's own failure to
+        run the engine faithfully, never a silent pass."""
+        name = args.thread.name if args.thread is not None else "?"
+        self.errors.append({"t": self.sched.now(), "process": None, "thread": name,
+                            "traceback": "".join(traceback.format_exception(
+                                args.exc_type, args.exc_value, args.exc_traceback))})
+
     def _actor_ended(self, actor: Actor) -> None:
         process = actor.process
         if actor.exit == "error":
@@ -326,7 +337,11 @@ class Simulation:
         self._decide_shape()
         self._prepare()
         self._start()
-        self.sched.run(MAX_TURNS)
+        saved, threading.excepthook = threading.excepthook, self._thread_raised
+        try:
+            self.sched.run(MAX_TURNS)
+        finally:
+            threading.excepthook = saved
         if not self.ended:  # cut by the turn budget, or nothing could run any more
             self.phases.setdefault("drain_start", self.sched.now())
             self.phases.setdefault("heal_start", self.sched.now())

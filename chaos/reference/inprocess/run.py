@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from engine import Sender, load_config
 from engine.store import OperatorError, SubmissionConflict
-from engine.worker import Heartbeat, Worker
+from engine.worker import Worker
 
 from ...sim.choices import Choices
 from ...sim.driver import Simulation
@@ -100,18 +100,18 @@ class ReferenceSimulation(Simulation):
             clock = VirtualClock(self.sched, self.skew(slot))
             store = self.open_store(f"worker:{pid}")
             self.own(store)
+            # The worker decides whether it has a heartbeat and builds it, as in a real
+            # process; the simulation gives it only its thread, store and clocks.
             worker = SimWorker(store, config, pipeline=self.pipeline, clock=clock,
-                               rng=self.rng(process), worker_id=f"worker:sim:{pid}:{slot}")
+                               rng=self.rng(process), worker_id=f"worker:sim:{pid}:{slot}",
+                               **self._heartbeat_parts(process))
             worker.process = process
-            if config.heartbeat:
-                worker.heartbeat = self._heartbeat(process, clock, config, worker.id)
             worker.run()
         return body
 
-    def _heartbeat(self, process: Process, clock: VirtualClock, config,
-                   worker_id: str) -> Heartbeat:
-        """The engine's own heartbeat, its thread an actor of the worker's process and its
-        intervals on the virtual clock."""
+    def _heartbeat_parts(self, process: Process) -> dict[str, Any]:
+        """What the engine's own heartbeat runs on here: a thread that is an actor of the
+        worker's process, its own store, and the virtual clock for its intervals."""
         def open_store():  # in the heartbeat's thread, as the engine opens it
             store = self.open_store(f"heartbeat:{process.pid}")
             self.own(store)
@@ -120,8 +120,7 @@ class ReferenceSimulation(Simulation):
         def thread(target, name=None, daemon=None):
             return SimThread(self.sched, process, target, name)
 
-        return Heartbeat(open_store, clock, config.lease, config.beat_every, worker_id,
-                         thread=thread, monotonic=self.sched.now)
+        return {"beat_store": open_store, "beat_thread": thread, "monotonic": self.sched.now}
 
     def _sender_body(self, process: Process) -> Callable[[], None]:
         def body() -> None:
