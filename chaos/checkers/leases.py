@@ -221,10 +221,11 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     """With heartbeat on, a live worker keeps the lease of the step it works on: from its
     claim to its write that ends the step (or its death), the lease it holds never runs out
     ("lease-lapsed"), and no renewal moves it past the renewal's time plus one lease
-    ("lease-overextended": the renewal reads its clock before it commits), and the claim
-    itself grants at least half a lease from when it is written ("claim-lease-short"). And,
-    heartbeat or not, a worker never claims while holding as many live leases as it has
-    slots: it walked away from one ("lease-abandoned").
+    ("lease-overextended": the renewal reads its clock before it commits). And, heartbeat or
+    not, a claim grants at least half a lease and at most one from when it is written
+    ("claim-lease-short", "claim-lease-long"; a sender's claim of an outbox row likewise,
+    by the outbox lease), and a worker never claims while holding as many live leases as it
+    has slots: it walked away from one ("lease-abandoned").
 
     A lapse is judged only while the worker waits on a provider call of its step (a process
     the machine stopped running as a whole is no heartbeat's failure). Not judged where the
@@ -237,6 +238,7 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     tl, index = shared.timeline(snapshot["pipeline"]), shared.jobs
     at = clock_of(history)
     _check_abandoned(verdict, tl, settings.get("slots") or 1, at)
+    _check_claim_leases(verdict, history, settings, tl, at)
     if not capable(snapshot, "heartbeat") or not settings.get("heartbeat"):
         return verdict if verdict.valid is False else verdict.unknown(
             "the engine runs without heartbeat here: a lease that runs out under a live "
@@ -259,6 +261,31 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     verdict.metrics = {"holdings": verdict.checked, "lease": lease,
                        "heartbeat_interval": settings.get("heartbeat_interval")}
     return verdict
+
+
+def _check_claim_leases(verdict: Verdict, history: list[Event], settings: dict, tl, at) -> None:
+    """A claim's lease runs from when it is written: it ends no later than one lease after
+    the claim commits, and no earlier than half a lease after (the clock it reads before a
+    lock wait may make it a little short; half a lease is far more than any wait)."""
+    leases = {"claimed": settings.get("lease"), "effect_claimed": settings.get("outbox_lease")}
+    for e in history:
+        lease = leases.get(e.get("type")) if e.get("src") == "engine" else None
+        granted = e.get("lease_until")
+        if lease is None or granted is None or not is_worker(e) or tl.is_skewed(e.get("worker")):
+            continue
+        if e["type"] == "effect_claimed" and (e.get("dead_at") or e.get("sent_at")):
+            continue  # a claim that dead-letters the row grants nothing
+        what = (f"job {e['job']}: {e.get('worker')}'s claim of step {e.get('step')!r}"
+                if e["type"] == "claimed" else
+                f"outbox row {e.get('row')} ({e['job']} {e.get('kind')!r}): "
+                f"{e.get('worker')}'s claim")
+        head = (f"{what} at {at(e['t'])} set its lease to end at {at(granted)}, "
+                f"{granted - e['t']:+.3f} s from the claim")
+        if granted < e["t"] + lease / 2:
+            verdict.fail("claim-lease-short", f"{head}: less than half the lease ({lease:g} s)",
+                         e)
+        elif granted > e["t"] + lease + TOL:
+            verdict.fail("claim-lease-long", f"{head}: more than the lease ({lease:g} s)", e)
 
 
 def _check_abandoned(verdict: Verdict, tl, slots: int, at) -> None:
@@ -314,13 +341,7 @@ def _check_holding(verdict: Verdict, h, events: list[Event], index: JobIndex,
     start = h.start["t"]
     granted = h.start.get("lease_until")
     if granted is not None and granted < start + lease / 2:
-        # A claim gives its worker a whole lease from when it is written (read before a lock
-        # wait, it may come out a little short: half a lease is far more than any wait).
-        verdict.fail("claim-lease-short", f"job {h.job}: {h.worker}'s claim of step "
-                     f"{h.step['name']!r} at {at(start)} set its lease to end at {at(granted)}, "
-                     f"{granted - start:+.3f} s from the claim: less than half the lease "
-                     f"({lease:g} s)", h.start)
-        return
+        return  # a claim-lease-short (see _check_claim_leases): no lease to keep
     died = index.exit_after(h.worker, start)
     # The holding ends with its own write, its death, or the next claim or intervention on
     # the job (a claim by anyone: moving on to the next step is a claim of its own).

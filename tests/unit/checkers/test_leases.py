@@ -271,6 +271,24 @@ def test_a_claim_that_grants_less_than_half_a_lease_fails(granted, status):
         assert verdict.by_type == {"claim-lease-short": 1}
 
 
+def test_a_claim_that_grants_more_than_a_lease_fails():
+    history = held(done=2.0)
+    history[0] = {**history[0], "lease_until": 1.0 + 2.0 + 0.5}
+    assert run(check_lease_kept, history).by_type == {"claim-lease-long": 1}
+
+
+@pytest.mark.parametrize("granted, kind", [(1.2, "claim-lease-short"), (2.6, "claim-lease-long"),
+                                           (1.95, None)],
+                         ids=["a-fifth-of-the-outbox-lease", "past-the-outbox-lease", "whole"])
+def test_a_senders_claim_grants_its_row_the_outbox_lease(granted, kind):
+    # Judged with heartbeat off too: a claim's lease is the claim's, not the heartbeat's.
+    claimed = outbox(1.0, 1, DOC, "charge", S1, 1, old_token=0, attempts=1, lease_until=granted)
+    sent = outbox(1.1, 1, DOC, "charge", S1, 1, attempts=1, sent_at=1.1, lease_until=0.0)
+    settings = {**snapshot()["settings"], "outbox_lease": 1.0, "heartbeat": False}
+    verdict = run(check_lease_kept, held(done=2.0) + [claimed, sent], settings=settings)
+    assert verdict.by_type == ({kind: 1} if kind else {}), verdict.reason
+
+
 def test_a_worker_that_claims_while_holding_a_live_lease_abandoned_it():
     """W1 claims DOC (lease to 3.0) and, without finishing or failing it, claims doc-2."""
     history = [job(1.0, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1,
