@@ -129,7 +129,8 @@ def delivered_job(job_id, t0=1.0, worker=W1, token=1):
         events.append(memo(t + 0.06, job_id, step, worker, token))
         events.append(spend(t + 0.06, job_id, step, worker, token, started=t + 0.01))
         events.append(job(t + 0.06, job_id, working, done, worker, token))
-        events.append(job(t + 0.06, job_id, done, nxt, worker, token, claims=1))
+        events.append(job(t + 0.06, job_id, done, nxt, worker, token, claims=1,
+                          lease_until=t + 2.06))  # moving on renews the lease, as it does
         t += 0.1
     events.append(memo(t, job_id, "deliver", worker, token, cost=0.0))
     events.append(job(t, job_id, "delivering", "delivered", worker, token))

@@ -128,7 +128,7 @@ def test_lease_exclusive_is_unknown_without_a_provider_ledger():
 def test_a_clean_delivery_writes_only_under_its_own_lease():
     verdict = run(check_fenced_writes, delivered_job(DOC))
     assert verdict.status == "pass", verdict.reason
-    assert verdict.checked == 9  # 7 job writes after the claim, 2 outbox inserts
+    assert verdict.checked == 12  # 7 job writes after the claim, 2 outbox inserts, 3 calls
     assert verdict.metrics["lease_takes"] == 1
 
 
@@ -351,3 +351,50 @@ def test_a_lease_the_harness_took_on_purpose_is_not_judged(fault):
 def test_lease_kept_is_unknown_without_heartbeat():
     settings = {**snapshot()["settings"], "heartbeat": False}
     assert run(check_lease_kept, held(), settings=settings).status == "unknown"
+
+
+# -- fenced-writes: calls under a lease ------------------------------------------------------
+
+def taken_over_then(call_at, *, pause=False):
+    """W1 claims DOC's fetch (lease to 2.0); the lease lapses and W2 claims at 2.5; W1
+    calls the provider for fetch at `call_at`."""
+    history = [job(1.0, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1,
+                   lease_until=2.0),
+               job(2.5, DOC, "fetching", "fetching", W2, 2, old_token=1, claims=2,
+                   lease_until=4.5),
+               call(call_at, call_at + 0.01, DOC, "fetch", W1),
+               call(2.6, 2.61, DOC, "fetch", W2), job(2.7, DOC, "fetching", "fetched", W2, 2)]
+    if pause:
+        pid = int(W1.split(":")[2])
+        history += [nemesis(1.1, "pause", pid=pid), nemesis(2.8, "resume", pid=pid)]
+    return history
+
+
+def test_a_call_started_under_the_workers_lease_passes():
+    verdict = run(check_fenced_writes, taken_over_then(1.5))
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["calls_judged"] == 2
+
+
+@pytest.mark.parametrize("call_at", [2.2, 2.9], ids=["after-the-lease-ran-out",
+                                                      "after-another-worker-took-it"])
+def test_a_call_without_the_steps_lease_fails(call_at):
+    verdict = run(check_fenced_writes, taken_over_then(call_at))
+    assert verdict.by_type == {"call-without-lease": 1}, verdict.reason
+    assert W1 in verdict.failures[0].message
+
+
+def test_a_call_for_a_step_the_worker_never_claimed_fails():
+    # W1 finished fetch, its move on to extract was fenced out, and it calls for extract.
+    history = [job(1.0, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1,
+                   lease_until=3.0), call(1.1, 1.2, DOC, "fetch", W1),
+               job(1.3, DOC, "fetching", "fetched", W1, 1), call(1.4, 1.5, DOC, "extract", W1)]
+    verdict = run(check_fenced_writes, history)
+    assert verdict.by_type == {"call-without-lease": 1}
+    assert "never claimed that step" in verdict.failures[0].message
+
+
+def test_a_worker_the_harness_paused_may_call_on_a_lapsed_lease():
+    verdict = run(check_fenced_writes, taken_over_then(2.9, pause=True))
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["calls_excused"] == 1
