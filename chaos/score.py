@@ -283,7 +283,9 @@ def equivalents(path: str = EQUIVALENT) -> list[dict[str, Any]]:
     names its module and the source line as written (`line`), optionally the function that
     holds it (`function`, where the line occurs twice) and the operators it covers
     (`operators`: names, families such as "NumberReplacer", or beginnings ending in "_" such
-    as "ReplaceComparisonOperator_Lt_"), and its reason.
+    as "ReplaceComparisonOperator_Lt_"), optionally the mutated lines it covers (`to`: the
+    line as the mutant writes it, where one operator makes several mutants of a line and
+    only some are argued), and its reason.
     Raises ValueError naming the entry that lacks a field."""
     if not os.path.exists(path):
         return []
@@ -299,15 +301,17 @@ def equivalents(path: str = EQUIVALENT) -> list[dict[str, Any]]:
             entries.append({"kind": outcome, "module": e["module"], "line": e["line"].strip(),
                             "function": e.get("function"),
                             "operators": tuple(e.get("operators", ())),
+                            "to": tuple(" ".join(t.split()) for t in e.get("to", ())),
                             "reason": " ".join(e["reason"].split())})
     return entries
 
 
-def source_line(row: dict[str, Any]) -> str:
-    """The line a mutant changed, as written in the engine (from its diff)."""
+def source_line(row: dict[str, Any], mark: str = "-") -> str:
+    """The line a mutant changed, as written in the engine (from its diff); with mark "+",
+    the line as the mutant writes it, its spaces collapsed."""
     for text in row["diff"].splitlines():
-        if text.startswith("-") and not text.startswith("---"):
-            return text[1:].strip()
+        if text.startswith(mark) and not text.startswith(mark * 3):
+            return text[1:].strip() if mark == "-" else " ".join(text[1:].split())
     return ""
 
 
@@ -328,7 +332,8 @@ def argued(row: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]
     for e in entries:
         if e["module"] == row["module"] and e["line"] == line and (
                 e["function"] in (None, row.get("function"))) and (
-                not e["operators"] or any(_covers(op, name) for op in e["operators"])):
+                not e["operators"] or any(_covers(op, name) for op in e["operators"])) and (
+                not e.get("to") or source_line(row, "+") in e["to"]):
             return e
     return None
 

@@ -101,6 +101,14 @@ def test_an_argued_mutant_that_was_killed_is_reported_not_counted_as_argued():
     assert summary["total"] == {"killed": 1, "equivalent": 1}
 
 
+def test_an_entry_with_to_covers_only_the_mutated_lines_it_names():
+    rows = [row("engine/a.py", "core/NumberReplacer", n, "survived") for n in (0, 1)]
+    rows[1]["diff"] = rows[1]["diff"].replace("+    y", "+    z  =  2")
+    argued = {**entry(operators=("NumberReplacer",)), "to": ("z = 2",)}
+    assert score.argued(rows[0], [argued]) is None
+    assert score.argued(rows[1], [argued]) is argued
+
+
 def test_the_equivalents_file_names_scored_lines_and_argues_each_entry():
     entries = score.equivalents()
     assert entries  # the file is read, not silently empty
