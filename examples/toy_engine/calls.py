@@ -6,6 +6,7 @@ import email.utils
 import http.client
 import json
 import math
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -29,7 +30,35 @@ class Poison(Exception):
 
 
 def post(url: str, body: Any, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
-    """POST `body` as JSON; (status, response body) for a 2xx. Raises Retryable or Poison."""
+    """POST `body` as JSON; (status, response body) for a 2xx. Raises Retryable or Poison.
+
+    `timeout` bounds the whole exchange, not only each socket read (a server that trickles
+    its answer a byte at a time would outlast any socket timeout): the request runs on a
+    helper thread, given up at the deadline; the thread finishes on its own (its socket
+    timeout still bounds each read) and its late answer is dropped."""
+    outcome: list = []
+    helper = threading.Thread(target=lambda: outcome.append(_attempt(url, body, headers, timeout)),
+                              name="toy-post", daemon=True)
+    helper.start()
+    helper.join(timeout)
+    if not outcome:
+        raise Retryable(f"TimeoutError: no answer within {timeout} s")
+    answer = outcome[0]
+    if isinstance(answer, Exception):
+        raise answer
+    return answer
+
+
+def _attempt(url: str, body: Any, headers: dict[str, str], timeout: float
+             ) -> tuple[int, bytes] | Exception:
+    """One POST: (status, body) for a 2xx, else the exception it stands for."""
+    try:
+        return _post(url, body, headers, timeout)
+    except Exception as exc:  # handed to the caller's thread, which raises it
+        return exc
+
+
+def _post(url: str, body: Any, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json", **headers})
     try:
