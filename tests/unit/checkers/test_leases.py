@@ -398,3 +398,17 @@ def test_a_worker_the_harness_paused_may_call_on_a_lapsed_lease():
     verdict = run(check_fenced_writes, taken_over_then(2.9, pause=True))
     assert verdict.status == "pass", verdict.reason
     assert verdict.metrics["calls_excused"] == 1
+
+
+def test_a_claim_the_harness_paused_before_its_commit_may_come_out_short():
+    # The sender read its clock at 1.0, was paused 1.1-2.4, and committed at 2.45.
+    pid = int(S1.split(":")[2])
+    claimed = outbox(2.45, 1, DOC, "charge", S1, 1, old_token=0, attempts=1, lease_until=2.0)
+    sent = outbox(2.5, 1, DOC, "charge", S1, 1, attempts=1, sent_at=2.5, lease_until=0.0)
+    settings = {**snapshot()["settings"], "outbox_lease": 1.0}
+    history = held(done=2.0) + [claimed, sent]
+    assert run(check_lease_kept, history, settings=settings).by_type == {
+        "claim-lease-short": 1}
+    paused = [nemesis(1.1, "pause", pid=pid), nemesis(2.4, "resume", pid=pid)]
+    verdict = run(check_lease_kept, history + paused, settings=settings)
+    assert verdict.status == "pass", verdict.reason
