@@ -52,7 +52,7 @@ MAX_REPORTED = 20
 class _Job:
     state: str | None = None
     due: float | None = None      # when the engine may hand it out; None: not claimable
-    due_since: float | None = None  # history time the current due spell was opened
+    seen: float | None = None     # when the write that made it due is known committed
     holder: str | None = None
 
 
@@ -110,6 +110,7 @@ def _read(history: list[Event], pipeline: dict, settings: dict) -> _Reading:
     settled = set(pipeline["terminal"]) | set(pipeline["parked"])
     slots = int(settings.get("slots") or 1)
     reading = _Reading(t0=history[0]["t"] if history else 0.0)
+    visible = _visible_times(history)
     jobs: dict[str, _Job] = defaultdict(_Job)
     workers = reading.workers
     for pos, e in enumerate(history):
@@ -152,8 +153,7 @@ def _read(history: list[Event], pipeline: dict, settings: dict) -> _Reading:
             _close(reading, job_id, j, t, "moved")
         j.state = e.get("to") if e.get("to") is not None else e.get("state")
         j.due = _due_after(e, j.state, ready, working, settled)
-        if j.due is not None and j.due_since is None:
-            j.due_since = t
+        j.seen = visible.get(pos, t)
     reading.open_jobs = {k: v for k, v in jobs.items() if v.due is not None}
     return reading
 
@@ -161,6 +161,7 @@ def _read(history: list[Event], pipeline: dict, settings: dict) -> _Reading:
 def _read_rows(history: list[Event]) -> _Reading:
     """The outbox's reading: rows are the units, senders the workers (one row at a time)."""
     reading = _Reading(t0=history[0]["t"] if history else 0.0)
+    visible = _visible_times(history)
     rows: dict[Any, _Job] = defaultdict(_Job)
     senders = reading.workers
     for pos, e in enumerate(history):
@@ -190,8 +191,7 @@ def _read_rows(history: list[Event]) -> _Reading:
             _close(reading, key, r, t, "moved")
         r.due = None if over else (e.get("next_run_at") if e.get("next_run_at") is not None
                                    else e.get("lease_until") or t)
-        if r.due is not None and r.due_since is None:
-            r.due_since = t
+        r.seen = visible.get(pos, t)
     reading.open_jobs = {k: v for k, v in rows.items() if v.due is not None}
     return reading
 
@@ -210,8 +210,29 @@ def _due_after(e: Event, state: str | None, ready: set, working: set, settled: s
 
 def _close(reading: _Reading, job_id: str, j: _Job, t: float, how: str) -> None:
     if j.due is not None:
-        reading.spells.append((job_id, j.due, t, how))
-    j.due_since = None
+        reading.spells.append((job_id, max(j.due, j.seen or j.due), t, how))
+
+
+def _visible_times(history: list[Event]) -> dict[int, float]:
+    """position of an engine operation -> when it is known committed, where that is later
+    than its stamp. A store stamps an operation when its statement runs; a writer the harness
+    paused before its commit holds its transaction (and the write lock) open, and its writes
+    become visible no earlier than the next operation of another writer, which could not
+    commit before it."""
+    pauses = harness_windows(history)["pauses"]
+    out: dict[int, float] = {}
+    later: list[tuple[Any, float]] = []   # the next op, and the next one of another writer
+    for pos in range(len(history) - 1, -1, -1):
+        e = history[pos]
+        if e.get("src") != "engine":
+            continue
+        writer = e.get("worker")
+        other = next((t for w, t in later if w != writer), None)
+        if other is not None and any(pid == e.get("pid") and e["t"] <= b and a <= other
+                                     for pid, a, b in pauses):
+            out[pos] = other
+        later = [(writer, e["t"])] + [(w, t) for w, t in later if w != writer][:1]
+    return out
 
 
 def _busy(w: _Worker, t: float, slots: int) -> None:
@@ -258,7 +279,8 @@ def _check_latency(verdict: Verdict, reading: _Reading, history: list[Event],
     bound = latency + slack
     excluded = _excluded(history, snapshot)
     free = _free_windows(reading, history, end, excluded)
-    spells = reading.spells + [(k, j.due, end, "open") for k, j in reading.open_jobs.items()]
+    spells = reading.spells + [(k, max(j.due, j.seen or j.due), end, "open")
+                               for k, j in reading.open_jobs.items()]
     longest, judged = 0.0, 0
     for job_id, due, ended, how in spells:
         if ended - due <= bound:
@@ -291,8 +313,16 @@ def _excluded(history: list[Event], snapshot: dict) -> dict[int | None, list]:
     (the write lock held)."""
     windows = harness_windows(history)
     out: dict[int | None, list] = defaultdict(list)
+    writes = sorted(((e["t"], e.get("pid")) for e in history if e.get("src") == "engine"),
+                    key=lambda w: w[0])
+    times = [t for t, _ in writes]
     for pid, a, b in windows["pauses"]:
         out[pid].append((a, b))
+        # Nobody else committed while it was paused: it may have held the write lock, in a
+        # transaction it had open, which stops every other writer as a held lock does.
+        during = writes[bisect.bisect_right(times, a):bisect.bisect_left(times, b)]
+        if not any(p != pid for _, p in during):
+            out[None].append((a, b))
     out[None] += windows["locks"]
     for e in history:
         if e.get("src") == "process" and e.get("type") == "stall":

@@ -38,7 +38,7 @@ SHORT = {"legal-transitions": "LT", "no-rebill-after-commit": "NR", "outbox-boun
          "lease-exclusive": "LE", "lease-kept": "LK", "deadlines-kept": "DK",
          "operator-moves": "OM",
          "fenced-writes": "FW", "cost-accounted": "CA", "db-intact": "DB",
-         "processes-survive": "PS"}
+         "processes-survive": "PS", "claims-prompt": "CP"}
 
 
 @dataclass(frozen=True)

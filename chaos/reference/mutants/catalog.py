@@ -117,6 +117,18 @@ CATALOG: tuple[Mutant, ...] = (
     Mutant("outbox_retry_at_once",
            "a failed send is retried at once, without backoff (found by the mutation score)",
            ("retry-discipline",), "mutants/outbox-retries"),
+    Mutant("claims_newest_first",
+           "the claim takes the due job that fell due last: old due work waits behind every "
+           "newer job", ("claims-prompt",), "smoke"),
+    Mutant("outbox_claim_lease_in_past",
+           "a sender's claim sets the row's lease to end before the claim", ("lease-kept",),
+           "smoke"),
+    Mutant("client_fails_before_sending",
+           "the provider client raises before the request leaves, and the job is parked as "
+           "poison although the provider refused nothing", ("retry-discipline",), "smoke"),
+    Mutant("heartbeat_inverted",
+           "the worker builds its heartbeat only when heartbeat is off", ("lease-kept",),
+           "lost-lease"),
     Mutant("submit_replaces",
            "submit replaces an existing job (INSERT OR REPLACE) instead of keeping it",
            ("submissions-idempotent",), "duplicate-submit"),

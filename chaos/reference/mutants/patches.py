@@ -426,6 +426,47 @@ def outbox_retry_at_once() -> None:
     wrap(Sender, "_failed", make)
 
 
+def claims_newest_first() -> None:
+    """The claim picks the due job that fell due last (ORDER BY ... DESC): under a backlog
+    the oldest due work waits behind every newer job."""
+    edit_sql(SQLEdit(CLAIM_PICK, "ORDER BY next_run_at LIMIT 1",
+                     "ORDER BY next_run_at DESC LIMIT 1"))
+
+
+def outbox_claim_lease_in_past() -> None:
+    """A sender's claim sets the row's lease to end before the claim (now - lease): any other
+    sender may take the row while the first is still sending it."""
+    def make(original: Callable) -> Callable:
+        def claim(self: SQLiteStore, sender, now, lease, max_attempts):
+            return original(self, sender, now, -lease, max_attempts)
+        return claim
+    wrap(SQLiteStore, "claim_outbox", make)
+
+
+def client_fails_before_sending() -> None:
+    """The provider client raises in its own code before the request leaves (a malformed
+    request it builds), and the worker parks the job as poison although nobody refused it."""
+    import engine.provider as provider
+
+    def make(original: Callable) -> Callable:
+        def post(url, body, headers, timeout):
+            raise ValueError(f"cannot encode the request for {url}")
+        return post
+    provider.post_json = make(provider.post_json)
+
+
+def heartbeat_inverted() -> None:
+    """The worker builds its heartbeat only when heartbeat is off: workers that should renew
+    their lease never do, and a slow call loses it."""
+    def make(original: Callable) -> Callable:
+        def init(self: Worker, store, config, **kwargs):
+            original(self, store, dataclasses.replace(config, heartbeat=not config.heartbeat),
+                     **kwargs)
+            self.config = config
+        return init
+    wrap(Worker, "__init__", make)
+
+
 def mark_sent_before_send() -> None:
     """The sender marks a row sent before posting it: a post that fails loses the effect."""
     def make(original: Callable) -> Callable:
@@ -443,7 +484,8 @@ PATCHES: dict[str, Callable[[], None]] = {f.__name__: f for f in (
     retry_after_ignored, backoff_without_jitter, jitter_narrowed, no_call_deadline,
     heartbeat_keeps_deadline, operator_move_not_written, sender_without_key, senders_without_claim,
     mark_sent_before_send, claim_lease_already_over, completion_reports_lease_lost,
-    dead_letter_at_first_failure, outbox_retry_at_once)}
+    dead_letter_at_first_failure, outbox_retry_at_once, claims_newest_first,
+    outbox_claim_lease_in_past, client_fails_before_sending, heartbeat_inverted)}
 
 
 def apply(name: str) -> None:

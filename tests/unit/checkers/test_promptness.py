@@ -173,3 +173,17 @@ def test_a_due_row_beside_a_free_sender_past_the_latency_fails():
     assert S1 in verdict.failures[0].message
     prompt = history[:4] + [send_claim(0.55, S2, 2, "a"), sent(0.6, S2, 2, "a")]
     assert declared(prompt, settings={"outbox_lease": 2.0}).status == "pass"
+
+
+def test_a_row_queued_by_a_writer_paused_before_its_commit_is_due_from_the_commit():
+    # W1 queues row 2 at 0.5 and is paused (SIGSTOP) before it commits; nobody else can write
+    # until it resumes at 2.9: S1, free since 0.2, is not to blame.
+    pid = int(W1.split(":")[2])
+    history = [queued(0.0, 1, "x"), send_claim(0.1, S1, 1, "x"), sent(0.2, S1, 1, "x"),
+               queued(0.5, 2, "a"), nemesis(0.55, "pause", pid=pid),
+               nemesis(2.9, "resume", pid=pid), send_claim(2.95, S1, 2, "a"),
+               sent(3.0, S1, 2, "a")]
+    verdict = declared(sorted(history, key=lambda e: e["t"]), settings={"outbox_lease": 2.0})
+    assert verdict.status == "pass", verdict.reason
+    unpaused = [e for e in history if e.get("src") != "nemesis"]
+    assert declared(unpaused, settings={"outbox_lease": 2.0}).by_type == {"due-row-waited": 1}
