@@ -49,7 +49,7 @@ MAX_REPORTED = 20
 
 
 @dataclass
-class _Job:
+class _Unit:
     state: str | None = None
     due: float | None = None      # when the engine may hand it out; None: not claimable
     seen: float | None = None     # when the write that made it due is known committed
@@ -102,7 +102,7 @@ class _Reading:
     # (job, due from, ended at, how it ended)
     spells: list = field(default_factory=list)
     workers: dict = field(default_factory=dict)   # worker id -> _Worker
-    open_jobs: dict = field(default_factory=dict)
+    still_due: dict = field(default_factory=dict)
 
 
 def _read(history: list[Event], pipeline: dict, settings: dict) -> _Reading:
@@ -111,8 +111,7 @@ def _read(history: list[Event], pipeline: dict, settings: dict) -> _Reading:
     slots = int(settings.get("slots") or 1)
     reading = _Reading(t0=history[0]["t"] if history else 0.0)
     visible = _visible_times(history)
-    jobs: dict[str, _Job] = defaultdict(_Job)
-    workers = reading.workers
+    jobs: dict[str, _Unit] = defaultdict(_Unit)
     for pos, e in enumerate(history):
         if not is_job(e):
             continue
@@ -121,40 +120,28 @@ def _read(history: list[Event], pipeline: dict, settings: dict) -> _Reading:
         takes = e["type"] == "claimed" and not e.get("continued") or bool(e.get("took_lease"))
         if takes and is_worker(e):
             reading.claims += 1
-            w = workers.setdefault(e.get("worker") or "", _Worker(e.get("pid")))
             if e["type"] == "claimed":
-                due_now = {k: v.due for k, v in jobs.items() if k != job_id and v.due is not None}
-                reading.choices.append((pos, e, j.due, due_now))
-                if slots == 1:
-                    w.active.clear()  # one slot: whatever it held before is over
-                _busy(w, t, slots)
-                w.active.add(job_id)
+                _choice(reading, pos, e, jobs, job_id)
+                _hold(reading, e, job_id, slots)
             # (a claim that parks a crash loop takes the job and lets it go in one write)
             _close(reading, job_id, j, t, "claimed")
         elif e["type"] == "claimed" and is_worker(e):
             # Moving on to the next step under the lease it held: still its job.
-            w = workers.setdefault(e.get("worker") or "", _Worker(e.get("pid")))
-            _busy(w, t, slots)
-            w.active.add(job_id)
+            _hold(reading, e, job_id, slots, keep=True)
             _close(reading, job_id, j, t, "claimed")
         elif e["type"] == "removed":
             _close(reading, job_id, j, t, "removed")
             j.due = None
             continue
         elif is_worker(e) and not e.get("heartbeat"):
-            w = workers.get(e.get("worker") or "")
-            releases = e.get("to") not in working or (
-                e.get("lease_until") is None or e["lease_until"] <= t)
-            if w is not None and releases and job_id in w.active:
-                w.active.discard(job_id)
-                if len(w.active) < slots and w.free_from is None:
-                    w.free_from = t
+            if e.get("to") not in working or (e.get("lease_until") or 0.0) <= t:
+                _let_go(reading, e, job_id, slots)
         elif e.get("type") == "state" and (is_operator(e) or e.get("actor") == "harness"):
             _close(reading, job_id, j, t, "moved")
         j.state = e.get("to") if e.get("to") is not None else e.get("state")
         j.due = _due_after(e, j.state, ready, working, settled)
         j.seen = visible.get(pos, t)
-    reading.open_jobs = {k: v for k, v in jobs.items() if v.due is not None}
+    reading.still_due = {k: v for k, v in jobs.items() if v.due is not None}
     return reading
 
 
@@ -162,8 +149,7 @@ def _read_rows(history: list[Event]) -> _Reading:
     """The outbox's reading: rows are the units, senders the workers (one row at a time)."""
     reading = _Reading(t0=history[0]["t"] if history else 0.0)
     visible = _visible_times(history)
-    rows: dict[Any, _Job] = defaultdict(_Job)
-    senders = reading.workers
+    rows: dict[Any, _Unit] = defaultdict(_Unit)
     for pos, e in enumerate(history):
         if not is_effect(e):
             continue
@@ -172,27 +158,19 @@ def _read_rows(history: list[Event]) -> _Reading:
         over = e.get("sent_at") is not None or e.get("dead_at") is not None
         if e["type"] == "effect_claimed" and is_worker(e):
             reading.claims += 1
-            w = senders.setdefault(e.get("worker") or "", _Worker(e.get("pid")))
             if not over:  # (a claim that dead-letters a row past its cap lets it go at once)
-                reading.choices.append((pos, e, r.due, {k: v.due for k, v in rows.items()
-                                                        if k != key and v.due is not None}))
-                w.active.clear()
-                _busy(w, t, 1)
-                w.active.add(key)
+                _choice(reading, pos, e, rows, key)
+                _hold(reading, e, key, 1)
             _close(reading, key, r, t, "claimed")
         elif is_worker(e):
-            w = senders.get(e.get("worker") or "")
-            lapsed = e.get("lease_until") is None or e["lease_until"] <= t
-            if w is not None and key in w.active and (over or lapsed):
-                w.active.discard(key)
-                if w.free_from is None:
-                    w.free_from = t
+            if over or (e.get("lease_until") or 0.0) <= t:
+                _let_go(reading, e, key, 1)
         elif e.get("actor") == "harness":
             _close(reading, key, r, t, "moved")
         r.due = None if over else (e.get("next_run_at") if e.get("next_run_at") is not None
                                    else e.get("lease_until") or t)
         r.seen = visible.get(pos, t)
-    reading.open_jobs = {k: v for k, v in rows.items() if v.due is not None}
+    reading.still_due = {k: v for k, v in rows.items() if v.due is not None}
     return reading
 
 
@@ -208,7 +186,7 @@ def _due_after(e: Event, state: str | None, ready: set, working: set, settled: s
     return e["t"]
 
 
-def _close(reading: _Reading, job_id: str, j: _Job, t: float, how: str) -> None:
+def _close(reading: _Reading, job_id: str, j: _Unit, t: float, how: str) -> None:
     if j.due is not None:
         reading.spells.append((job_id, max(j.due, j.seen or j.due), t, how))
 
@@ -235,10 +213,30 @@ def _visible_times(history: list[Event]) -> dict[int, float]:
     return out
 
 
-def _busy(w: _Worker, t: float, slots: int) -> None:
+def _choice(reading: _Reading, pos: int, e: Event, units: dict, key: Any) -> None:
+    """A claim of `key`: the due times of every other unit when it committed."""
+    reading.choices.append((pos, e, units[key].due, {k: v.due for k, v in units.items()
+                                                     if k != key and v.due is not None}))
+
+
+def _hold(reading: _Reading, e: Event, key: Any, slots: int, keep: bool = False) -> None:
+    """Its writer now holds `key`: a free span of it ends here."""
+    w = reading.workers.setdefault(e.get("worker") or "", _Worker(e.get("pid")))
+    if slots == 1 and not keep:
+        w.active.clear()  # one slot: whatever it held before is over
     if w.free_from is not None and len(w.active) + 1 >= slots:
-        w.windows.append((w.free_from, t))
+        w.windows.append((w.free_from, e["t"]))
         w.free_from = None
+    w.active.add(key)
+
+
+def _let_go(reading: _Reading, e: Event, key: Any, slots: int) -> None:
+    """Its writer let `key` go: with a slot free, a free span of it begins."""
+    w = reading.workers.get(e.get("worker") or "")
+    if w is not None and key in w.active:
+        w.active.discard(key)
+        if len(w.active) < slots and w.free_from is None:
+            w.free_from = e["t"]
 
 
 # -- claim order --------------------------------------------------------------------------------
@@ -280,7 +278,7 @@ def _check_latency(verdict: Verdict, reading: _Reading, history: list[Event],
     excluded = _excluded(history, snapshot)
     free = _free_windows(reading, history, end, excluded)
     spells = reading.spells + [(k, max(j.due, j.seen or j.due), end, "open")
-                               for k, j in reading.open_jobs.items()]
+                               for k, j in reading.still_due.items()]
     longest, judged = 0.0, 0
     for job_id, due, ended, how in spells:
         if ended - due <= bound:
