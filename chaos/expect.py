@@ -63,6 +63,7 @@ def harness_snapshot(scenario: Scenario, plan: FaultPlan, engine: Any,
         "plan": {"poison": {j: v["kind"] for j, v in plan.poison.items() if j in keep},
                  "crash_loop": [j for j in plan.crash_loop if j in keep],
                  "needs_review": [j for j in plan.needs_review if j in keep],
+                 "declined": {j: k for j, k in plan.declined.items() if j in keep},
                  "duplicates": {k: [j for j in v if j in keep]
                                 for k, v in plan.duplicates.items()},
                  "expect": expectations(scenario, engine, settings)},

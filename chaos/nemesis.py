@@ -17,7 +17,7 @@ from .contract import Engine
 from .history import Event, payload_hash
 from .plan import (FaultPlan, document_fault, documents_for, forced_provider_fault,
                    forced_receiver_fault, latency_fault, provider_fault, provider_form,
-                   receiver_fault)
+                   receiver_document_fault, receiver_fault)
 from .scenario import Scenario
 from .supervisor import Supervisor
 
@@ -56,6 +56,9 @@ class FaultPolicy:
         return fault
 
     def receiver_fault(self, job: str, kind: str, n: int) -> dict | None:
+        own = receiver_document_fault(self.plan, job, kind)
+        if own is not None:  # the document's nature: it never heals
+            return own
         fault = (forced_receiver_fault if self.healed.is_set() else receiver_fault)(
             self.scenario, self.plan, job, kind, n)
         if fault is not None and fault["kind"] in ("timeout", "lost"):

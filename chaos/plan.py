@@ -41,6 +41,7 @@ class FaultPlan:
     forced_receiver: list[list[str]] = field(default_factory=list)  # [job, kind, fault]
     #: job -> the step whose every call the model answers 503 (it parks at max_attempts)
     unavailable: dict[str, str] = field(default_factory=dict)
+    declined: dict[str, str] = field(default_factory=dict)   # job -> the effect kind refused
     version: int = PLAN_VERSION
 
     def to_json(self) -> dict:
@@ -114,17 +115,25 @@ def make_plan(scenario: Scenario, seed: int, pipeline: Pipeline) -> FaultPlan:
     crash_seeds = [rng.randrange(1 << 30) for _ in range(64)]
     forced_provider, forced_receiver = _forced(rng, scenario, [j for j in jobs if j not in taken],
                                                model_steps[0], pipeline.effects)
+    # Drawn last, so that a scenario without declined documents keeps the plan it had.
+    declined = ({j: pipeline.effects[0] for j in _share(rng, jobs, f.declined, taken)}
+                if pipeline.effects else {})
     return FaultPlan(seed=seed, scenario=scenario.name, profile=scenario.profile, jobs=jobs,
                      poison=poison, crash_loop=crash_loop, needs_review=needs_review,
                      duplicates=duplicates, timeline=timeline, skewed=skewed,
                      crash_seeds=crash_seeds, forced_provider=forced_provider,
-                     forced_receiver=forced_receiver, unavailable=unavailable)
+                     forced_receiver=forced_receiver, unavailable=unavailable,
+                     declined=declined)
 
 
 #: The refusals a real provider answers a request it will never accept with: a poisoned
 #: job's status is one of them, fixed per job, so that an engine that retries any 4xx above
 #: 400 (or takes some for retryable) is seen.
 POISON_STATUSES = (400, 404, 413, 422)
+
+
+#: What a payments API answers a charge it declines for good (402 Payment Required).
+DECLINED_STATUS = 402
 
 
 def poison_status(plan: "FaultPlan", job: str) -> int:
@@ -208,6 +217,13 @@ def document_fault(plan: FaultPlan, job: str, step: str) -> dict | None:
     return None
 
 
+def receiver_document_fault(plan: FaultPlan, job: str, kind: str) -> dict | None:
+    """The refusal a declined document's effect gets on every request (it never heals)."""
+    if plan.declined.get(job) == kind:
+        return {"kind": "status", "status": DECLINED_STATUS}
+    return None
+
+
 def provider_fault(scenario: Scenario, plan: FaultPlan, job: str, step: str,
                    n: int) -> dict | None:
     """The fault for the n-th call of (job, step): a pure function of the plan.
@@ -261,7 +277,11 @@ def forced_receiver_fault(scenario: Scenario, plan: FaultPlan, job: str, kind: s
 
 def receiver_fault(scenario: Scenario, plan: FaultPlan, job: str, kind: str,
                    n: int) -> dict | None:
-    """The fault for the n-th request of (job, kind): a pure function of the plan."""
+    """The fault for the n-th request of (job, kind): a pure function of the plan. A
+    declined document's effect is refused every time (receiver_document_fault)."""
+    own = receiver_document_fault(plan, job, kind)
+    if own is not None:
+        return own
     table = _receiver_faults(scenario.faults, n)
     return forced(table, plan.forced_receiver, job, kind, n) or _draw(
         table, unit(plan.seed, "receiver", job, kind, n))

@@ -49,7 +49,9 @@ def faults_applied(plan: FaultPlan, events: list[Event], nemesis: Counter) -> di
             counts["poison"] += 1
     for e in of(events, "receiver", "request"):
         fault = e.get("fault")
-        if fault:
+        if fault == "status" and plan.declined.get(e.get("job")) == e.get("kind"):
+            counts["declined"] += 1
+        elif fault:
             counts[{"status": "receiver_5xx", "timeout": "receiver_timeout",
                     "drop": "receiver_drop"}.get(fault, f"receiver_{fault}")] += 1
     looping = set(plan.crash_loop)
@@ -85,7 +87,7 @@ EVIDENCE = {
     "unavailable": "unavailable", "crash_loop": "crash_loop", "latency": "slow",
     "duplicate_same": "duplicate_same", "duplicate_different": "duplicate_different",
     "receiver_5xx": "receiver_5xx", "receiver_timeout": "receiver_timeout",
-    "receiver_drop": "receiver_drop", "receiver_lost": "receiver_lost",
+    "receiver_drop": "receiver_drop", "receiver_lost": "receiver_lost", "declined": "declined",
     "contention": "contention", "operator": "operator", "crash_points": "crash_point",
 }
 

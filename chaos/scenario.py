@@ -80,6 +80,9 @@ class Faults:
     receiver_timeout: float = 0.0
     receiver_drop: float = 0.0            # applied, then the connection drops
     receiver_lost: float = 0.0            # held past the sender's timeout, never applied
+    # documents whose first effect the receiver refuses for good, every time (a payment
+    # declined: 402), which the sender must dead-letter, not retry
+    declined: float = 0.0
     # the database and the operator
     contention: float = 0.0               # write-lock holds per second
     contention_seconds: float = 0.5
@@ -114,7 +117,7 @@ class Scenario:
 SHARES = ("slow", "provider_429", "provider_5xx", "hang", "reset", "poison", "unavailable",
           "crash_loop",
           "duplicate_same", "duplicate_different", "receiver_5xx", "receiver_timeout",
-          "receiver_drop", "receiver_lost", "crash_point_probability")
+          "receiver_drop", "receiver_lost", "declined", "crash_point_probability")
 RATES = ("kill", "pause", "lease_expiry", "contention", "operator")
 
 

@@ -19,6 +19,7 @@ chaos.history for the vocabulary) and the final snapshot, a dict built when the 
   orphans:   {name: count}
   receiver_applied: [{"id","key","job","kind","t"}]   the receiver's applied effects
   plan:      {"poison": {job: kind}, "crash_loop": [job...], "needs_review": [job...],
+              "declined": {job: effect kind the receiver refuses for good},
               "duplicates": {"same": [job...], "different": [job...]},
               "expect": {"duplicate_spend_allowance": COST, "lease_exclusive": bool,
                          "settle": bool}}

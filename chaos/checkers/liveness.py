@@ -515,14 +515,21 @@ def _check_outbox_waits(verdict: Verdict, idx, settings: dict) -> dict:
                     and e.get("dead_at") is None and e.get("last_error")):
                 continue
             stats["retry_writes"] += 1
+            # (the sender's next claim and request can follow its write within a millisecond)
+            sent = [r for r in requests if r.get("worker") == e.get("worker")
+                    and r["t_start"] < e["t"]]
+            if sent and _refused_for_good(sent[-1]):
+                verdict.fail("refusal-retried",
+                             f"job {e['job']} {e['kind']!r}: the receiver refused "
+                             f"{e.get('worker')}'s send for good (status "
+                             f"{sent[-1].get('status')}), and the sender scheduled a retry "
+                             "instead of dead-lettering the row", sent[-1], e)
+                continue
             bounds = backoff(settings, e.get("attempts") or 1, "outbox_backoff_bounds")
             if bounds is None:
                 stats["skipped_undeclared"] += 1
                 continue
             low, high = bounds
-            # (the sender's next claim and request can follow its write within a millisecond)
-            sent = [r for r in requests if r.get("worker") == e.get("worker")
-                    and r["t_start"] < e["t"]]
             since = _send_ended(e, sent[-1] if sent else None, rows, settings)
             shortest, longest = e["next_run_at"] - e["t"], e["next_run_at"] - since
             if shortest > high + TOL or longest < low - TOL:
@@ -536,6 +543,13 @@ def _check_outbox_waits(verdict: Verdict, idx, settings: dict) -> dict:
     return {"retry_writes": stats["retry_writes"],
             "skipped_undeclared": stats["skipped_undeclared"],
             "jitter_spread": _check_spread(verdict, spread)}
+
+
+def _refused_for_good(request: Event) -> bool:
+    """A definite answer no retry can change: a 4xx other than 408 and 429."""
+    status = request.get("status")
+    return (request.get("completion") != "info" and status is not None
+            and 400 <= status < 500 and status not in (408, 429))
 
 
 def _send_ended(write: Event, request: Event | None, rows: list[Event],

@@ -337,7 +337,8 @@ def test_forms_move_no_fault_and_the_outage_refusals_get_them_too():
 
 def test_receiver_fault_frequencies_match_the_scenario_shares():
     s, p = scenario("everything"), plan("everything")
-    calls = [(job, kind, n) for job in p.jobs for kind in EFFECT_KINDS for n in range(1, 101)]
+    calls = [(job, kind, n) for job in p.jobs for kind in EFFECT_KINDS for n in range(1, 101)
+             if p.declined.get(job) != kind]  # a declined effect is refused every time
     seen = Counter(fault["kind"] for c in calls if (fault := receiver_fault(s, p, *c)))
     f = s.faults
     for kind, share in {"status": f.receiver_5xx, "timeout": f.receiver_timeout,
@@ -426,7 +427,10 @@ def test_after_heal_only_poison_and_forced_faults_remain(name):
         for kind in EFFECT_KINDS:
             for n in range(1, 21):
                 got = pol.receiver_fault(job, kind, n)
-                assert (got is not None) == (n == 1 and (job, kind) in forced_effects)
+                if p.declined.get(job) == kind:  # refused for good: it never heals
+                    assert got == {"kind": "status", "status": 402}
+                else:
+                    assert (got is not None) == (n == 1 and (job, kind) in forced_effects)
 
 
 def test_every_configured_share_fault_is_forced_onto_one_early_call():
@@ -455,6 +459,23 @@ def test_receiver_timeouts_outlast_the_send_timeout():
                 else:
                     assert got == planned
     assert timeouts > 0
+
+
+def test_declined_documents_are_refused_for_good_on_every_request_and_leave_plans_alone():
+    p = plan("outbox-ambiguous")
+    assert p.declined and set(p.declined.values()) == {PIPELINE.effects[0]}
+    assert not set(p.declined) & (set(p.poison) | set(p.crash_loop) | set(p.unavailable))
+    job, kind = next(iter(p.declined.items()))
+    pol, _ = policy("outbox-ambiguous")
+    for n in range(1, 8):
+        assert pol.receiver_fault(job, kind, n) == {"kind": "status", "status": 402}
+    pol.heal()
+    assert pol.receiver_fault(job, kind, 9) == {"kind": "status", "status": 402}  # never heals
+    # Drawn after everything else: without declined documents, the plan is the one it was.
+    quiet = with_changes("outbox-ambiguous", faults={"declined": 0.0})
+    same = make_plan(quiet, 1, PIPELINE)
+    assert not same.declined
+    assert {**same.to_json(), "declined": p.declined} == p.to_json()
 
 
 def test_unavailable_documents_are_their_own_and_get_a_503_on_every_call():

@@ -86,7 +86,7 @@ EVERY_FAULT = {"kill", "crash_points", "pause", "lease_expiry", "skewed_workers"
                "outages", "poison", "unavailable", "crash_loop", "duplicate_same",
                "duplicate_different",
                "receiver_5xx", "receiver_timeout", "receiver_drop", "receiver_lost", "contention",
-               "operator"}
+               "operator", "declined"}
 
 
 def test_with_no_evidence_every_configured_fault_is_unfired():
@@ -107,7 +107,7 @@ def test_unfired_is_empty_when_every_configured_fault_has_evidence():
     applied = faults_applied(PLAN, EVENTS, NEMESIS)
     everything = load_scenario("everything")
     applied.update(lease_expiry=1, duplicate_different=1, contention=1, operator=1,
-                   receiver_lost=1, unavailable=1)
+                   receiver_lost=1, unavailable=1, declined=1)
     assert unfired(everything, applied) == []
 
 

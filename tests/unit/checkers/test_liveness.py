@@ -584,6 +584,15 @@ def test_a_failed_send_waits_within_the_senders_backoff(wait, status):
         assert "outbox-backoff-out-of-bounds" not in verdict.by_type, verdict.reason
 
 
+@pytest.mark.parametrize("status, kind", [(402, "refusal-retried"), (422, "refusal-retried"),
+                                          (429, None), (408, None), (503, None)],
+                         ids=["declined", "conflict", "rate-limited", "request-timeout", "5xx"])
+def test_a_send_refused_for_good_is_dead_lettered_not_retried(status, kind):
+    history = delivered_job(J) + failed_send(2.0, 0.03, status=status)
+    verdict = retry_check(history, settings=outbox_settings())
+    assert verdict.by_type == ({kind: 1} if kind else {}), verdict.reason
+
+
 def test_retried_sends_that_all_wait_nothing_are_not_spread():
     history = delivered_job(J)
     for i in range(40):  # 40 rows' first retries, each scheduled at once
