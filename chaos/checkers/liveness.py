@@ -712,7 +712,7 @@ def check_bounded_work(history: list[Event], snapshot: dict[str, Any]) -> Verdic
         _check_crash_loop(verdict, tl, snapshot, job)
     shared = readings(history)
     for job, holds in tl.holdings.items():
-        _check_crash_loop_park(verdict, tl, shared, job, holds)
+        _check_crash_loop_park(verdict, tl, shared, job, holds, cap)
     verdict.checked = sum(len(h) for h in tl.holdings.values())
     if cap is None and verdict.valid is not False and not snapshot["plan"].get("crash_loop"):
         verdict.unknown("the engine declares no crash-loop cap and the run had no crash-loop "
@@ -735,11 +735,12 @@ def _run_lengths(holds: list[Holding]) -> list[int]:
 
 
 def _check_crash_loop_park(verdict: Verdict, tl: Timeline, shared, job: str,
-                           holds: list[Holding]) -> None:
+                           holds: list[Holding], cap: int | None) -> None:
     """A park for a crash loop needs the crashes: of the claims of the step in the run that
     the park ended, at least half ended with their holder dead, paused or its lease taken
     by the harness. Claims that ended with a live, undisturbed holder walking away are a
-    worker that does not do the work, not a job that kills its workers."""
+    worker that does not do the work, not a job that kills its workers. And it needs the
+    cap: a job is parked for its claims once max_claims of them ran, not before."""
     parks = [e for _, e in tl.job_events.get(job, []) if e.get("type") == "state"
              and e.get("cause") == "crash_loop"]
     for park in parks:
@@ -748,6 +749,12 @@ def _check_crash_loop_park(verdict: Verdict, tl: Timeline, shared, job: str,
         if not run:
             continue
         run = run[-run[-1].run:]  # the claims since the job last entered the step
+        if cap is not None and len(run) < cap:
+            verdict.fail("parked-before-claim-cap",
+                         f"job {job}: parked for a crash loop at {tl.at(park['t'])} after "
+                         f"{len(run)} claim(s) of step {run[-1].step['name']!r}, fewer than "
+                         f"max_claims={cap}", run[0].start, park)
+            continue
         crashed = sum(_crashed(h, run, shared, park) for h in run)
         if crashed * 2 < len(run):
             verdict.fail("crash-loop-without-crashes",

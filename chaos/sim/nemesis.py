@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from ..nemesis import different_payload
+
 if TYPE_CHECKING:
     from .driver import Simulation
 
@@ -133,7 +135,7 @@ class SimNemesis:
         job = event["job"]
         payload = sim.documents[job]
         if event["kind"] == "different":
-            payload = {**payload, "revision": 2}
+            payload = different_payload(payload, job)
         result = sim.submit(job, payload)
         self._log("duplicate_submit", job=job, kind=event["kind"], result=result)
         self.applied[f"duplicate_{event['kind']}"] += 1

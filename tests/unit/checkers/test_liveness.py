@@ -514,6 +514,13 @@ def test_a_crash_loop_job_parked_at_the_cap_passes():
     assert verdict.metrics["claims_histogram"] == {8: 1}
 
 
+def test_a_park_for_a_crash_loop_before_the_claim_cap_fails():
+    verdict = bounded(crash_loop(7, parked=True),
+                      plan={**snapshot_with_effects([])["plan"], "crash_loop": [J]})
+    assert verdict.by_type == {"parked-before-claim-cap": 1}, verdict.reason
+    assert "after 7 claim(s)" in verdict.failures[0].message
+
+
 def test_a_park_for_a_crash_loop_whose_claims_never_crashed_fails():
     """A worker that walks away from every claim (its lease already over when granted, say)
     makes the cap park a job that crashed nobody."""
