@@ -177,56 +177,34 @@ def check_fenced_writes(history: list[Event], snapshot: dict[str, Any]) -> Verdi
 
 def _check_calls_leased(verdict: Verdict, history: list[Event], snapshot: dict, at
                         ) -> dict[str, int]:
-    """A worker starts a provider call for a job's step only while it holds that step's
-    lease: it claimed the step (or moved on to it), nobody took the job since, its own
-    write has not ended the step and its lease (with its renewals) has not run out
-    ("call-without-lease"). Times from the fake and the store are compared with TOL. A call
-    from a holding the harness disturbed (a pause, a stall, a forced expiry, a held lock:
-    the worker may have been stopped between its check and its call) is not judged: the
-    fence is on writes."""
+    """A worker calls the provider for a job's step only while it works on that step: after
+    its claim of the step (or its move on to it) and before its own write that ends it
+    ("call-without-lease": a worker that goes on to a step it never claimed, or calls again
+    for one it has finished). A lease taken from it meanwhile (by the harness, an operator,
+    another worker after expiry) is not its to know until it writes: the fence is on
+    writes, and fenced-writes judges those. Times from the fake and the store are compared
+    with TOL."""
     tl = readings(history).timeline(snapshot["pipeline"])
-    windows = readings(history).windows
-    judged = excused = 0
+    judged = 0
     for (job, step), entries in tl.calls.items():
         holds = [h for h in tl.holdings.get(job, []) if h.step["name"] == step]
-        events = tl.job_events.get(job, [])
         for _, _, call, _ in entries:
             worker, t = call.get("worker"), call["t_start"]
             if worker is None or worker not in tl.pids:
                 continue  # not attributed to an engine worker
             judged += 1
             mine = [h for h in holds if h.worker == worker and h.start["t"] <= t + TOL]
-            if any(_leased_at(h, events, t) for h in mine):
-                continue
-            if mine and disturbed(windows, tl.pids.get(worker), mine[-1].start["t"], t):
-                excused += 1
+            if any(h.write is None or h.write["t"] >= t - TOL for h in mine):
                 continue
             last = mine[-1] if mine else None
-            why = (f"it never claimed that step" if last is None else
-                   f"its claim at {at(last.start['t'])} had ended")
+            why = ("it never claimed that step" if last is None else
+                   f"its own write at {at(last.write['t'])} had ended its claim of "
+                   f"{at(last.start['t'])}")
             verdict.fail("call-without-lease",
                          f"job {job}: {worker} called the provider for step {step!r} at "
-                         f"{at(t)} without holding the step's lease ({why})",
-                         *([last.start] if last else []), call)
-    return {"calls_judged": judged, "calls_excused": excused}
-
-
-def _leased_at(h, events: list, t: float) -> bool:
-    """Whether holding `h` held its lease at `t` (see _check_calls_leased)."""
-    if h.write is not None and h.write["t"] < t - TOL:
-        return False
-    until = h.start.get("lease_until")
-    for _, e in events:
-        if e["t"] <= h.start["t"] or e is h.start:
-            continue
-        if e["t"] >= t - TOL:
-            break
-        if e.get("worker") == h.worker and is_heartbeat(e):
-            until = max(until or 0.0, e.get("lease_until") or 0.0)
-        elif e.get("worker") != h.worker and (
-                e["type"] == "claimed" or is_operator(e) or e.get("actor") == "harness"):
-            return False  # taken: by a claim, an operator or the harness
-    return until is None or until >= t - TOL
+                         f"{at(t)} without working on that step ({why})",
+                         *([last.start, last.write] if last else []), call)
+    return {"calls_judged": judged}
 
 
 def fenced_by(e: Event) -> tuple | None:

@@ -353,35 +353,26 @@ def test_lease_kept_is_unknown_without_heartbeat():
     assert run(check_lease_kept, held(), settings=settings).status == "unknown"
 
 
-# -- fenced-writes: calls under a lease ------------------------------------------------------
+# -- fenced-writes: calls while working on the step ---------------------------------------
 
-def taken_over_then(call_at, *, pause=False):
+def taken_over_then(call_at):
     """W1 claims DOC's fetch (lease to 2.0); the lease lapses and W2 claims at 2.5; W1
-    calls the provider for fetch at `call_at`."""
-    history = [job(1.0, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1,
-                   lease_until=2.0),
-               job(2.5, DOC, "fetching", "fetching", W2, 2, old_token=1, claims=2,
-                   lease_until=4.5),
-               call(call_at, call_at + 0.01, DOC, "fetch", W1),
-               call(2.6, 2.61, DOC, "fetch", W2), job(2.7, DOC, "fetching", "fetched", W2, 2)]
-    if pause:
-        pid = int(W1.split(":")[2])
-        history += [nemesis(1.1, "pause", pid=pid), nemesis(2.8, "resume", pid=pid)]
-    return history
+    calls the provider for fetch at `call_at`, its step not yet ended by its own write."""
+    return [job(1.0, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1, lease_until=2.0),
+            job(2.5, DOC, "fetching", "fetching", W2, 2, old_token=1, claims=2,
+                lease_until=4.5),
+            call(call_at, call_at + 0.01, DOC, "fetch", W1),
+            call(2.6, 2.61, DOC, "fetch", W2), job(2.7, DOC, "fetching", "fetched", W2, 2)]
 
 
-def test_a_call_started_under_the_workers_lease_passes():
-    verdict = run(check_fenced_writes, taken_over_then(1.5))
-    assert verdict.status == "pass", verdict.reason
-    assert verdict.metrics["calls_judged"] == 2
-
-
-@pytest.mark.parametrize("call_at", [2.2, 2.9], ids=["after-the-lease-ran-out",
-                                                      "after-another-worker-took-it"])
-def test_a_call_without_the_steps_lease_fails(call_at):
+@pytest.mark.parametrize("call_at", [1.5, 2.2, 2.9], ids=[
+    "under-its-lease", "after-its-lease-ran-out", "after-another-worker-took-it"])
+def test_a_call_while_the_worker_works_on_its_claimed_step_passes(call_at):
+    # A lease taken from it is not the worker's to know until it writes: fenced-writes
+    # judges that write.
     verdict = run(check_fenced_writes, taken_over_then(call_at))
-    assert verdict.by_type == {"call-without-lease": 1}, verdict.reason
-    assert W1 in verdict.failures[0].message
+    assert "call-without-lease" not in verdict.by_type, verdict.reason
+    assert verdict.metrics["calls_judged"] == 2
 
 
 def test_a_call_for_a_step_the_worker_never_claimed_fails():
@@ -394,10 +385,14 @@ def test_a_call_for_a_step_the_worker_never_claimed_fails():
     assert "never claimed that step" in verdict.failures[0].message
 
 
-def test_a_worker_the_harness_paused_may_call_on_a_lapsed_lease():
-    verdict = run(check_fenced_writes, taken_over_then(2.9, pause=True))
-    assert verdict.status == "pass", verdict.reason
-    assert verdict.metrics["calls_excused"] == 1
+def test_a_call_after_the_workers_own_write_ended_the_step_fails():
+    history = [job(1.0, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1,
+                   lease_until=3.0), call(1.1, 1.2, DOC, "fetch", W1),
+               job(1.3, DOC, "fetching", "pending", W1, 1, attempts=1, next_run_at=5.0,
+                   last_error="fetch: RetryableError"), call(1.4, 1.5, DOC, "fetch", W1)]
+    verdict = run(check_fenced_writes, history)
+    assert verdict.by_type == {"call-without-lease": 1}
+    assert "its own write" in verdict.failures[0].message
 
 
 def test_a_claim_the_harness_paused_before_its_commit_may_come_out_short():
