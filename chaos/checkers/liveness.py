@@ -419,7 +419,12 @@ def _check_waits(verdict: Verdict, tl: Timeline, settings: dict) -> dict:
             asked = (max(retry_after, call["retry_at"] - call["t_end"])
                      if retry_after is not None and call.get("retry_at") is not None
                      else retry_after)
-            if retry_after is not None and call.get("status") in (429, 503):
+            # An answer that came after the client could have given up (a loaded fake that
+            # took the request late) may never have reached it: its Retry-After is not judged.
+            unseen = (retry_after is not None and timeout is not None and call["t_end"]
+                      > min(call["t_start"], h.start["t"]) + timeout - TOL)
+            stats["retry_after_unseen"] += unseen
+            if retry_after is not None and not unseen and call.get("status") in (429, 503):
                 stats["retry_after_checked"] += 1
                 if _retry_after_ignored(verdict, tl, h, call_pos, call, retry_after):
                     continue
@@ -448,6 +453,7 @@ def _check_waits(verdict: Verdict, tl: Timeline, settings: dict) -> dict:
                          *[w for _, w in got[:4]])
     return {"retry_writes": stats["retry_writes"], "skipped_skewed": stats["skipped_skewed"],
             "retry_after_checked": stats["retry_after_checked"],
+            "retry_after_unseen": stats["retry_after_unseen"],
             "skipped_undeclared": stats["skipped_undeclared"],
             "jitter_spread": _check_spread(verdict, spread)}
 

@@ -265,6 +265,22 @@ def retry_after_story(wait, next_claim_at):
     return failed, nxt
 
 
+def test_a_retry_after_the_client_timed_out_before_is_not_judged():
+    """Real everything seed 2 under load, a false alarm: the fake took a request 1 s after
+    the worker sent it and answered 429 with a Retry-After at once; the worker had already
+    timed out (call timeout 1 s) and scheduled an ordinary backoff."""
+    claimed = claim(1.0, W1, 1)
+    late = fetch_call(1.998, W1, status=429, outcome="error", retry_after=2.0)
+    late["t_end"] = 2.001
+    history = [claimed, late, retry(2.005, W1, 1, 1, 0.05)]
+    verdict = retry_check(history)
+    assert "retry-after-ignored" not in verdict.by_type, verdict.reason
+    assert verdict.metrics["retry_after_unseen"] == 1
+    on_time = [claimed, {**late, "t": 1.01, "t_start": 1.01, "t_end": 1.02},
+               retry(1.03, W1, 1, 1, 0.05)]
+    assert retry_check(on_time).by_type == {"retry-after-ignored": 1}
+
+
 def test_a_retry_after_of_two_seconds_honoured_passes():
     failed, nxt = retry_after_story(wait=2.0, next_claim_at=3.1)
     verdict = retry_check(failed + nxt)
