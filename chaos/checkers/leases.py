@@ -9,7 +9,7 @@ from ..history import Event
 from .billing import COST_TOLERANCE, memoized_call, needs_ledger
 from .index import readings
 from .ops import (TOL, capable, disturbed, is_effect, is_engine, is_heartbeat, is_job,
-                  is_operator, is_worker, takes_lease)
+                  is_operator, is_worker, paused_holds, takes_lease)
 from .transitions import JobIndex, clock_of, job_ops
 from .verdict import Verdict
 
@@ -302,9 +302,12 @@ def _check_claim_leases(verdict: Verdict, history: list[Event], settings: dict, 
     the claim commits, and no earlier than half a lease after (the clock it reads before a
     lock wait may make it a little short; half a lease is far more than any wait). A claim
     the harness stopped between its clock and its commit (a pause, a stall, a held write
-    lock) may be as short as that stop made it: its shortness is not judged."""
+    lock, or a pause of another process that held it) may be as short as that stop made
+    it: its shortness is not judged."""
     leases = {"claimed": settings.get("lease"), "effect_claimed": settings.get("outbox_lease")}
-    windows = readings(history).windows
+    shared = readings(history).windows
+    # A writer the harness paused inside its transaction held the lock for everyone.
+    windows = {**shared, "locks": shared["locks"] + paused_holds(history, shared)}
     for e in history:
         lease = leases.get(e.get("type")) if e.get("src") == "engine" else None
         granted = e.get("lease_until")

@@ -116,6 +116,22 @@ def harness_windows(history: list[Event]) -> dict[str, Any]:
     return {"pauses": pauses, "locks": locks, "expiries": expiries, "no-heartbeat": off}
 
 
+def paused_holds(history: list[Event], windows: dict[str, Any]) -> list[tuple[float, float]]:
+    """The pauses during which no other process committed anything: the paused process may
+    have held the write lock in a transaction it had open, which stops every other writer
+    as a held lock does. [(from, to)]."""
+    import bisect
+    writes = sorted(((e["t"], e.get("pid")) for e in history if e.get("src") == "engine"),
+                    key=lambda w: w[0])
+    times = [t for t, _ in writes]
+    held = []
+    for pid, a, b in windows["pauses"]:
+        during = writes[bisect.bisect_right(times, a):bisect.bisect_left(times, b)]
+        if not any(p != pid for _, p in during):
+            held.append((a, b))
+    return held
+
+
 def disturbed(windows: dict[str, Any], pid: int | None, start: float, end: float) -> bool:
     """Whether the harness took a lease, paused process `pid` or held the write lock at some
     moment of [start, end] (see harness_windows)."""

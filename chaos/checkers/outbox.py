@@ -111,7 +111,9 @@ def _ambiguity(request: Event, rows: list[Event], idx: _Index,
     sender's timeout); "sender-killed": a clean answer, but the sender was SIGKILLed before
     marking the row sent (and before sending anything else); "lease-taken": a clean
     answer, unmarked, and another sender claimed the row after this sender's lease ran out;
-    "lease-lapsed": sent only after the sender's own lease had run out.
+    "lease-lapsed": sent only after the sender's own lease had run out, or answered cleanly
+    but its lease ran out before the sender's next write to the row (paused or slow between
+    its send and its mark, it could not mark the row any more).
     """
     if not _clean(request, idx, settings):
         return "answer"
@@ -126,7 +128,8 @@ def _ambiguity(request: Event, rows: list[Event], idx: _Index,
         return "sender-killed"
     if _lease_taken(sender, start, rows, settings):
         return "lease-taken"
-    if _sent_after_lease(sender, start, rows, settings):
+    if _sent_after_lease(sender, start, rows, settings) or \
+            _lapsed_before_mark(sender, start, rows, settings):
         return "lease-lapsed"
     return None
 
@@ -165,6 +168,18 @@ def _sent_after_lease(sender: str | None, start: float, rows: list[Event],
         return False
     until = _lease_end(own[-1], rows, settings)
     return until is not None and start >= until - TOL
+
+
+def _lapsed_before_mark(sender: str | None, start: float, rows: list[Event],
+                        settings: dict[str, Any]) -> bool:
+    """The sender's lease on the row ran out between its send and its next write to the row
+    (its mark, refused as too late, or a release)."""
+    own = _claims_before(sender, start, rows)
+    nxt = next((e for e in rows if e.get("worker") == sender and e["t"] > start + TOL), None)
+    if not own or nxt is None:
+        return False
+    until = _lease_end(own[-1], rows, settings)
+    return until is not None and nxt["t"] > until + TOL
 
 
 def _claims_before(sender: str | None, t: float, rows: list[Event]) -> list[Event]:

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..history import Event
-from .ops import capable, harness_windows, is_effect, is_job, is_operator, is_worker
+from .ops import (capable, harness_windows, is_effect, is_job, is_operator, is_worker,
+                  paused_holds)
 from .verdict import Verdict
 
 #: Exact comparisons of an engine's own stored times allow for float rounding only.
@@ -311,17 +312,9 @@ def _excluded(history: list[Event], snapshot: dict) -> dict[int | None, list]:
     (the write lock held)."""
     windows = harness_windows(history)
     out: dict[int | None, list] = defaultdict(list)
-    writes = sorted(((e["t"], e.get("pid")) for e in history if e.get("src") == "engine"),
-                    key=lambda w: w[0])
-    times = [t for t, _ in writes]
     for pid, a, b in windows["pauses"]:
         out[pid].append((a, b))
-        # Nobody else committed while it was paused: it may have held the write lock, in a
-        # transaction it had open, which stops every other writer as a held lock does.
-        during = writes[bisect.bisect_right(times, a):bisect.bisect_left(times, b)]
-        if not any(p != pid for _, p in during):
-            out[None].append((a, b))
-    out[None] += windows["locks"]
+    out[None] += windows["locks"] + paused_holds(history, windows)
     for e in history:
         if e.get("src") == "process" and e.get("type") == "stall":
             out[e.get("pid")].append((e["t"], e["t"] + float(e.get("seconds") or 0.0)))

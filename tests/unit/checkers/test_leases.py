@@ -407,3 +407,21 @@ def test_a_claim_the_harness_paused_before_its_commit_may_come_out_short():
     paused = [nemesis(1.1, "pause", pid=pid), nemesis(2.4, "resume", pid=pid)]
     verdict = run(check_lease_kept, history + paused, settings=settings)
     assert verdict.status == "pass", verdict.reason
+
+
+def test_a_claim_that_waited_on_a_paused_lock_holder_may_come_out_short():
+    """Real everything seed 6 under load: a worker paused (SIGSTOP) inside its transaction
+    held the write lock; a sender's outbox claim, its clock read before the wait, committed
+    when the worker resumed, with less than half its lease left."""
+    pid = int(W2.split(":")[2])
+    claimed = outbox(2.45, 1, DOC, "charge", S1, 1, old_token=0, attempts=1, lease_until=2.0)
+    sent = outbox(2.5, 1, DOC, "charge", S1, 1, attempts=1, sent_at=2.5, lease_until=0.0)
+    settings = {**snapshot()["settings"], "outbox_lease": 1.0}
+    history = held(done=1.05) + [claimed, sent]
+    paused = [nemesis(1.1, "pause", pid=pid), nemesis(2.4, "resume", pid=pid)]
+    verdict = run(check_lease_kept, history + paused, settings=settings)
+    assert verdict.status == "pass", verdict.reason
+    # A pause during which others went on committing held no lock.
+    busy = [job(1.5, "doc-9", None, "pending", "submit", 0, op="insert")]
+    verdict = run(check_lease_kept, history + paused + busy, settings=settings)
+    assert verdict.by_type == {"claim-lease-short": 1}

@@ -273,3 +273,22 @@ def test_an_unfinished_drain_is_still_judged_and_says_so():
     verdict = check_effects_complete(history, snap)
     assert verdict.status == "fail"
     assert "drain did not finish" in verdict.reason
+
+
+@pytest.mark.parametrize("release_at, status", [(4.0, "pass"), (2.1, "fail")],
+                         ids=["its-lease-ran-out-first", "within-its-lease"])
+def test_a_clean_send_the_sender_could_not_mark_before_its_lease_ran_out_allows_a_resend(
+        release_at, status):
+    """Real everything seed 6 under load, a false alarm: a sender paused between its send
+    (201 applied) and its mark, resumed after its lease ran out, could not mark the row,
+    let it go and sent it again (200 replayed)."""
+    history = charge_only() + sent_effect(2.0, "doc-1", "charge", 1, lease_until=3.0,
+                                          mark=False)
+    history.append(outbox(release_at, 1, "doc-1", "charge", S1, 1, attempts=1,
+                          lease_until=0.0))
+    history += sent_effect(release_at + 0.1, "doc-1", "charge", 1, token=2, status=200,
+                           outcome="replayed", applied=False)
+    verdict = bounded(sorted(history, key=lambda e: e["t"]))
+    assert verdict.status == status, verdict.reason
+    if status == "pass":
+        assert verdict.metrics["ambiguous"] == {"lease-lapsed": 1}
