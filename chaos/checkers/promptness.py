@@ -267,7 +267,9 @@ def _check_order(verdict: Verdict, reading: _Reading, lease: float | None, unit:
 # -- claim latency ------------------------------------------------------------------------------
 
 def _name(unit: str, e: Event) -> str:
-    return f"job {e['job']}" if unit == "job" else f"outbox row {e['row']} ({e['job']} {e['kind']!r})"
+    if unit == "job":
+        return f"job {e['job']}"
+    return f"outbox row {e['row']} ({e['job']} {e['kind']!r})"
 
 
 def _check_latency(verdict: Verdict, reading: _Reading, history: list[Event],
