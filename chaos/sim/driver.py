@@ -285,9 +285,12 @@ class Simulation:
             return
         code, sig = process.data.get("exit", (0, None))
         now = self.sched.now()
+        # Killed: by a signal the harness sent (a kill, a crash point), or at the shutdown. A
+        # process whose main thread returned or raised during the run ended by itself, as a
+        # real one would, and processes-survive says so.
         self.record({"t": now, "src": "process", "type": "exit", "name": process.name,
                      "role": process.role, "pid": process.pid, "code": code, "signal": sig,
-                     "killed": True})
+                     "killed": sig is not None or self.ended})
         if sig == "SIGKILL":
             self._check_integrity(f"kill of {process.name}")
         if not self.ended:

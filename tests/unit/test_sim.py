@@ -143,6 +143,28 @@ MEMO_BLIND = Broken("memo-blind", (Worker, "work", memo_blind_work),
 KEYLESS = Broken("keyless-sender", (Sender, "__init__", keyless_sender))
 
 
+def sends_once(original):
+    """The sender's loop returns after its first send (a `break` for a `continue`)."""
+    def run(self, stop=None, **kwargs):
+        while not self.run_once():
+            self.clock.sleep(self.config.poll_interval)
+    return run
+
+
+QUITTER = Broken("quitting-sender", (Sender, "run", sends_once))
+
+
+def test_a_process_whose_loop_returns_during_the_run_ended_by_itself():
+    result = run(load_scenario("smoke", "smoke"), 1, QUITTER)
+    survive = next(v for v in result.verdicts if v.name == "processes-survive")
+    assert survive.by_type.get("exited-by-itself"), survive.reason
+    assert "sender" in survive.failures[0].message
+    # The reference's own processes end only when killed or at the shutdown.
+    clean = next(v for v in run(load_scenario("smoke", "smoke"), 1).verdicts
+                 if v.name == "processes-survive")
+    assert clean.status == "pass", clean.reason
+
+
 # -- determinism ---------------------------------------------------------------------------
 
 DETERMINISM = [("smoke", 1), ("smoke", 2), ("lost-lease", 3), ("outbox-ambiguous", 4),
