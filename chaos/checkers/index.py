@@ -44,6 +44,11 @@ class Readings:
         return harness_windows(self.history)
 
     @cached_property
+    def paused_holds(self):
+        from .ops import paused_holds
+        return paused_holds(self.history, self.windows)
+
+    @cached_property
     def outbox(self):
         from .outbox import read_outbox
         return read_outbox(self.history)

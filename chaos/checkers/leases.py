@@ -9,7 +9,7 @@ from ..history import Event
 from .billing import COST_TOLERANCE, memoized_call, needs_ledger
 from .index import readings
 from .ops import (TOL, capable, disturbed, is_effect, is_engine, is_heartbeat, is_job,
-                  is_operator, is_worker, paused_holds, takes_lease)
+                  is_operator, is_worker, takes_lease)
 from .transitions import JobIndex, clock_of, job_ops
 from .verdict import Verdict
 
@@ -305,9 +305,9 @@ def _check_claim_leases(verdict: Verdict, history: list[Event], settings: dict, 
     lock, or a pause of another process that held it) may be as short as that stop made
     it: its shortness is not judged."""
     leases = {"claimed": settings.get("lease"), "effect_claimed": settings.get("outbox_lease")}
-    shared = readings(history).windows
+    shared = readings(history)
     # A writer the harness paused inside its transaction held the lock for everyone.
-    windows = {**shared, "locks": shared["locks"] + paused_holds(history, shared)}
+    windows = {**shared.windows, "locks": shared.windows["locks"] + shared.paused_holds}
     for e in history:
         lease = leases.get(e.get("type")) if e.get("src") == "engine" else None
         granted = e.get("lease_until")

@@ -4,6 +4,7 @@ own column names or writer spellings.
 """
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 from ..history import EFFECT_OPS, JOB_OPS, Event
@@ -120,7 +121,6 @@ def paused_holds(history: list[Event], windows: dict[str, Any]) -> list[tuple[fl
     """The pauses during which no other process committed anything: the paused process may
     have held the write lock in a transaction it had open, which stops every other writer
     as a held lock does. [(from, to)]."""
-    import bisect
     writes = sorted(((e["t"], e.get("pid")) for e in history if e.get("src") == "engine"),
                     key=lambda w: w[0])
     times = [t for t, _ in writes]

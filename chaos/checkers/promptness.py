@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..history import Event
-from .ops import (capable, harness_windows, is_effect, is_job, is_operator, is_worker,
-                  paused_holds)
+from .index import readings
+from .ops import capable, is_effect, is_job, is_operator, is_worker
 from .verdict import Verdict
 
 #: Exact comparisons of an engine's own stored times allow for float rounding only.
@@ -76,14 +76,15 @@ def check_claims_prompt(history: list[Event], snapshot: dict[str, Any]) -> Verdi
                                "(settings.claim_order, settings.claim_latency)")
     if not any(is_job(e) or is_effect(e) for e in history):
         return verdict.unknown("the history has no job or outbox operation")
-    readings = {"job": (_read(history, snapshot["pipeline"], settings), settings.get("lease"))}
+    visible = _visible_times(history)
+    units = {"job": _read(history, visible, snapshot["pipeline"], settings)}
     if capable(snapshot, "outbox"):
-        readings["outbox row"] = (_read_rows(history), settings.get("outbox_lease"))
+        units["outbox row"] = _read_rows(history, visible, settings.get("outbox_lease"))
     verdict.metrics = {}
-    for unit, (reading, lease) in readings.items():
+    for unit, reading in units.items():
         stats: dict[str, Any] = {"claims": reading.claims}
         if order == "due":
-            stats["order_checked"] = _check_order(verdict, reading, lease, unit)
+            stats["order_checked"] = _check_order(verdict, reading, unit)
         if latency is not None:
             stats.update(_check_latency(verdict, reading, history, snapshot, float(latency),
                                         unit))
@@ -97,8 +98,10 @@ def check_claims_prompt(history: list[Event], snapshot: dict[str, Any]) -> Verdi
 @dataclass
 class _Reading:
     t0: float
+    lease: float | None           # the units' lease: a claim's own time is its end minus it
     claims: int = 0
-    # every claim that chose a job: (position, claim event, {job: due} of the others then)
+    # every claim that chose a unit, with what it passed over: (claim, its due time, the
+    # claim's own time, [(due, unit)] of the others due earlier and already due then)
     choices: list = field(default_factory=list)
     # (job, due from, ended at, how it ended)
     spells: list = field(default_factory=list)
@@ -106,13 +109,12 @@ class _Reading:
     still_due: dict = field(default_factory=dict)
 
 
-def _read(history: list[Event], pipeline: dict, settings: dict) -> _Reading:
+def _read(history: list[Event], visible: dict[int, float], pipeline: dict,
+          settings: dict) -> _Reading:
     ready, working = set(pipeline["ready"]), set(pipeline["working"])
     settled = set(pipeline["terminal"]) | set(pipeline["parked"])
     slots = int(settings.get("slots") or 1)
-    reading = _Reading(t0=history[0]["t"] if history else 0.0)
-    visible = _visible_times(history)
-    jobs: dict[str, _Unit] = defaultdict(_Unit)
+    reading, jobs = _start(history, settings.get("lease"))
     for pos, e in enumerate(history):
         if not is_job(e):
             continue
@@ -122,7 +124,7 @@ def _read(history: list[Event], pipeline: dict, settings: dict) -> _Reading:
         if takes and is_worker(e):
             reading.claims += 1
             if e["type"] == "claimed":
-                _choice(reading, pos, e, jobs, job_id)
+                _choice(reading, e, jobs, job_id)
                 _hold(reading, e, job_id, slots)
             # (a claim that parks a crash loop takes the job and lets it go in one write)
             _close(reading, job_id, j, t, "claimed")
@@ -146,11 +148,10 @@ def _read(history: list[Event], pipeline: dict, settings: dict) -> _Reading:
     return reading
 
 
-def _read_rows(history: list[Event]) -> _Reading:
+def _read_rows(history: list[Event], visible: dict[int, float], lease: float | None
+               ) -> _Reading:
     """The outbox's reading: rows are the units, senders the workers (one row at a time)."""
-    reading = _Reading(t0=history[0]["t"] if history else 0.0)
-    visible = _visible_times(history)
-    rows: dict[Any, _Unit] = defaultdict(_Unit)
+    reading, rows = _start(history, lease)
     for pos, e in enumerate(history):
         if not is_effect(e):
             continue
@@ -160,7 +161,7 @@ def _read_rows(history: list[Event]) -> _Reading:
         if e["type"] == "effect_claimed" and is_worker(e):
             reading.claims += 1
             if not over:  # (a claim that dead-letters a row past its cap lets it go at once)
-                _choice(reading, pos, e, rows, key)
+                _choice(reading, e, rows, key)
                 _hold(reading, e, key, 1)
             _close(reading, key, r, t, "claimed")
         elif is_worker(e):
@@ -173,6 +174,11 @@ def _read_rows(history: list[Event]) -> _Reading:
         r.seen = visible.get(pos, t)
     reading.still_due = {k: v for k, v in rows.items() if v.due is not None}
     return reading
+
+
+def _start(history: list[Event], lease: float | None) -> tuple[_Reading, dict[Any, _Unit]]:
+    """A reading to fill, and the units by key."""
+    return _Reading(t0=history[0]["t"] if history else 0.0, lease=lease), defaultdict(_Unit)
 
 
 def _due_after(e: Event, state: str | None, ready: set, working: set, settled: set
@@ -198,7 +204,7 @@ def _visible_times(history: list[Event]) -> dict[int, float]:
     paused before its commit holds its transaction (and the write lock) open, and its writes
     become visible no earlier than the next operation of another writer, which could not
     commit before it."""
-    pauses = harness_windows(history)["pauses"]
+    pauses = readings(history).windows["pauses"]
     out: dict[int, float] = {}
     later: list[tuple[Any, float]] = []   # the next op, and the next one of another writer
     for pos in range(len(history) - 1, -1, -1):
@@ -214,10 +220,16 @@ def _visible_times(history: list[Event]) -> dict[int, float]:
     return out
 
 
-def _choice(reading: _Reading, pos: int, e: Event, units: dict, key: Any) -> None:
-    """A claim of `key`: the due times of every other unit when it committed."""
-    reading.choices.append((pos, e, units[key].due, {k: v.due for k, v in units.items()
-                                                     if k != key and v.due is not None}))
+def _choice(reading: _Reading, e: Event, units: dict, key: Any) -> None:
+    """A claim of `key`: the units it passed over, due earlier and already due at the claim's
+    own time. Not judged without the lease that tells that time, or without a due time."""
+    due, until = units[key].due, e.get("lease_until")
+    if reading.lease is None or until is None or due is None:
+        return
+    now = until - reading.lease  # the claim's own clock: its lease starts when it is written
+    older = [(u.due, k) for k, u in units.items() if k != key and u.due is not None
+             and u.due <= now + EPS and u.due < due - EPS]
+    reading.choices.append((e, due, now, older))
 
 
 def _hold(reading: _Reading, e: Event, key: Any, slots: int, keep: bool = False) -> None:
@@ -242,26 +254,20 @@ def _let_go(reading: _Reading, e: Event, key: Any, slots: int) -> None:
 
 # -- claim order --------------------------------------------------------------------------------
 
-def _check_order(verdict: Verdict, reading: _Reading, lease: float | None, unit: str) -> int:
-    checked = 0
-    for pos, claim, due, others in reading.choices:
-        until = claim.get("lease_until")
-        if lease is None or until is None or due is None:
+def _check_order(verdict: Verdict, reading: _Reading, unit: str) -> int:
+    for claim, due, now, older in reading.choices:
+        if not older:
             continue
-        now = until - lease  # the claim's own clock: its lease starts when it is written
-        checked += 1
-        older = [(d, k) for k, d in others.items() if d <= now + EPS and d < due - EPS]
-        if older:
-            d, k = min(older)
-            if len(verdict.failures) < MAX_REPORTED:
-                verdict.fail("claimed-out-of-order",
-                             f"{claim.get('worker')} claimed {_name(unit, claim)} (due "
-                             f"+{due - reading.t0:.3f} s) at +{now - reading.t0:.3f} s while "
-                             f"{unit} {k}, due since +{d - reading.t0:.3f} s, waited "
-                             f"({len(older)} due earlier in all)", claim)
-            else:
-                verdict.error_count += 1
-    return checked
+        d, k = min(older)
+        if len(verdict.failures) < MAX_REPORTED:
+            verdict.fail("claimed-out-of-order",
+                         f"{claim.get('worker')} claimed {_name(unit, claim)} (due "
+                         f"+{due - reading.t0:.3f} s) at +{now - reading.t0:.3f} s while "
+                         f"{unit} {k}, due since +{d - reading.t0:.3f} s, waited "
+                         f"({len(older)} due earlier in all)", claim)
+        else:
+            verdict.error_count += 1
+    return len(reading.choices)
 
 
 # -- claim latency ------------------------------------------------------------------------------
@@ -312,11 +318,11 @@ def _check_latency(verdict: Verdict, reading: _Reading, history: list[Event],
 def _excluded(history: list[Event], snapshot: dict) -> dict[int | None, list]:
     """Per pid, the spans the harness stopped it (pauses, stalls); key None: every pid
     (the write lock held)."""
-    windows = harness_windows(history)
+    shared = readings(history)
     out: dict[int | None, list] = defaultdict(list)
-    for pid, a, b in windows["pauses"]:
+    for pid, a, b in shared.windows["pauses"]:
         out[pid].append((a, b))
-    out[None] += windows["locks"] + paused_holds(history, windows)
+    out[None] += shared.windows["locks"] + shared.paused_holds
     for e in history:
         if e.get("src") == "process" and e.get("type") == "stall":
             out[e.get("pid")].append((e["t"], e["t"] + float(e.get("seconds") or 0.0)))
