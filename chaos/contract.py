@@ -116,6 +116,10 @@ class EngineSettings:
     #: seconds a free worker takes at most to claim a due job: its longest poll, plus the
     #: claim (claims-prompt adds the machine's scheduling slack)
     claim_latency: float | None = None
+    #: seconds before its lease ends at most that a finishing write, kept from the database
+    #: by its write lock, gives up on a result it paid for (cost-accounted's
+    #: "result-discarded"); None: the engine makes no such promise
+    finish_retry_slack: float | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):

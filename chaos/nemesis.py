@@ -210,7 +210,7 @@ class Nemesis:
         self._count("outage")
 
     def _contention(self, event: dict) -> None:
-        self._aside(self._hold_lock, self.scenario.faults.contention_seconds)
+        self._aside(self._hold_lock, event.get("seconds", self.scenario.faults.contention_seconds))
 
     def _hold_lock(self, seconds: float) -> None:
         try:

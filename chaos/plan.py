@@ -103,6 +103,8 @@ def make_plan(scenario: Scenario, seed: int, pipeline: Pipeline) -> FaultPlan:
             event = {"at": at, "fault": fault, "pick": rng.randrange(1 << 30)}
             if fault == "operator":
                 event["action"] = rng.choice(("cancel", "requeue", "resolve"))
+            elif fault == "contention":
+                event["seconds"] = hold_seconds(f, event["pick"])
             timeline.append(event)
     for i, (start, end) in enumerate(f.outages):
         timeline.append({"at": start, "fault": "outage", "pick": i, "until": end})
@@ -124,6 +126,15 @@ def make_plan(scenario: Scenario, seed: int, pipeline: Pipeline) -> FaultPlan:
                      crash_seeds=crash_seeds, forced_provider=forced_provider,
                      forced_receiver=forced_receiver, unavailable=unavailable,
                      declined=declined)
+
+
+def hold_seconds(f, pick: int) -> float:
+    """How long one contention fault holds the write lock: faults.contention_seconds, or
+    drawn from [contention_seconds, contention_seconds_max] by the event's own pick (so that
+    the plan's other draws stay as they were)."""
+    if f.contention_seconds_max <= f.contention_seconds:
+        return f.contention_seconds
+    return round(random.Random(pick).uniform(f.contention_seconds, f.contention_seconds_max), 3)
 
 
 #: The refusals a real provider answers a request it will never accept with: a poisoned

@@ -86,6 +86,8 @@ class Faults:
     # the database and the operator
     contention: float = 0.0               # write-lock holds per second
     contention_seconds: float = 0.5
+    contention_seconds_max: float = 0.0   # above contention_seconds: each hold's length is
+                                          # drawn from [contention_seconds, this]
     operator: float = 0.0                 # operator actions per second (cancel, requeue, resolve)
 
 
@@ -264,9 +266,14 @@ def _check(where: str, s: Scenario) -> None:
         if getattr(f, name) < 0:
             raise ScenarioError(f"{where}: field 'faults.{name}' is a rate and must be >= 0")
     for name in ("pause_seconds", "skew_seconds", "slow_seconds", "retry_after", "hang_seconds",
-                 "contention_seconds", "skewed_workers", "heartbeat_off_workers"):
+                 "contention_seconds", "contention_seconds_max", "skewed_workers",
+                 "heartbeat_off_workers"):
         if getattr(f, name) < 0:
             raise ScenarioError(f"{where}: field 'faults.{name}' must be >= 0")
+    if f.contention_seconds_max and f.contention_seconds_max < f.contention_seconds:
+        raise ScenarioError(f"{where}: field 'faults.contention_seconds_max' "
+                            f"({f.contention_seconds_max}) is below faults.contention_seconds "
+                            f"({f.contention_seconds})")
     timed = [name for name in RATES + ("duplicate_same", "duplicate_different")
              if getattr(f, name)] + (["outages"] if f.outages else [])
     if timed and r.chaos == 0:

@@ -54,7 +54,7 @@ SIM_SCENARIOS = ("smoke", "kill-storm", "provider-outage", "lost-lease", "outbox
                  "everything")
 #: The scenarios of the deep stage (ci profile): the ones whose faults reach the most code.
 DEEP_SCENARIOS = ("everything", "outbox-ambiguous", "lost-lease", "provider-outage",
-                  "crash-loop", "operator-actions")
+                  "crash-loop", "operator-actions", "db-contention")
 RUN_SCENARIOS = ("smoke", "everything")
 EXCLUDED_OPERATORS = (
     r"core/ReplaceBinaryOperator_.*_(BitOr|BitAnd|BitXor|LShift|RShift|Pow|FloorDiv|Mod)$",

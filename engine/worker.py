@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import random
 import secrets
@@ -34,11 +35,16 @@ def new_worker_id(role: str = "worker") -> str:
     return f"{role}:{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
+#: The longest wait between two tries of a store write; a write gives up at most this long
+#: before its deadline (the adapter declares it as finish_retry_slack).
+RETRY_DELAY_CAP = 0.5
+
+
 def retry_store(call: Callable[[], Any], clock: Clock, deadline: float) -> Any:
     """Run a store write, retrying while the database is busy and the lease still holds.
 
-    Giving up early would throw away a paid-for result; past the deadline the lease is gone
-    anyway and the fenced write would fail.
+    Giving up early would throw away a paid-for result; past the deadline the lease is gone,
+    and the next owner may have the step already.
     """
     delay = 0.01
     while True:
@@ -48,7 +54,7 @@ def retry_store(call: Callable[[], Any], clock: Clock, deadline: float) -> Any:
             if clock.now() + delay >= deadline:
                 raise
             clock.sleep(delay)
-            delay = min(delay * 2, 0.5)
+            delay = min(delay * 2, RETRY_DELAY_CAP)
 
 
 class Heartbeat:
@@ -272,8 +278,9 @@ class Worker:
             return retry_store(write, self.clock, claim.lease_until)
         except StoreBusy:
             if spend is not None:
-                retry_store(lambda: self.store.record_spend(spend), self.clock,
-                            self.clock.now() + 10 * self.config.busy_timeout)
+                # No deadline: the money is spent, and its record fences nothing (a worker
+                # that cannot write it could write nothing else either).
+                retry_store(lambda: self.store.record_spend(spend), self.clock, math.inf)
             raise
 
     def _fail(self, claim: Claim, exc: Exception, started: float, billed: bool = True) -> None:

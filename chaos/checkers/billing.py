@@ -13,7 +13,8 @@ from typing import Any
 
 from ..history import Event
 from .index import readings
-from .ops import TOL, capable, is_engine, is_job, is_operator, is_worker, takes_lease
+from .ops import (TOL, capable, ends_an_operation, is_engine, is_heartbeat, is_job, is_operator,
+                  is_worker, takes_lease)
 from .transitions import JobIndex, clock_of, is_update, job_ops
 from .verdict import Verdict
 
@@ -329,7 +330,9 @@ def check_cost_accounted(history: list[Event], snapshot: dict[str, Any]) -> Verd
     For each memo a worker wrote, its call (see `memoized_call`) was billed exactly the memo's
     cost (1e-9), and a memo with a cost has a call. Every billed call the engine lived to
     record has a spend record (`match_spends`): one of a worker that was not killed before
-    its next write for the job. Waste = billed - committed, by cause of each other call.
+    its next write for the job, or that went on to write for other jobs. A good answer is
+    not given up while its lease holds ("result-discarded", see `_KeptResults`). Waste =
+    billed - committed, by cause of each other call.
     """
     verdict = Verdict("cost-accounted")
     shared = readings(history)
@@ -343,15 +346,18 @@ def check_cost_accounted(history: list[Event], snapshot: dict[str, Any]) -> Verd
     counted: Counter[str] = Counter()
     spends, index = shared.spends, shared.jobs
     records = capable(snapshot, "spend_records")
+    kept = _KeptResults(history, snapshot, shared)
     for call in (c for group in calls.values() for c in group):
         verdict.checked += 1
         spend = spends.get(id(call))
         if spend is None and (call["billed"] or 0) > 0 and call["worker"] and records and \
-                not index.died_before_writing(call["worker"], call["job"], call["t_start"]):
+                index.lived_on(call["worker"], call["job"], call["t_start"]):
             verdict.fail("spend-unrecorded", f"job {call['job']}: the provider billed "
                          f"{call['billed']} for {call['step']!r} to {call['worker']} (call at "
                          f"{at(call['t_start'])}), and the engine recorded no spend though "
                          "the worker lived on", call)
+        if spend is not None and id(call) not in memoized:
+            kept.judge(verdict, at, call, spend)
         cause = memoized.get(id(call)) or waste_cause(call, spend, index)
         if cause != "committed":
             waste[cause] += call["billed"] or 0.0
@@ -387,6 +393,55 @@ def _check_memo_costs(verdict: Verdict, at, memos: Memos,
         if abs(billed - (memo["cost"] or 0.0)) > COST_TOLERANCE:
             _mismatch(verdict, at, memo, call)
     return memoized
+
+
+class _KeptResults:
+    """A good answer is not thrown away while its lease holds ("result-discarded").
+
+    A worker whose finishing write the database's write lock keeps out goes on trying until
+    its lease ends, less the engine's declared `finish_retry_slack`: giving up sooner throws
+    away a result that was paid for and that nobody else could have taken yet. The evidence
+    of a give-up is a spend record the worker wrote on its own, with no memo or state change
+    of the step before it. Judged for answers the provider gave in time (status ok, within
+    call_timeout) to a live worker on the true clock whose lease nobody took first, against
+    the lease its claim and its own renewals gave it."""
+
+    def __init__(self, history: list[Event], snapshot: dict[str, Any], shared) -> None:
+        settings = snapshot["settings"]
+        self.slack, self.timeout = settings.get("finish_retry_slack"), settings.get(
+            "call_timeout")
+        self.index, self.timeline = shared.jobs, shared.timeline(snapshot["pipeline"])
+        self.steps: dict[tuple, list[float]] = defaultdict(list)   # writes other than spend
+        self.renewals: dict[tuple, list[Event]] = defaultdict(list)
+        for e in history:
+            if e["src"] != "engine" or e.get("job") is None:
+                continue
+            if is_heartbeat(e):
+                self.renewals[(e["job"], e.get("worker"))].append(e)
+            elif e["type"] != "billed" and ends_an_operation(e):
+                self.steps[(e["job"], e.get("worker"))].append(e["t"])
+
+    def judge(self, verdict: Verdict, at, call: Event, spend: Event) -> None:
+        worker, job = call["worker"], call["job"]
+        if self.slack is None or not worker or call["outcome"] != "ok" or \
+                self.timeline.is_skewed(worker) or (self.timeout is not None and
+                                                     call["t_end"] > call["t_start"] + self.timeout):
+            return
+        if any(call["t_start"] < t <= spend["t"] + TOL for t in self.steps.get((job, worker), ())):
+            return  # the step's own write carried the spend (or came first): not a give-up
+        claim = self.index.claim_of(worker, job, call["t_start"])
+        if claim is None or claim.get("lease_until") is None or \
+                self.index.taken_from(worker, claim, spend["t"]):
+            return
+        held = max([claim["lease_until"]] + [
+            e["lease_until"] for e in self.renewals.get((job, worker), ())
+            if claim["t"] < e["t"] <= spend["t"] and e.get("lease_until") is not None])
+        if spend["t"] < held - self.slack - TOL:
+            verdict.fail("result-discarded", f"job {job}: {worker} got a good answer for "
+                         f"{call['step']!r} at {at(call['t_end'])} and gave it up (its spend "
+                         f"recorded alone at {at(spend['t'])}) while its lease held until "
+                         f"{at(held)}: more than finish_retry_slack={self.slack:g} s early",
+                         call, spend, claim)
 
 
 def waste_cause(call: Event, spend: Event | None, index: JobIndex) -> str:

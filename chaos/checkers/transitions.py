@@ -36,6 +36,7 @@ class JobIndex:
     bumps[job]: the job's lease-taking writes (and its submission) in commit order;
     writes[(job, worker)]: the times of the worker's writes that end an operation on the job
     (state changes, claims, memos, billed calls, effects queued; not heartbeats);
+    by_worker[worker]: the same, for every job;
     exits[pid]: its process exits; pids[worker]: the process of each worker id.
     """
 
@@ -43,6 +44,7 @@ class JobIndex:
         self.bumps: dict[str, list[Event]] = defaultdict(list)
         self.writes: dict[tuple[str, str], list[float]] = defaultdict(list)
         self.exits: dict[int, list[Event]] = defaultdict(list)
+        self.by_worker: dict[str, list[float]] = defaultdict(list)
         self.pids = pids_by_worker(history)
         for e in history:
             src, type_ = e["src"], e["type"]
@@ -51,6 +53,7 @@ class JobIndex:
                     self.bumps[e["job"]].append(e)
                 if ends_an_operation(e) and e.get("job") is not None:
                     self.writes[(e["job"], e.get("worker"))].append(e["t"])
+                    self.by_worker[e.get("worker")].append(e["t"])
             elif src == "process" and type_ == "exit":
                 self.exits[e["pid"]].append(e)
 
@@ -97,6 +100,17 @@ class JobIndex:
             return self.exit_before(worker, t)
         written = self.next_write(worker, job, t)
         return exit_ if written is None or written > exit_["t"] else None
+
+    def lived_on(self, worker: str, job: str, t: float) -> bool:
+        """Whether the worker went on after its operation on the job open at t: it did not
+        die before its next write for the job, or it wrote for another job after t before it
+        died (a worker is sequential: it had given that operation up)."""
+        exit_ = self.died_before_writing(worker, job, t)
+        if exit_ is None:
+            return True
+        times = self.by_worker.get(worker, [])
+        i = bisect.bisect_right(times, t)
+        return i < len(times) and times[i] < exit_["t"]
 
     def exit_before(self, worker: str, t: float) -> Event | None:
         """The last exit of the worker's process before t, if any."""

@@ -17,6 +17,7 @@ from engine import CRASHPOINTS, DOCUMENT, ConfigError, load_config, open_store
 from engine.config import FIELDS as CONFIG_FIELDS
 from engine.states import Pipeline as EnginePipeline
 from engine.store import OperatorError, SubmissionConflict
+from engine.worker import RETRY_DELAY_CAP
 
 from .. import sqlite
 from ..contract import Command, EngineSettings, ProcessContext
@@ -134,7 +135,10 @@ class ReferenceEngine:
             send_timeout=c.send_timeout, keep_job=c.keep_job,
             # ORDER BY next_run_at in the claim; an idle worker sleeps poll * [0.5, 1.5).
             claim_order="due",
-            claim_latency=1.5 * float(table.get("poll_interval", ProcessContext.poll_interval)))
+            claim_latency=1.5 * float(table.get("poll_interval", ProcessContext.poll_interval)),
+            # retry_store: a finishing write tries until its deadline, waiting at most this
+            # long between tries.
+            finish_retry_slack=RETRY_DELAY_CAP)
 
     # -- observer ----------------------------------------------------------------------------
 

@@ -118,7 +118,7 @@ class SimNemesis:
 
     def _contention(self, event: dict) -> None:
         sim = self.sim
-        seconds = sim.scenario.faults.contention_seconds
+        seconds = event.get("seconds", sim.scenario.faults.contention_seconds)
         process = sim.internal_process("contention")
         sim.sched.spawn(process.name, lambda: self._hold_lock(seconds), process)
 

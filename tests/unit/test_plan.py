@@ -174,6 +174,17 @@ def test_outages_and_operator_actions_appear_as_the_scenario_says():
     assert actions and actions <= {"cancel", "requeue", "resolve"}
 
 
+def test_each_contention_hold_lasts_as_the_scenario_says():
+    fixed = [e["seconds"] for e in plan("everything").timeline if e["fault"] == "contention"]
+    assert fixed and set(fixed) == {scenario("everything").faults.contention_seconds}
+    f = scenario("db-contention").faults
+    drawn = [e["seconds"] for seed in range(1, 6) for e in plan("db-contention", seed).timeline
+             if e["fault"] == "contention"]
+    assert all(f.contention_seconds <= s <= f.contention_seconds_max for s in drawn)
+    # spread over the range, not stuck at one end
+    assert min(drawn) < f.contention_seconds + 0.2 and max(drawn) > f.contention_seconds_max - 0.2
+
+
 @pytest.mark.parametrize("name", ["duplicate-submit", "everything"])
 def test_every_duplicate_submission_appears_in_the_timeline(name):
     p = plan(name)

@@ -113,6 +113,8 @@ BAD = [
      ["faults.outages", "chaos phase"]),
     ("too-many-skewed", 'name = "x"\n[run]\nworkers = 2\n[faults]\nskewed_workers = 3\n',
      ["faults.skewed_workers", "run.workers", "exceeds"]),
+    ("contention-range-backwards", 'name = "x"\n[faults]\ncontention_seconds = 1.0\n'
+     'contention_seconds_max = 0.5\n', ["faults.contention_seconds_max", "below"]),
     ("missing-name", 'description = "nameless"\n', ["'name'", "required"]),
     ("empty-name", 'name = ""\n', ["'name'", "required"]),
     ("invalid-toml", 'name = "x"\n[run\njobs = 2\n', ["not valid TOML", "line 2"]),

@@ -203,3 +203,33 @@ def test_a_lease_lost_mid_call_keeps_the_memo_but_not_the_transition(store, conf
     assert (job["state"], job["lease_owner"], job["lease_token"]) == ("fetching", "w2", 2)
     assert json.loads(store.memo("job-1", "fetch")) == fetched
     assert [(s["outcome"], s["worker"]) for s in spend_rows(store)] == [("ok", "w1")]
+
+
+def test_a_write_kept_out_by_the_lock_tries_until_its_lease_ends_and_never_loses_the_spend(
+        store, clock, make_worker, monkeypatch):
+    """The lock is held from the claim for a minute, past the lease (5 s) and past ten busy
+    timeouts: the step's write gives up no sooner than the lease's end less the longest
+    retry wait, and the spend record is written once the lock is free."""
+    from engine.store import StoreBusy
+    from engine.worker import RETRY_DELAY_CAP
+    free_at = clock.now() + 60.0
+    tries = {"complete": [], "record_spend": []}
+
+    def locked(name, real):
+        def attempt(*args, **kwargs):
+            tries[name].append(clock.now())
+            if clock.now() < free_at:
+                raise StoreBusy("database is locked")
+            return real(*args, **kwargs)
+        return attempt
+
+    for name in tries:
+        monkeypatch.setattr(store, name, locked(name, getattr(store, name)))
+    worker = make_worker()
+    claimed_at = clock.now()
+    with pytest.raises(StoreBusy):
+        worker.run_once()
+    lease_end = claimed_at + 5.0
+    assert lease_end - RETRY_DELAY_CAP <= tries["complete"][-1] <= lease_end
+    assert [(s["step"], s["outcome"]) for s in spend_rows(store)] == [("fetch", "ok")]
+    assert tries["record_spend"][-1] >= free_at

@@ -4,8 +4,8 @@ discarded by an operator, a memo hit) are judged as the rules say."""
 from __future__ import annotations
 
 import pytest
-from builders import (OP, W1, W2, call, submit, delivered_job, job, memo, nemesis, process, snapshot_of,
-                      spend, zombie_finish)
+from builders import (OP, W1, W2, call, delivered_job, job, memo, nemesis, process, snapshot,
+                      snapshot_of, spend, submit, zombie_finish)
 
 from chaos.checkers.billing import (check_cost_accounted, check_memo_consistent,
                                     check_no_rebill_after_commit)
@@ -349,3 +349,71 @@ def test_a_call_the_provider_stamped_late_is_judged_by_when_the_worker_began_it(
     history.append(spend(1.56, DOC, "fetch", W2, 2, started=1.05))
     verdict = run(check_no_rebill_after_commit, history)
     assert verdict.status == "pass", verdict.reason
+
+
+# -- cost-accounted: a good answer is not given up while its lease holds ---------------------
+
+SLACK = {"finish_retry_slack": 0.5}
+
+
+def locked_out(spend_t: float, *, renewed_to: float | None = None) -> list:
+    """W2 claims doc-1 at 1.0 (lease to 3.0), gets a good answer at 1.05 and, kept out by the
+    write lock, records only its spend at `spend_t`; W1 takes the job over at 3.1."""
+    events = [submit(0.5, DOC), job(0.5, DOC, None, "pending", "submit", 0, op="insert"),
+              job(1.0, DOC, "pending", "fetching", W2, 1, old_token=0, claims=1,
+                  lease_until=3.0),
+              call(1.01, 1.05, DOC, "fetch", W2)]
+    if renewed_to is not None:
+        events.append(job(1.03, DOC, "fetching", "fetching", W2, 1, claims=1,
+                          lease_until=renewed_to) | {"heartbeat": True})
+    events += [spend(spend_t, DOC, "fetch", W2, 1, started=1.01),
+               job(max(3.1, spend_t + 0.1), DOC, "fetching", "fetching", W1, 2, old_token=1,
+                   claims=2, lease_until=5.1),
+               call(3.11, 3.15, DOC, "fetch", W1), memo(3.16, DOC, "fetch", W1, 2),
+               spend(3.16, DOC, "fetch", W1, 2, started=3.11),
+               job(3.16, DOC, "fetching", "fetched", W1, 2)]
+    return events
+
+
+def settings(**extra):
+    return {"settings": {**snapshot()["settings"], **SLACK, **extra}}
+
+
+def test_a_good_answer_given_up_while_its_lease_held_fails():
+    history = locked_out(1.6)
+    assert_fails(run(check_cost_accounted, history, **settings()), "result-discarded",
+                 the(history, "call", worker=W2), the(history, "spend", worker=W2),
+                 the(history, "job", writer=W2))
+
+
+def test_a_good_answer_given_up_when_its_lease_ran_out_is_waste_not_a_failure():
+    verdict = run(check_cost_accounted, locked_out(2.6), **settings())
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["calls_by_cause"] == {"duplicate": 1}
+
+
+def test_the_lease_a_renewal_extended_is_the_one_to_keep_trying_for():
+    history = locked_out(2.6, renewed_to=4.0)
+    assert_fails(run(check_cost_accounted, history, **settings()), "result-discarded",
+                 the(history, "call", worker=W2), the(history, "spend", worker=W2),
+                 the(history, "job", writer=W2, heartbeat=None))
+
+
+def test_giving_up_early_is_not_judged_for_an_engine_that_promises_nothing_about_it():
+    assert run(check_cost_accounted, locked_out(1.6)).status == "pass"
+
+
+def test_an_answer_that_came_after_the_call_timeout_may_be_given_up():
+    history = [dict(e, t_end=2.2) if e["type"] == "call" and e["worker"] == W2 else e
+               for e in locked_out(1.6)]
+    assert run(check_cost_accounted, history, **settings()).status == "pass"
+
+
+def test_a_worker_that_gave_up_its_write_and_went_on_still_owes_the_spend_record():
+    history = [e for e in locked_out(2.6) if not (e["type"] == "billed" and e["worker"] == W2)]
+    history += [submit(3.5, "doc-2"), job(3.5, "doc-2", None, "pending", "submit", 0, op="insert"),
+                job(3.6, "doc-2", "pending", "fetching", W2, 1, old_token=0, claims=1,
+                    lease_until=5.6),
+                process(9.0, "exit", "w2", 102, signal="SIGKILL")]
+    assert_fails(run(check_cost_accounted, history), "spend-unrecorded",
+                 the(history, "call", worker=W2))
