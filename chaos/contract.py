@@ -120,6 +120,10 @@ class EngineSettings:
     #: by its write lock, gives up on a result it paid for (cost-accounted's
     #: "result-discarded"); None: the engine makes no such promise
     finish_retry_slack: float | None = None
+    #: a lease (a claim's, a renewal's) runs a whole lease from when it is written, however
+    #: long the writer waited for the write lock (lease-kept checks it to the machine's
+    #: slack); False: only at least half a lease is expected
+    lease_from_write: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -12,8 +12,11 @@ def db_path(tmp_path):
 
 
 @pytest.fixture
-def store(db_path):
+def store(db_path, clock):
+    """The test's store; its lock waits are measured on the test's clock, so that a lease
+    written without a wait runs from exactly the time the test gave."""
     s = open_store(db_path, synchronous="NORMAL")
+    s.wait_clock = clock
     yield s
     s.close()
 

@@ -8,8 +8,8 @@ from typing import Any
 from ..history import Event
 from .billing import COST_TOLERANCE, memoized_call, needs_ledger
 from .index import readings
-from .ops import (TOL, capable, disturbed, is_effect, is_engine, is_heartbeat, is_job,
-                  is_operator, is_worker, takes_lease)
+from .ops import (RUN_SLACK, SIM_SLACK, TOL, capable, disturbed, is_effect, is_engine,
+                  is_heartbeat, is_job, is_operator, is_worker, takes_lease)
 from .transitions import JobIndex, clock_of, job_ops
 from .verdict import Verdict
 
@@ -255,11 +255,13 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     """With heartbeat on, a live worker keeps the lease of the step it works on: from its
     claim to its write that ends the step (or its death), the lease it holds never runs out
     ("lease-lapsed"), and no renewal moves it past the renewal's time plus one lease
-    ("lease-overextended": the renewal reads its clock before it commits). And, heartbeat or
-    not, a claim grants at least half a lease and at most one from when it is written
-    ("claim-lease-short", "claim-lease-long"; a sender's claim of an outbox row likewise,
-    by the outbox lease), and a worker never claims while holding as many live leases as it
-    has slots: it walked away from one ("lease-abandoned").
+    ("lease-overextended": the renewal reads its clock before it commits), nor, for an engine
+    that declares lease_from_write, short of a whole lease from its write less the machine's
+    slack ("renewal-short"). And, heartbeat or not, a claim grants at most one lease from
+    when it is written and at least `short_lease`'s floor ("claim-lease-short",
+    "claim-lease-long"; a sender's claim of an outbox row likewise, by the outbox lease), and
+    a worker never claims while holding as many live leases as it has slots: it walked away
+    from one ("lease-abandoned").
 
     A lapse is judged only while the worker waits on a provider call of its step (a process
     the machine stopped running as a whole is no heartbeat's failure). Not judged where the
@@ -272,7 +274,7 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     tl, index = shared.timeline(snapshot["pipeline"]), shared.jobs
     at = clock_of(history)
     _check_abandoned(verdict, tl, settings.get("slots") or 1, at)
-    _check_claim_leases(verdict, history, settings, tl, at)
+    _check_claim_leases(verdict, history, settings, tl, at, snapshot.get("clock"))
     if not capable(snapshot, "heartbeat") or not settings.get("heartbeat"):
         return verdict if verdict.valid is False else verdict.unknown(
             "the engine runs without heartbeat here: a lease that runs out under a live "
@@ -282,6 +284,8 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
         return verdict if verdict.valid is False else verdict.unknown(
             "the engine declares no lease length")
     excused = shared.windows
+    if settings.get("lease_from_write"):
+        _check_renewals(verdict, history, shared, tl, lease, snapshot.get("clock"), at)
     for job, holds in tl.holdings.items():
         events = [e for _, e in tl.job_events.get(job, [])]
         for h in holds:
@@ -297,17 +301,33 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     return verdict
 
 
-def _check_claim_leases(verdict: Verdict, history: list[Event], settings: dict, tl, at) -> None:
+def short_lease(settings: dict, snapshot_clock: str | None) -> tuple[Any, Any]:
+    """(floor, excuse) for judging a lease written at some time: floor(lease) is the least it
+    may run from its write, and excuse(shared) the harness windows that may make it shorter.
+    For an engine that declares lease_from_write, a whole lease less the machine's slack
+    (the time between its clock read and its commit that is not a lock wait), excused only
+    by a pause of the writer; otherwise half a lease, excused by any stop the harness made
+    (a pause, a held write lock, or a pause of another process that held it)."""
+    if settings.get("lease_from_write"):
+        slack = SIM_SLACK if snapshot_clock == "virtual" else RUN_SLACK
+        return (lambda lease: lease - slack,
+                lambda shared: {**shared.windows, "locks": [], "expiries": []})
+    return (lambda lease: lease / 2,
+            # A writer the harness paused inside its transaction held the lock for everyone.
+            lambda shared: {**shared.windows,
+                            "locks": shared.windows["locks"] + shared.paused_holds})
+
+
+def _check_claim_leases(verdict: Verdict, history: list[Event], settings: dict, tl, at,
+                        clock: str | None) -> None:
     """A claim's lease runs from when it is written: it ends no later than one lease after
-    the claim commits, and no earlier than half a lease after (the clock it reads before a
-    lock wait may make it a little short; half a lease is far more than any wait). A claim
-    the harness stopped between its clock and its commit (a pause, a stall, a held write
-    lock, or a pause of another process that held it) may be as short as that stop made
-    it: its shortness is not judged."""
+    the claim commits, and no earlier than `short_lease`'s floor after. A claim the harness
+    stopped between its clock and its commit may be as short as that stop made it: its
+    shortness is not judged."""
     leases = {"claimed": settings.get("lease"), "effect_claimed": settings.get("outbox_lease")}
     shared = readings(history)
-    # A writer the harness paused inside its transaction held the lock for everyone.
-    windows = {**shared.windows, "locks": shared.windows["locks"] + shared.paused_holds}
+    floor, excuse = short_lease(settings, clock)
+    windows = excuse(shared)
     for e in history:
         lease = leases.get(e.get("type")) if e.get("src") == "engine" else None
         granted = e.get("lease_until")
@@ -321,11 +341,11 @@ def _check_claim_leases(verdict: Verdict, history: list[Event], settings: dict, 
                 f"{e.get('worker')}'s claim")
         head = (f"{what} at {at(e['t'])} set its lease to end at {at(granted)}, "
                 f"{granted - e['t']:+.3f} s from the claim")
-        if granted < e["t"] + lease / 2:
+        if granted < e["t"] + floor(lease):
             if disturbed(windows, tl.pids.get(e.get("worker")), granted - lease, e["t"]):
                 continue
-            verdict.fail("claim-lease-short", f"{head}: less than half the lease ({lease:g} s)",
-                         e)
+            verdict.fail("claim-lease-short", f"{head}: less than {floor(lease):.3f} s of the "
+                         f"lease ({lease:g} s)", e)
         elif granted > e["t"] + lease + TOL:
             verdict.fail("claim-lease-long", f"{head}: more than the lease ({lease:g} s)", e)
 
@@ -376,6 +396,25 @@ def _live_at(h, t: float, tl) -> bool:
         return False
     until = _held_until(h, tl, t)
     return until is not None and until > t + TOL
+
+
+def _check_renewals(verdict: Verdict, history: list[Event], shared, tl, lease: float,
+                    clock: str | None, at) -> None:
+    """For an engine whose leases run from their write: every renewal leaves the lease at
+    least a whole lease less the machine's slack past the renewal's own commit, unless the
+    renewer was paused between its clock read and its write ("renewal-short")."""
+    floor, excuse = short_lease({"lease_from_write": True}, clock)
+    windows = excuse(shared)
+    for e in history:
+        until = e.get("lease_until")
+        if e.get("src") != "engine" or not is_heartbeat(e) or not is_worker(e) or \
+                until is None or tl.is_skewed(e.get("worker")) or until >= e["t"] + floor(lease):
+            continue
+        if disturbed(windows, tl.pids.get(e.get("worker")), until - lease, e["t"]):
+            continue
+        verdict.fail("renewal-short", f"job {e['job']}: {e.get('worker')}'s renewal at "
+                     f"{at(e['t'])} left its lease ending at {at(until)}, {until - e['t']:.3f} s "
+                     f"ahead: less than {floor(lease):.3f} s of the lease ({lease:g} s)", e)
 
 
 def _check_holding(verdict: Verdict, h, events: list[Event], index: JobIndex,

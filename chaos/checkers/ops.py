@@ -14,6 +14,12 @@ from ..history import EFFECT_OPS, JOB_OPS, Event
 #: sources closer than this (seconds) is not trusted. Engine operations among themselves
 #: need none: their order is commit order.
 TOL = 0.005
+#: What the machine, not the engine, adds between an engine's clock read and its commit (or
+#: its poll and its claim): on the simulation's virtual clock, turns of 10 ms and the wait
+#: behind other writers' transactions; between real processes, scheduling on a loaded
+#: machine as well. Stated, not tuned per run.
+SIM_SLACK = 0.15
+RUN_SLACK = 1.0
 
 
 def is_job(e: Event) -> bool:

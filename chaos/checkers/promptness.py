@@ -36,16 +36,11 @@ from typing import Any
 
 from ..history import Event
 from .index import readings
-from .ops import capable, is_effect, is_job, is_operator, is_worker
+from .ops import RUN_SLACK, SIM_SLACK, capable, is_effect, is_job, is_operator, is_worker
 from .verdict import Verdict
 
 #: Exact comparisons of an engine's own stored times allow for float rounding only.
 EPS = 1e-6
-#: Scheduling slack on the simulation's virtual clock (its turns are 10 ms each, and a
-#: claim waits its turn behind the other writers' transactions).
-SIM_SLACK = 0.15
-#: Scheduling slack between real processes on a loaded machine.
-RUN_SLACK = 1.0
 MAX_REPORTED = 20
 
 

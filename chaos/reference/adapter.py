@@ -17,7 +17,6 @@ from engine import CRASHPOINTS, DOCUMENT, ConfigError, load_config, open_store
 from engine.config import FIELDS as CONFIG_FIELDS
 from engine.states import Pipeline as EnginePipeline
 from engine.store import OperatorError, SubmissionConflict
-from engine.worker import RETRY_DELAY_CAP
 
 from .. import sqlite
 from ..contract import Command, EngineSettings, ProcessContext
@@ -136,9 +135,12 @@ class ReferenceEngine:
             # ORDER BY next_run_at in the claim; an idle worker sleeps poll * [0.5, 1.5).
             claim_order="due",
             claim_latency=1.5 * float(table.get("poll_interval", ProcessContext.poll_interval)),
-            # retry_store: a finishing write tries until its deadline, waiting at most this
-            # long between tries.
-            finish_retry_slack=RETRY_DELAY_CAP)
+            # The engine's promise as its docs state it (retry_store tries until the lease's
+            # end, waiting at most half a second between tries), not read from its code: a
+            # changed constant breaks the promise instead of moving it.
+            finish_retry_slack=0.5,
+            # SQLiteStore ages the clock read before a write by the lock wait (`waited`).
+            lease_from_write=True)
 
     # -- observer ----------------------------------------------------------------------------
 

@@ -102,18 +102,19 @@ class SQLiteStore(OperatorSQL):
         now = time.monotonic if clock is None else clock.now
         started = now()
         deadline = started + self.busy_timeout
-        delay, tries = 0.0001, 0
+        delay = 0.0001
         while True:
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
-                self.waited = now() - started if tries else 0.0
+                # Measured even on the first try: SQLite's own busy handler may have waited
+                # inside that execute for up to busy_timeout.
+                self.waited = now() - started
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) and "busy" not in str(exc):
                     raise _explain(exc, self.path, "begin a write") from exc
                 if now() >= deadline:
                     raise _explain(exc, self.path, "begin a write") from exc
-            tries += 1
             (time.sleep if clock is None else clock.sleep)(
                 delay * (0.5 + self.wait_rng.random()))
             delay = min(delay * 2, 0.004)
@@ -401,6 +402,7 @@ class SQLiteStore(OperatorSQL):
                                  " AND next_attempt_at<=? LIMIT 1", (now,)).fetchone() is None:
                 return None
             with self.write() as conn:
+                now += self.waited  # the row's lease runs from this write, as a job's does
                 row = conn.execute(
                     "SELECT id, attempts FROM outbox WHERE sent_at IS NULL AND dead_at IS NULL"
                     " AND next_attempt_at<=? ORDER BY next_attempt_at LIMIT 1",

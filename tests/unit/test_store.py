@@ -427,3 +427,38 @@ def test_a_heartbeat_that_read_its_clock_before_a_delay_never_moves_the_lease_ba
     # a beat that read NOW, was held up, and writes after the one above
     assert store.heartbeat("job-1", c.lease_token, NOW, LEASE, "w1")
     assert store.job("job-1")["lease_until"] == NOW + 3 + LEASE
+
+
+# -- a lease runs from its write, however long the lock kept the writer out -----------------
+
+def held_for(db_path, seconds):
+    """Another process's transaction holding the write lock for `seconds` (a thread here)."""
+    import threading
+    import time
+    holder = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(seconds, lambda: (holder.execute("ROLLBACK"), holder.close()))
+    release.start()
+    return release, time
+
+
+@pytest.mark.parametrize("what", ["job", "outbox row"])
+def test_a_claim_that_waited_for_the_lock_in_sqlites_own_busy_handler_runs_from_its_write(
+        db_path, pipeline, what):
+    """The wait happens inside SQLite (busy_timeout longer than the hold), on the first try:
+    the lease still runs from the commit, not from the clock read before the wait."""
+    store = open_store(db_path, synchronous="NORMAL", busy_timeout=5.0)
+    if what == "job":
+        store.submit("job-1", pipeline, {"doc": "job-1"}, NOW)
+    else:
+        deliver(store, pipeline)
+    release, time = held_for(db_path, 0.3)
+    started = time.monotonic()
+    got = (claim(store, pipeline) if what == "job" else
+           store.claim_outbox("s1", LATER, LEASE, 5))
+    waited = time.monotonic() - started
+    release.join()
+    asked = NOW if what == "job" else LATER
+    assert waited >= 0.25
+    assert got.lease_until >= asked + LEASE + 0.25
+    store.close()

@@ -425,3 +425,45 @@ def test_a_claim_that_waited_on_a_paused_lock_holder_may_come_out_short():
     busy = [job(1.5, "doc-9", None, "pending", "submit", 0, op="insert")]
     verdict = run(check_lease_kept, history + paused + busy, settings=settings)
     assert verdict.by_type == {"claim-lease-short": 1}
+
+
+# -- an engine whose leases run from their write ---------------------------------------------
+
+FROM_WRITE = {**snapshot()["settings"], "lease_from_write": True}
+LOCK_HELD = [nemesis(0.5, "contention", seconds=0.6), nemesis(1.1, "contention_end")]
+
+
+@pytest.mark.parametrize("granted, faults, status", [
+    (3.0, [], "pass"),
+    (2.9, [], "pass"),                   # within the simulation's slack (0.15 s)
+    (2.8, [], "fail"),
+    (2.8, LOCK_HELD, "fail"),            # it ages its clock by the lock wait: no excuse
+    (2.8, [nemesis(0.9, "pause", pid=101), nemesis(1.0, "resume", pid=101)], "pass"),
+], ids=["whole", "within-slack", "short", "short-after-a-lock-wait", "claimant-paused"])
+def test_a_claim_of_an_engine_whose_leases_run_from_their_write_grants_a_whole_lease(
+        granted, faults, status):
+    history = held(done=2.0)
+    history[0] = {**history[0], "lease_until": granted}
+    verdict = run(check_lease_kept, history + faults, settings=FROM_WRITE, clock="virtual")
+    assert verdict.status == status, verdict.reason
+    if status == "fail":
+        assert verdict.by_type == {"claim-lease-short": 1}
+    # Without the promise, only half a lease is expected.
+    assert run(check_lease_kept, history + faults, clock="virtual").status == "pass"
+
+
+def test_a_renewal_of_an_engine_whose_leases_run_from_their_write_renews_a_whole_lease():
+    short = held((2.0, 3.5), done=2.5)
+    verdict = run(check_lease_kept, short, settings=FROM_WRITE, clock="virtual")
+    assert verdict.by_type == {"renewal-short": 1}, verdict.reason
+    assert verdict.failures[0].events == [short[1]]
+    assert run(check_lease_kept, held((2.0, 3.95), done=2.5), settings=FROM_WRITE,
+               clock="virtual").status == "pass"
+    # A real run allows the machine a second.
+    assert run(check_lease_kept, short, settings=FROM_WRITE).status == "pass"
+    # The harness's own writes to a lease (a forced expiry) are not renewals.
+    expired = held(done=2.5) + [nemesis(2.0, "expire", leases=1),
+                                job(2.0, DOC, "fetching", "fetching", "nemesis", 1,
+                                    lease_until=1.999)]
+    assert "renewal-short" not in run(check_lease_kept, expired, settings=FROM_WRITE,
+                                      clock="virtual").by_type
