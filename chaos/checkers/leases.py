@@ -3,6 +3,7 @@ stays within the scenario's allowance (lease-exclusive); a worker whose lease wa
 writes nothing to the job or its outbox rows (fenced-writes)."""
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 from ..history import Event
@@ -165,6 +166,7 @@ def check_fenced_writes(history: list[Event], snapshot: dict[str, Any]) -> Verdi
         elif e.get("token") is not None and e["type"] != "effect_queued":
             tokens[thing] = e["token"]
     calls = _check_calls_leased(verdict, history, snapshot, at)
+    calls["calls_judged"] += _check_calls_begun_in_lease(verdict, history, snapshot, at)
     verdict.metrics = {"worker_writes": verdict.checked, "lease_takes": bumps,
                        "fenced_memo_inserts": fenced_memos, "unattributed_writes": unattributed,
                        "unleased_row_writes": unleased, **calls}
@@ -205,6 +207,43 @@ def _check_calls_leased(verdict: Verdict, history: list[Event], snapshot: dict, 
                          f"{at(t)} without working on that step ({why})",
                          *([last.start, last.write] if last else []), call)
     return {"calls_judged": judged}
+
+
+def _check_calls_begun_in_lease(verdict: Verdict, history: list[Event], snapshot: dict,
+                                at) -> int:
+    """A worker does not begin a call it must pay for once its lease has ended
+    ("call-after-lease"): the call's start as the engine recorded it (its spend record's
+    `started`, read from the worker's own clock, the one its lease is written with) comes
+    before the end of the lease it held under that token, from its claim and its renewals.
+    Unlike the fake's time of arrival, this says what the worker knew when it began: a pause
+    after that moment is the machine's, not the worker's. Workers on a skewed clock are not
+    judged. Returns how many calls were judged."""
+    if not capable(snapshot, "spend_records"):
+        return 0
+    tl = readings(history).timeline(snapshot["pipeline"])
+    leases: dict[tuple, list[Event]] = defaultdict(list)  # (job, worker, token) -> writes
+    judged = 0
+    for e in history:
+        if e.get("src") != "engine" or not is_worker(e) or tl.is_skewed(e.get("worker")):
+            continue
+        key = (e.get("job"), e.get("worker"), e.get("token"))
+        if e["type"] == "claimed" or is_heartbeat(e):
+            if e.get("lease_until") is not None:
+                leases[key].append(e)
+        elif e["type"] == "billed" and e.get("started") is not None:
+            held = [w for w in leases.get(key, ()) if w["t"] <= e["started"] + TOL]
+            claims = [w for w in held if w["type"] == "claimed"]
+            if not claims:
+                continue  # no lease of this token is known: fenced-writes' to judge
+            judged += 1
+            claim = claims[-1]
+            until = max(w["lease_until"] for w in held if w["t"] >= claim["t"])
+            if e["started"] > until + TOL:
+                verdict.fail("call-after-lease", f"job {e['job']}: {e['worker']} began its call "
+                             f"for step {e.get('step')!r} at {at(e['started'])}, after the lease "
+                             f"it held (token {e.get('token')}) had ended at {at(until)}",
+                             claim, e)
+    return judged
 
 
 def fenced_by(e: Event) -> tuple | None:

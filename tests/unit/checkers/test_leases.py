@@ -128,7 +128,8 @@ def test_lease_exclusive_is_unknown_without_a_provider_ledger():
 def test_a_clean_delivery_writes_only_under_its_own_lease():
     verdict = run(check_fenced_writes, delivered_job(DOC))
     assert verdict.status == "pass", verdict.reason
-    assert verdict.checked == 12  # 7 job writes after the claim, 2 outbox inserts, 3 calls
+    # 7 job writes after the claim, 2 outbox inserts, 3 calls at the fake, 3 begun in a lease
+    assert verdict.checked == 15
     assert verdict.metrics["lease_takes"] == 1
 
 
@@ -467,3 +468,31 @@ def test_a_renewal_of_an_engine_whose_leases_run_from_their_write_renews_a_whole
                                     lease_until=1.999)]
     assert "renewal-short" not in run(check_lease_kept, expired, settings=FROM_WRITE,
                                       clock="virtual").by_type
+
+
+# -- fenced-writes: a call begun after the lease ended ---------------------------------------
+
+def begun_at(started: float, *renewals) -> list:
+    """W1 claims DOC at 1.0 (lease to 3.0) and records a call of fetch begun at `started`."""
+    history = [job(1.0, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1,
+                   lease_until=3.0)]
+    history += [job(t, DOC, "fetching", "fetching", W1, 1, claims=1, lease_until=until)
+                for t, until in renewals]
+    history += [call(started + 0.01, started + 0.05, DOC, "fetch", W1),
+                spend(started + 0.06, DOC, "fetch", W1, 1, started=started),
+                job(started + 0.06, DOC, "fetching", "fetched", W1, 1)]
+    return history
+
+
+@pytest.mark.parametrize("started, renewals, status", [
+    (2.9, (), "pass"),
+    (3.2, (), "fail"),                  # paused before the call, and called all the same
+    (3.2, ((2.0, 4.0),), "pass"),       # a renewal had moved the lease on
+], ids=["inside", "after-the-lease", "after-a-renewal"])
+def test_a_worker_begins_no_call_after_its_lease_ended(started, renewals, status):
+    history = begun_at(started, *renewals)
+    verdict = run(check_fenced_writes, history)
+    assert verdict.status == status, verdict.reason
+    if status == "fail":
+        assert verdict.by_type == {"call-after-lease": 1}
+        assert verdict.failures[0].events == [history[0], history[-2]]
