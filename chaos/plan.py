@@ -267,11 +267,13 @@ def latency_fault(scenario: Scenario, plan: FaultPlan, job: str, step: str,
 
 def forced(table: list[tuple[str, float, dict]], forced_calls: list[list[str]], job: str,
            what: str, n: int) -> dict | None:
-    """The fault the plan forces on the first call of (job, step or kind), if any."""
+    """The fault the plan forces on the first call of (job, step or kind), if any; an entry
+    [job, what, name, "trickle"] forces a hang in its trickling form."""
     if n == 1:
-        for forced_job, forced_what, name in forced_calls:
+        for forced_job, forced_what, name, *form in forced_calls:
             if (forced_job, forced_what) == (job, what):
-                return next(fault for key, _, fault in table if key == name)
+                fault = next(fault for key, _, fault in table if key == name)
+                return {**fault, "trickle": True} if form == ["trickle"] else fault
     return None
 
 
@@ -306,10 +308,14 @@ def _forced(rng: random.Random, scenario: Scenario, clean: list[str], first_step
     they happen early in the chaos phase however short it is or however loaded the machine.
     """
     f = scenario.faults
-    provider = [name for name, share, _ in _provider_faults(f, 1) if share > 0]
+    provider = [[name] for name, share, _ in _provider_faults(f, 1) if share > 0]
+    if f.hang > 0:
+        # A hang comes in two forms that a client's deadline must both cut short: silence,
+        # and an answer trickled a byte at a time (which resets every socket timeout).
+        provider.append(["hang", "trickle"])
     receiver = [name for name, share, _ in _receiver_faults(f, 1) if share > 0] if effects else []
     early = clean[:max(len(provider), len(receiver))]
-    return ([[j, first_step, name] for j, name in zip(early, provider)],
+    return ([[j, first_step, *name] for j, name in zip(early, provider)],
             [[j, rng.choice(effects), name] for j, name in zip(early, receiver)])
 
 

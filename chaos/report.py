@@ -138,8 +138,8 @@ def prevented(plan: FaultPlan, events: list[Event], missing: Iterable[str]) -> d
             first.setdefault((e.get("job"), e.get("kind")), e["t"])
     why = {}
     for setting in missing:
-        targets = [(job, what) for job, what, name in plan.forced_provider + plan.forced_receiver
-                   if name == setting]
+        targets = [(job, what) for job, what, name, *_ in
+                   plan.forced_provider + plan.forced_receiver if name == setting]
         if targets and all(job in acted and acted[job] <= first.get((job, what), float("inf"))
                            for job, what in targets):
             why[setting] = "; ".join(f"its target {job} ({what}) was taken by an operator "

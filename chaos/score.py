@@ -1,8 +1,8 @@
 """The mutation score of the harness: how many one-line bugs in the reference engine's safety
 code it catches, measured with cosmic-ray, the harness itself as the test suite.
 
-    ninelives score [--modules engine/retry.py,...] [--seeds 2] [--deep 1] [--run]
-                    [--jobs N] [--workdir DIR [--again]]
+    ninelives score [--modules engine/retry.py,...] [--seeds 2] [--deep 1]
+                    [--run [--run-seeds 3]] [--jobs N] [--workdir DIR [--again]]
 
 Why cosmic-ray: it applies each mutation to the module's file on disk, so every process the
 harness starts (real workers and senders under `--run`, not only the simulation in the
@@ -15,8 +15,8 @@ mutant to a free worker, which mutates its own copy and runs `python -m chaos.sc
 there. The kill command stops at the first failed invariant (the mutant is killed, exit 1):
 first the simulation of every scenario for `--seeds` seeds at the smoke profile (fast), then,
 for a mutant that survived, the strongest scenarios at the ci profile for `--deep` seeds, and
-with `--run` real processes (`ninelives run` of RUN_SCENARIOS), which alone see what the
-simulation replaces (the HTTP client's sockets and deadlines). Operators that only make noise
+with `--run` real processes (`ninelives run` of RUN_SCENARIOS, `--run-seeds` seeds each),
+which alone see what the simulation replaces (the HTTP client's sockets and deadlines). Operators that only make noise
 on this code (bitwise and shift operators, powers, floor division and modulo in place of
 arithmetic) are filtered out. Mutants listed in `mutation/equivalent.toml`, each with the
 reason it cannot change behaviour, are left out of the score; the report lists every survivor
@@ -70,7 +70,7 @@ HARNESS = ("chaos", "scenarios", "examples")
 
 # -- the test command: is this mutant caught? ------------------------------------------------
 
-def kill(seeds: int, deep: int, run: bool, out: str) -> int:
+def kill(seeds: int, deep: int, run: int, out: str) -> int:
     """Exit 1 when any invariant fails for the engine as it is on disk now (the mutant is
     killed), 0 when every stage passed. Prints which stage, scenario and seed caught it."""
     from .scenario import load_scenario
@@ -90,13 +90,13 @@ def kill(seeds: int, deep: int, run: bool, out: str) -> int:
                     print(f"killed: sim {name} --profile {profile} seed {seed}: "
                           f"{', '.join(why)}")
                     return 1
-    if run:
+    for seed in range(1, run + 1):  # a kill or a pause may take a fault's evidence away
         for name in RUN_SCENARIOS:
             done = subprocess.run([sys.executable, "-m", "chaos.cli", "run", name, "--profile",
-                                   "smoke", "--seed", "1", "--out", out, "--quiet"],
+                                   "smoke", "--seed", str(seed), "--out", out, "--quiet"],
                                   capture_output=True, text=True)
             if done.returncode == 1:
-                print(f"killed: run {name} seed 1")
+                print(f"killed: run {name} seed {seed}")
                 return 1
     print("survived")
     return 0
@@ -116,9 +116,8 @@ def copy_checkout(dst: str, names: tuple[str, ...] = COPIED) -> None:
             shutil.copy(src, target)
 
 
-def test_command(seeds: int, deep: int, run: bool) -> str:
-    return (f"{sys.executable} -m chaos.score kill --seeds {seeds} --deep {deep}"
-            + (" --run" if run else ""))
+def test_command(seeds: int, deep: int, run: int) -> str:
+    return f"{sys.executable} -m chaos.score kill --seeds {seeds} --deep {deep} --run {run}"
 
 
 def write_config(workdir: str, modules: list[str], command: str, timeout: float,
@@ -233,7 +232,8 @@ def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: 
                         ignore=shutil.ignore_patterns("__pycache__"))
     ports = [_free_port() for _ in copies]
     urls = [f"http://127.0.0.1:{port}" for port in ports]
-    config = write_config(workdir, modules, test_command(args.seeds, args.deep, args.run),
+    config = write_config(workdir, modules, test_command(args.seeds, args.deep,
+                                                         args.run_seeds if args.run else 0),
                           args.timeout, urls)
     if args.again and not fresh:
         keep = argued_jobs(session, workdir, equivalents())
@@ -438,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     k = sub.add_parser("kill", help="(the test command cosmic-ray runs in its work folder)")
     k.add_argument("--seeds", type=int, default=2)
     k.add_argument("--deep", type=int, default=1)
-    k.add_argument("--run", action="store_true")
+    k.add_argument("--run", type=int, default=0, help="real-process seeds (0: none)")
     w = sub.add_parser("worker", help="(a cosmic-ray worker on 127.0.0.1, in its copy)")
     w.add_argument("--port", type=int, required=True)
     add_arguments(parser)
@@ -461,6 +461,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sim seeds per deep scenario at the ci profile, for survivors")
     parser.add_argument("--run", action="store_true",
                         help="also run real processes for mutants the simulation missed")
+    parser.add_argument("--run-seeds", type=int, default=3,
+                        help="with --run: seeds of each real-process scenario (a kill or a "
+                             "pause can take one seed's evidence away)")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds per mutant before it counts as caught by a timeout")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
@@ -472,9 +475,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def score(args: argparse.Namespace) -> int:
     """Run (or resume) a campaign and print its report; exit 0 when the score meets TARGET."""
-    for name, low in (("seeds", 1), ("deep", 0), ("jobs", 1)):
+    for name, low in (("seeds", 1), ("deep", 0), ("jobs", 1), ("run_seeds", 1)):
         if getattr(args, name) < low:
-            print(f"error: --{name} must be at least {low}", file=sys.stderr)
+            print(f"error: --{name.replace('_', '-')} must be at least {low}", file=sys.stderr)
             return 2
     if not args.timeout > 0:
         print("error: --timeout must be positive", file=sys.stderr)
@@ -498,7 +501,7 @@ def score(args: argparse.Namespace) -> int:
         return 2
     started = time.perf_counter()
     stages = [f"sim seeds {args.seeds}", f"deep seeds {args.deep}"] + (
-        ["then real runs"] if args.run else [])
+        [f"then real runs, seeds {args.run_seeds}"] if args.run else [])
     print(f"mutation campaign in {workdir} ({'new' if fresh else 'resumed'}, {args.jobs} "
           f"workers): {', '.join(modules)}; {', '.join(stages)}", flush=True)
     session = campaign(workdir, modules, args, fresh)

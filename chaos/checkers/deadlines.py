@@ -8,15 +8,21 @@ anything, and only evidence that the client waited for that answer fails it:
 - else the client using the late answer: the worker's next write for the job is the step's
   memo or completion, the sender's next write for the row its sent mark, after the fake
   answered. A failure written after the answer is not judged: the time between giving up and
-  writing (a stall, a lock, a loaded machine) is not the client's deadline.
+  writing (a stall, a lock, a loaded machine) is not the client's deadline;
+- or, for an answer the fake trickled a byte at a time (which resets every socket timeout),
+  the client still there when the trickle ended ("held-past-deadline"): the fake found no
+  write failing for want of a reader, though the trickle outlasted the deadline by more than
+  two of its writes and the machine's slack (counted from the client's resume if its process
+  was paused meanwhile).
 """
 from __future__ import annotations
 
 from typing import Any
 
+from ..fakes.provider import TRICKLE_INTERVAL
 from ..history import Event
 from .index import readings
-from .ops import TOL, disturbed, is_effect
+from .ops import RUN_SLACK, SIM_SLACK, TOL, disturbed, is_effect
 from .verdict import Verdict
 
 
@@ -30,6 +36,7 @@ def check_deadlines_kept(history: list[Event], snapshot: dict[str, Any]) -> Verd
     shared = readings(history)
     index, windows = shared.jobs, shared.windows
     t0 = history[0]["t"] if history else 0.0
+    slack = SIM_SLACK if snapshot.get("clock") == "virtual" else RUN_SLACK
     overran = {"calls": 0, "sends": 0}
     spends = shared.spends
     later_writes = _writes_by_client(history)
@@ -46,6 +53,18 @@ def check_deadlines_kept(history: list[Event], snapshot: dict[str, Any]) -> Verd
             continue  # answered within its deadline: nothing to see
         overran[kind] += 1
         verdict.checked += 1
+        # A paused client cannot leave: its deadline counts from its resume.
+        due = max([start + deadline] + [b for pid, a, b in windows["pauses"]
+                                        if pid == index.pids.get(worker) and a <= end
+                                        and b >= start])
+        if e.get("trickle") and e.get("client_gone_at") is None and \
+                end > due + 2 * TRICKLE_INTERVAL + slack:
+            verdict.fail("held-past-deadline",
+                         f"{worker}'s call for {e.get('job')}/{e.get('step')} at "
+                         f"+{start - t0:.3f} s had a {deadline:g} s deadline, but it kept the "
+                         f"connection open while the fake trickled its answer for "
+                         f"{end - start:.3f} s: a bound on each read, not on the call", e)
+            continue
         spend = spends.get(id(e)) if kind == "calls" else None
         if spend is not None:
             if spend.get("outcome") == "ok":  # the engine had the answer: it waited for it

@@ -426,7 +426,7 @@ def test_after_heal_only_poison_and_forced_faults_remain(name):
     pol.outage.set()
     pol.heal()
     assert not pol.outage.is_set()
-    forced_calls = {(job, step) for job, step, _ in p.forced_provider}
+    forced_calls = {(job, step) for job, step, *_ in p.forced_provider}
     for job, step, n in provider_calls(p):
         got = pol.provider_fault(job, step, n)
         if n == 1 and (job, step) in forced_calls:
@@ -447,13 +447,18 @@ def test_after_heal_only_poison_and_forced_faults_remain(name):
 def test_every_configured_share_fault_is_forced_onto_one_early_call():
     s = scenario("everything")
     p = make_plan(s, 1, PIPELINE)
-    assert {name for _, _, name in p.forced_provider} == {
-        "provider_429", "provider_5xx", "hang", "reset", "slow"}
+    assert sorted(tuple(entry[2:]) for entry in p.forced_provider) == [
+        ("hang",), ("hang", "trickle"), ("provider_429",), ("provider_5xx",), ("reset",),
+        ("slow",)]
     assert {name for _, _, name in p.forced_receiver} == {
         "receiver_5xx", "receiver_timeout", "receiver_drop", "receiver_lost"}
     clean = [j for j in p.jobs if j not in p.poison and j not in p.crash_loop
              and j not in p.needs_review]
-    assert {job for job, _, _ in p.forced_provider} <= set(clean[:5])
+    assert {job for job, *_ in p.forced_provider} <= set(clean[:6])
+    # The hang is forced in both its forms: silence, and an answer trickled byte by byte.
+    hangs = [provider_fault(s, p, job, step, 1) for job, step, name, *_ in p.forced_provider
+             if name == "hang"]
+    assert len(hangs) == 2 and any(h.get("trickle") for h in hangs)
 
 
 def test_receiver_timeouts_outlast_the_send_timeout():

@@ -79,3 +79,32 @@ def test_nothing_past_its_deadline_is_unknown():
     quick = [call(1.0, 1.2, DOC, "fetch", W1)]
     verdict = run(quick)
     assert verdict.status == "unknown" and "no call or send ran past" in verdict.reason
+
+
+# -- a trickled answer: the client that stays is seen by the fake ----------------------------
+
+def trickled(gone_at, end=4.0, pause=None):
+    """W1's fetch at 1.0 answered a byte at a time until `end`; the fake found the client
+    gone at `gone_at` (None: it stayed to the end); W1 wrote its failure at 4.05."""
+    history = attempt(4.05)
+    history[1] = dict(HUNG, t_end=end, trickle=True, client_gone_at=gone_at)
+    if pause:
+        history += [nemesis(pause[0], "pause", pid=101), nemesis(pause[1], "resume", pid=101)]
+    return history
+
+
+@pytest.mark.parametrize("gone_at, end, pause, status", [
+    (1.2, 4.0, None, "pass"),           # its deadline cut the connection: the fake saw it go
+    (None, 4.0, None, "fail"),          # it stayed for the whole 3 s trickle
+    (None, 2.3, None, "pass"),          # a trickle too short to tell (deadline + 2 writes + 1 s)
+    (None, 4.0, (1.1, 3.0), "pass"),    # paused until 3.0: it could not leave before
+    (None, 4.0, (1.1, 1.5), "fail"),    # resumed at 1.5: it had long enough
+], ids=["left", "stayed", "too-short-to-tell", "paused-till-near-the-end", "paused-briefly"])
+def test_a_client_that_keeps_a_trickled_answer_open_past_its_deadline_fails(
+        gone_at, end, pause, status):
+    history = trickled(gone_at, end, pause)
+    verdict = run(history)
+    assert verdict.status == status, verdict.reason
+    if status == "fail":
+        assert verdict.by_type == {"held-past-deadline": 1}
+        assert verdict.failures[0].events == [history[1]]
