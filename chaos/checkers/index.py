@@ -44,6 +44,13 @@ class Readings:
         return harness_windows(self.history)
 
     @cached_property
+    def stalls(self) -> list[tuple]:
+        """(pid, from, to) of every stall the simulation gave a process (its scheduler did
+        not run it: the machine's hiccup, as a pause is the harness's)."""
+        return [(e.get("pid"), e["t"], e["t"] + float(e.get("seconds") or 0.0))
+                for e in self.history if e.get("src") == "process" and e.get("type") == "stall"]
+
+    @cached_property
     def paused_holds(self):
         from .ops import paused_holds
         return paused_holds(self.history, self.windows)

@@ -345,12 +345,14 @@ def short_lease(settings: dict, snapshot_clock: str | None) -> tuple[Any, Any]:
     may run from its write, and excuse(shared) the harness windows that may make it shorter.
     For an engine that declares lease_from_write, a whole lease less the machine's slack
     (the time between its clock read and its commit that is not a lock wait), excused only
-    by a pause of the writer; otherwise half a lease, excused by any stop the harness made
-    (a pause, a held write lock, or a pause of another process that held it)."""
+    by a pause or a stall of the writer itself; otherwise half a lease, excused by any stop
+    the harness made (a pause, a held write lock, or a pause of another process that held
+    it)."""
     if settings.get("lease_from_write"):
         slack = SIM_SLACK if snapshot_clock == "virtual" else RUN_SLACK
         return (lambda lease: lease - slack,
-                lambda shared: {**shared.windows, "locks": [], "expiries": []})
+                lambda shared: {**shared.windows, "locks": [], "expiries": [],
+                                "pauses": shared.windows["pauses"] + shared.stalls})
     return (lambda lease: lease / 2,
             # A writer the harness paused inside its transaction held the lock for everyone.
             lambda shared: {**shared.windows,

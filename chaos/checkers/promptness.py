@@ -318,9 +318,8 @@ def _excluded(history: list[Event], snapshot: dict) -> dict[int | None, list]:
     for pid, a, b in shared.windows["pauses"]:
         out[pid].append((a, b))
     out[None] += shared.windows["locks"] + shared.paused_holds
-    for e in history:
-        if e.get("src") == "process" and e.get("type") == "stall":
-            out[e.get("pid")].append((e["t"], e["t"] + float(e.get("seconds") or 0.0)))
+    for pid, a, b in shared.stalls:
+        out[pid].append((a, b))
     return out
 
 

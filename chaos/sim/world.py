@@ -77,6 +77,10 @@ class SimProvider:
         entry["t_end"] = answered
         entry["seq"] = len(self.entries) + 1
         self.entries.append(entry)
+        if entry.get("trickle") and wait >= timeout:
+            # The fake stands in for the engine's HTTP function: its client leaves at its
+            # deadline (or sooner, killed), which the ledger says as a real fake would see it.
+            entry["client_gone_at"] = sched.time_at(start + sched.us(timeout))
         sched.sleep(min(wait, timeout))
         if wait >= timeout:
             raise self.errors.timeout(url, timeout)
