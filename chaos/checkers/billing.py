@@ -13,8 +13,8 @@ from typing import Any
 
 from ..history import Event
 from .index import readings
-from .ops import (TOL, capable, ends_an_operation, is_engine, is_heartbeat, is_job, is_operator,
-                  is_worker, takes_lease)
+from .ops import (RUN_SLACK, SIM_SLACK, TOL, capable, ends_an_operation, is_engine, is_heartbeat,
+                  is_job, is_operator, is_worker, takes_lease)
 from .transitions import JobIndex, clock_of, is_update, job_ops
 from .verdict import Verdict
 
@@ -331,8 +331,9 @@ def check_cost_accounted(history: list[Event], snapshot: dict[str, Any]) -> Verd
     cost (1e-9), and a memo with a cost has a call. Every billed call the engine lived to
     record has a spend record (`match_spends`): one of a worker that was not killed before
     its next write for the job, or that went on to write for other jobs. A good answer is
-    not given up while its lease holds ("result-discarded", see `_KeptResults`). Waste =
-    billed - committed, by cause of each other call.
+    not given up while its lease holds ("result-discarded", see `_KeptResults`), and each
+    spend record says what the provider did (`_check_spend_record`). Waste = billed -
+    committed, by cause of each other call.
     """
     verdict = Verdict("cost-accounted")
     shared = readings(history)
@@ -347,6 +348,11 @@ def check_cost_accounted(history: list[Event], snapshot: dict[str, Any]) -> Verd
     spends, index = shared.spends, shared.jobs
     records = capable(snapshot, "spend_records")
     kept = _KeptResults(history, snapshot, shared)
+    # The shortest call timeout any worker ran with (a worker without heartbeat may have its own).
+    timeout = min([t for t in (snapshot["settings"].get("call_timeout"),
+                               *shared.timeline(snapshot["pipeline"]).call_timeouts)
+                   if t is not None], default=None)
+    slack = SIM_SLACK if snapshot.get("clock") == "virtual" else RUN_SLACK
     for call in (c for group in calls.values() for c in group):
         verdict.checked += 1
         spend = spends.get(id(call))
@@ -356,8 +362,10 @@ def check_cost_accounted(history: list[Event], snapshot: dict[str, Any]) -> Verd
                          f"{call['billed']} for {call['step']!r} to {call['worker']} (call at "
                          f"{at(call['t_start'])}), and the engine recorded no spend though "
                          "the worker lived on", call)
-        if spend is not None and id(call) not in memoized:
-            kept.judge(verdict, at, call, spend)
+        if spend is not None:
+            _check_spend_record(verdict, at, call, spend, timeout, slack)
+            if id(call) not in memoized:
+                kept.judge(verdict, at, call, spend)
         cause = memoized.get(id(call)) or waste_cause(call, spend, index)
         if cause != "committed":
             waste[cause] += call["billed"] or 0.0
@@ -393,6 +401,26 @@ def _check_memo_costs(verdict: Verdict, at, memos: Memos,
         if abs(billed - (memo["cost"] or 0.0)) > COST_TOLERANCE:
             _mismatch(verdict, at, memo, call)
     return memoized
+
+
+def _check_spend_record(verdict: Verdict, at, call: Event, spend: Event,
+                        timeout: float | None, slack: float) -> None:
+    """A spend record says what the provider did with the call: no "timeout" for an answer
+    the fake gave well within the call timeout (by more than the machine's slack), and, for
+    an answer the engine had in time (status 200, billed), the cost the fake billed."""
+    in_time = timeout is not None and call["t_end"] - call["t_start"] + slack < timeout
+    where = (f"job {call['job']}: {call['worker']}'s spend record of its {call['step']!r} call "
+             f"at {at(call['t_start'])}")
+    if not in_time or call.get("status") is None:
+        return  # no answer, or one the client may have given up on
+    if spend.get("outcome") == "timeout":
+        verdict.fail("spend-outcome-mismatch", f"{where} says it timed out, but the provider "
+                     f"answered {call['status']} after {call['t_end'] - call['t_start']:.3f} s, "
+                     f"well within the {timeout:g} s call timeout", call, spend)
+    elif call["status"] == 200 and (call.get("billed") or 0) > 0 and \
+            abs((spend.get("cost") or 0.0) - call["billed"]) > COST_TOLERANCE:
+        verdict.fail("spend-cost-mismatch", f"{where} records cost {spend.get('cost')}, but "
+                     f"the provider billed {call['billed']} for the answer it gave", call, spend)
 
 
 class _KeptResults:

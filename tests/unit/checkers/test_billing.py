@@ -417,3 +417,35 @@ def test_a_worker_that_gave_up_its_write_and_went_on_still_owes_the_spend_record
                 process(9.0, "exit", "w2", 102, signal="SIGKILL")]
     assert_fails(run(check_cost_accounted, history), "spend-unrecorded",
                  the(history, "call", worker=W2))
+
+
+# -- cost-accounted: a spend record says what the provider did --------------------------------
+
+def refused_then_recorded(outcome, cost, status=503, t_end=1.13, billed=0.0):
+    """W2 claims doc-1 at 1.1 and its fetch call is answered `status` at `t_end`; W2 records
+    the spend (`outcome`, `cost`) with its failure, and W1 delivers the job later."""
+    return delivered_job(DOC, t0=5.0) + [
+        job(1.1, DOC, "pending", "fetching", W2, 1, old_token=0, claims=1, lease_until=3.1),
+        call(1.11, t_end, DOC, "fetch", W2, status=status, outcome="error" if status != 200
+             else "schema", billed=billed),
+        spend(t_end + 0.01, DOC, "fetch", W2, 1, outcome=outcome, cost=cost, started=1.11),
+        job(t_end + 0.01, DOC, "fetching", "pending", W2, 1, attempts=1,
+            next_run_at=t_end + 0.5, last_error="fetch: RetryableError")]
+
+
+@pytest.mark.parametrize("outcome, cost, status, t_end, billed, kind", [
+    ("retryable", None, 503, 1.13, 0.0, None),
+    ("timeout", None, 503, 1.13, 0.0, "spend-outcome-mismatch"),   # a 503 at once is no timeout
+    ("timeout", None, 503, 2.0, 0.0, None),      # an answer near the deadline: it may have been
+    ("poison", 0.01, 200, 1.13, 0.01, None),     # the answer failed the step's schema
+    ("poison", None, 200, 1.13, 0.01, "spend-cost-mismatch"),     # ... and its cost was dropped
+], ids=["retryable", "timeout-for-an-instant-503", "timeout-near-the-deadline",
+        "schema-with-its-cost", "schema-without-its-cost"])
+def test_a_spend_record_says_what_the_provider_did(outcome, cost, status, t_end, billed, kind):
+    history = refused_then_recorded(outcome, cost, status, t_end, billed)
+    verdict = run(check_cost_accounted, history, clock="virtual")
+    if kind is None:
+        assert kind not in verdict.by_type and verdict.status == "pass", verdict.reason
+    else:
+        assert_fails(verdict, kind, the(history, "call", worker=W2),
+                     the(history, "spend", worker=W2))
