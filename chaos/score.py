@@ -310,7 +310,8 @@ def source_line(row: dict[str, Any], mark: str = "-") -> str:
     """The line a mutant changed, as written in the engine (from its diff); with mark "+",
     the line as the mutant writes it, its spaces collapsed."""
     for text in row["diff"].splitlines():
-        if text.startswith(mark) and not text.startswith(mark * 3):
+        # Blank lines a mutation drops around it (a decorator removed) are not the line.
+        if text.startswith(mark) and not text.startswith(mark * 3) and text[1:].strip():
             return text[1:].strip() if mark == "-" else " ".join(text[1:].split())
     return ""
 
