@@ -312,7 +312,8 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     shared = readings(history)
     tl, index = shared.timeline(snapshot["pipeline"]), shared.jobs
     at = clock_of(history)
-    _check_abandoned(verdict, tl, settings.get("slots") or 1, at)
+    _check_abandoned(verdict, tl, settings.get("slots") or 1, at,
+                     settings.get("finish_retry_slack") or 0.0)
     _check_claim_leases(verdict, history, settings, tl, at, snapshot.get("clock"))
     if not capable(snapshot, "heartbeat") or not settings.get("heartbeat"):
         return verdict if verdict.valid is False else verdict.unknown(
@@ -391,11 +392,12 @@ def _check_claim_leases(verdict: Verdict, history: list[Event], settings: dict, 
             verdict.fail("claim-lease-long", f"{head}: more than the lease ({lease:g} s)", e)
 
 
-def _check_abandoned(verdict: Verdict, tl, slots: int, at) -> None:
+def _check_abandoned(verdict: Verdict, tl, slots: int, at, grace: float) -> None:
     """A worker runs at most `slots` jobs at once: when it claims while already holding that
     many live leases (none ended by its write, by another's claim or by an intervention on
     the job), it walked away from one, leaving its job to wait for the lease to run out
-    ("lease-abandoned")."""
+    ("lease-abandoned"). A lease within `grace` of its end (the engine's finish_retry_slack:
+    a write the lock kept out may give up that early) counts as over."""
     by_worker: dict[str, list] = {}
     for holds in tl.holdings.values():
         for h in holds:
@@ -405,7 +407,7 @@ def _check_abandoned(verdict: Verdict, tl, slots: int, at) -> None:
         live: list = []  # a holding that is no longer live never is again
         for h in holds:
             t = h.start["t"]
-            live = [p for p in live if _live_at(p, t, tl)]
+            live = [p for p in live if _live_at(p, t, tl, grace)]
             if len(live) >= slots:
                 old = live[0]
                 verdict.fail("lease-abandoned", f"job {old.job}: {worker} claimed job {h.job} "
@@ -430,13 +432,13 @@ def _held_until(h, tl, t: float) -> float | None:
     return until
 
 
-def _live_at(h, t: float, tl) -> bool:
+def _live_at(h, t: float, tl, grace: float = 0.0) -> bool:
     """Whether holding `h` still held a live lease at `t`: not ended by its own write, nor
-    by any other write to the job, and its lease not run out."""
+    by any other write to the job, and its lease not run out (nor within `grace` of it)."""
     if h.write is not None and h.write["t"] <= t + TOL:
         return False
     until = _held_until(h, tl, t)
-    return until is not None and until > t + TOL
+    return until is not None and until > t + grace + TOL
 
 
 def _check_renewals(verdict: Verdict, history: list[Event], shared, tl, lease: float,

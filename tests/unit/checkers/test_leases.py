@@ -496,3 +496,18 @@ def test_a_worker_begins_no_call_after_its_lease_ended(started, renewals, status
     if status == "fail":
         assert verdict.by_type == {"call-after-lease": 1}
         assert verdict.failures[0].events == [history[0], history[-2]]
+
+
+@pytest.mark.parametrize("claimed_at, status", [(2.6, "pass"), (2.4, "fail")],
+                         ids=["within-the-slack", "before-the-slack"])
+def test_a_worker_that_gave_its_write_up_within_its_slack_did_not_abandon_the_lease(
+        claimed_at, status):
+    """The engine gives a write the lock keeps out up at most finish_retry_slack (0.5 s)
+    before the lease ends; claiming the next job then is not walking away from the first."""
+    history = [job(1.0, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1,
+                   lease_until=3.0),
+               job(claimed_at, "doc-2", "pending", "fetching", W1, 1, old_token=0, claims=1,
+                   lease_until=claimed_at + 2.0)]
+    settings = {**snapshot()["settings"], "finish_retry_slack": 0.5}
+    verdict = run(check_lease_kept, history, settings=settings)
+    assert ("lease-abandoned" in verdict.by_type) == (status == "fail"), verdict.reason
