@@ -23,14 +23,16 @@ reason it cannot change behaviour, are left out of the score; the report lists e
 with its diff, so that each is either caught by a stronger check or argued equivalent there.
 
 `--again` re-judges the survivors of a finished campaign (those of `--modules`) with the
-harness as it is now (its copy refreshed from the checkout; the engine copy is kept, so
-mutants stay where they were) and the stages given now: strengthen a check, then ask it
+harness and the rest of the engine as they are now (copies refreshed from the checkout; a
+module under judgment must be unchanged, or its mutants would be elsewhere) and the stages
+given now: strengthen a check, then ask it
 again of only what survived; or give the survivors of engine/http.py real processes with
 `--modules engine/http.py --again --run`.
 """
 from __future__ import annotations
 
 import argparse
+import filecmp
 import json
 import os
 import shutil
@@ -180,6 +182,24 @@ def argued_jobs(session: str, engine_root: str, entries: list[dict[str, Any]]) -
     return kept
 
 
+class StaleCampaign(Exception):
+    """--again on a module whose text changed since its campaign: its mutants are elsewhere."""
+
+
+def refresh_engine(workdir: str, modules: list[str]) -> None:
+    """--again: the engine the survivors meet is the checkout's as it is now (a fix elsewhere
+    in the engine would otherwise go unseen, and a check it needs would kill every mutant),
+    but for the modules under judgment, whose text the mutants' positions are in: one that
+    changed since the campaign is refused."""
+    changed = [m for m in modules if not filecmp.cmp(os.path.join(ROOT, m),
+                                                      os.path.join(workdir, m), shallow=False)]
+    if changed:
+        raise StaleCampaign(f"{', '.join(changed)} changed since the campaign in {workdir}: its "
+                            "mutants are at the old text; start a fresh campaign for "
+                            f"{'them' if len(changed) > 1 else 'it'}")
+    copy_checkout(workdir, ("engine",))
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -222,6 +242,8 @@ def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: 
     pristine = os.path.join(workdir, "engine")
     if not os.path.isdir(pristine):
         copy_checkout(workdir, ("engine",))
+    elif args.again:
+        refresh_engine(workdir, modules)
     for copy in copies:
         if not os.path.isdir(copy):
             copy_checkout(copy, COPIED)
@@ -505,7 +527,11 @@ def score(args: argparse.Namespace) -> int:
         [f"then real runs, seeds {args.run_seeds}"] if args.run else [])
     print(f"mutation campaign in {workdir} ({'new' if fresh else 'resumed'}, {args.jobs} "
           f"workers): {', '.join(modules)}; {', '.join(stages)}", flush=True)
-    session = campaign(workdir, modules, args, fresh)
+    try:
+        session = campaign(workdir, modules, args, fresh)
+    except StaleCampaign as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     summary = summarize(results(session), equivalents())
     print_report(summary, session)
     print(f"took {time.perf_counter() - started:.0f} s")

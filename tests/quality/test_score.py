@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from chaos import score
 
 ROOT = score.ROOT
@@ -213,3 +215,23 @@ def processes_in(folder: str) -> list[int]:
         if cwd == folder or cwd.startswith(folder + os.sep):
             found.append(int(pid))
     return found
+
+
+def test_again_meets_the_engine_as_it_is_now_but_refuses_a_changed_module(tmp_path):
+    """--again refreshes the campaign's engine from the checkout (a fix elsewhere must be
+    seen), and refuses when a module under judgment changed: its mutants are elsewhere."""
+    work = str(tmp_path / "campaign")
+    os.makedirs(work)
+    score.copy_checkout(work, ("engine",))
+    stale = os.path.join(work, "engine", "store", "sqlite.py")
+    with open(stale, "a", encoding="utf-8") as fh:
+        fh.write("\n# the store as the campaign found it\n")
+    score.refresh_engine(work, ["engine/retry.py"])
+    with open(stale, encoding="utf-8") as fh, \
+            open(os.path.join(ROOT, "engine", "store", "sqlite.py"), encoding="utf-8") as now:
+        assert fh.read() == now.read()
+    mutated = os.path.join(work, "engine", "retry.py")
+    with open(mutated, "a", encoding="utf-8") as fh:
+        fh.write("\n# an older text\n")
+    with pytest.raises(score.StaleCampaign, match="engine/retry.py changed"):
+        score.refresh_engine(work, ["engine/retry.py"])
