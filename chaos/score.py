@@ -414,7 +414,9 @@ def summarize(rows: list[dict[str, Any]], entries: list[dict[str, Any]]) -> dict
     judged = total["killed"] + total["survived"] + total["timeout"]
     # A mutant that hangs the engine past the timeout is caught: the run could not finish.
     score = (total["killed"] + total["timeout"]) / judged if judged else None
-    return {"total": dict(total), "score": score, "by_module": by_module,
+    strict = ((total["killed"] + total["timeout"]) / (judged + total["out-of-scope"])
+              if judged + total["out-of-scope"] else None)
+    return {"total": dict(total), "score": score, "strict": strict, "by_module": by_module,
             "by_operator": by_operator,
             "survivors": [r for r in rows if r["outcome"] == "survived"],
             "equivalent": [r for r in rows if r["outcome"] == "equivalent"],
@@ -453,6 +455,9 @@ def print_report(summary: dict, session: str) -> None:
     met = score is not None and score >= TARGET
     print(f"\nmutation score: {verdict} of {summary['total']} non-equivalent mutants judged "
           f"({'meets' if met else 'misses'} the {TARGET:.0%} target); session {session}")
+    strict = summary.get("strict")
+    if strict is not None:
+        print(f"strict score, the out-of-scope mutants counted as survivors: {strict:.1%}")
 
 
 def main(argv: list[str] | None = None) -> int:
