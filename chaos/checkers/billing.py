@@ -406,17 +406,21 @@ def _check_memo_costs(verdict: Verdict, at, memos: Memos,
 def _check_spend_record(verdict: Verdict, at, call: Event, spend: Event,
                         timeout: float | None, slack: float) -> None:
     """A spend record says what the provider did with the call: no "timeout" for an answer
-    the fake gave well within the call timeout (by more than the machine's slack), and, for
+    (or a reset connection) the fake gave well within the call timeout (by more than the
+    machine's slack), and, for
     an answer the engine had in time (status 200, billed), the cost the fake billed."""
     in_time = timeout is not None and call["t_end"] - call["t_start"] + slack < timeout
     where = (f"job {call['job']}: {call['worker']}'s spend record of its {call['step']!r} call "
              f"at {at(call['t_start'])}")
-    if not in_time or call.get("status") is None:
+    answered = call.get("status") is not None or call.get("outcome") == "reset"
+    if not in_time or not answered:
         return  # no answer, or one the client may have given up on
     if spend.get("outcome") == "timeout":
+        what = (f"answered {call['status']}" if call.get("status") is not None
+                else "reset the connection")
         verdict.fail("spend-outcome-mismatch", f"{where} says it timed out, but the provider "
-                     f"answered {call['status']} after {call['t_end'] - call['t_start']:.3f} s, "
-                     f"well within the {timeout:g} s call timeout", call, spend)
+                     f"{what} after {call['t_end'] - call['t_start']:.3f} s, well within the "
+                     f"{timeout:g} s call timeout", call, spend)
     elif call["status"] == 200 and (call.get("billed") or 0) > 0 and \
             abs((spend.get("cost") or 0.0) - call["billed"]) > COST_TOLERANCE:
         verdict.fail("spend-cost-mismatch", f"{where} records cost {spend.get('cost')}, but "

@@ -426,8 +426,8 @@ def refused_then_recorded(outcome, cost, status=503, t_end=1.13, billed=0.0):
     the spend (`outcome`, `cost`) with its failure, and W1 delivers the job later."""
     return delivered_job(DOC, t0=5.0) + [
         job(1.1, DOC, "pending", "fetching", W2, 1, old_token=0, claims=1, lease_until=3.1),
-        call(1.11, t_end, DOC, "fetch", W2, status=status, outcome="error" if status != 200
-             else "schema", billed=billed),
+        call(1.11, t_end, DOC, "fetch", W2, status=status, billed=billed,
+             outcome={200: "schema", None: "reset"}.get(status, "error")),
         spend(t_end + 0.01, DOC, "fetch", W2, 1, outcome=outcome, cost=cost, started=1.11),
         job(t_end + 0.01, DOC, "fetching", "pending", W2, 1, attempts=1,
             next_run_at=t_end + 0.5, last_error="fetch: RetryableError")]
@@ -437,10 +437,11 @@ def refused_then_recorded(outcome, cost, status=503, t_end=1.13, billed=0.0):
     ("retryable", None, 503, 1.13, 0.0, None),
     ("timeout", None, 503, 1.13, 0.0, "spend-outcome-mismatch"),   # a 503 at once is no timeout
     ("timeout", None, 503, 2.0, 0.0, None),      # an answer near the deadline: it may have been
+    ("timeout", None, None, 1.13, 0.0, "spend-outcome-mismatch"),  # a reset at once neither
     ("poison", 0.01, 200, 1.13, 0.01, None),     # the answer failed the step's schema
     ("poison", None, 200, 1.13, 0.01, "spend-cost-mismatch"),     # ... and its cost was dropped
 ], ids=["retryable", "timeout-for-an-instant-503", "timeout-near-the-deadline",
-        "schema-with-its-cost", "schema-without-its-cost"])
+        "timeout-for-an-instant-reset", "schema-with-its-cost", "schema-without-its-cost"])
 def test_a_spend_record_says_what_the_provider_did(outcome, cost, status, t_end, billed, kind):
     history = refused_then_recorded(outcome, cost, status, t_end, billed)
     verdict = run(check_cost_accounted, history, clock="virtual")
