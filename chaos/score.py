@@ -182,6 +182,28 @@ def argued_jobs(session: str, engine_root: str, entries: list[dict[str, Any]]) -
     return kept
 
 
+#: Imported at start-up by every Python process whose path has the copy first (the test
+#: command, the simulation, and the real workers and senders of `--run`).
+SITECUSTOMIZE = """\
+# Written by chaos.score into a campaign's copy, never into the checkout. cosmic-ray's
+# ExceptionReplacer names CosmicRayTestingException in the mutated code without defining it
+# anywhere the mutant's process can see: an except clause that names it would raise
+# NameError when evaluated, so that a tuple like (CosmicRayTestingException, ValueError)
+# stopped catching the ValueError it still names. Defined here, the mutant means what it
+# says: an exception type nothing raises.
+import builtins
+
+from cosmic_ray.exceptions import CosmicRayTestingException
+
+builtins.CosmicRayTestingException = CosmicRayTestingException
+"""
+
+
+def write_sitecustomize(copy: str) -> None:
+    with open(os.path.join(copy, "sitecustomize.py"), "w", encoding="utf-8") as fh:
+        fh.write(SITECUSTOMIZE)
+
+
 class StaleCampaign(Exception):
     """--again on a module whose text changed since its campaign: its mutants are elsewhere."""
 
@@ -249,6 +271,7 @@ def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: 
             copy_checkout(copy, COPIED)
         elif args.again:
             copy_checkout(copy, HARNESS)
+        write_sitecustomize(copy)
         shutil.rmtree(os.path.join(copy, "engine"))
         shutil.copytree(pristine, os.path.join(copy, "engine"),
                         ignore=shutil.ignore_patterns("__pycache__"))
