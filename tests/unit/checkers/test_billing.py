@@ -450,3 +450,16 @@ def test_a_spend_record_says_what_the_provider_did(outcome, cost, status, t_end,
     else:
         assert_fails(verdict, kind, the(history, "call", worker=W2),
                      the(history, "spend", worker=W2))
+
+
+def test_an_operators_memo_delete_naming_a_worker_is_not_that_worker_living_on():
+    """sim everything seed 19, a false alarm: W2's call hung, W2 was paused and then killed
+    before it wrote; meanwhile an operator's resolve deleted a memo W2 had written for another
+    job, and the delete names W2 as the memo's writer. W2 owed no spend record."""
+    history = delivered_job(DOC, t0=5.0) + [
+        job(1.1, DOC, "pending", "fetching", W2, 1, old_token=0, claims=1, lease_until=3.1),
+        call(1.11, 4.0, DOC, "fetch", W2, outcome="hang", fault="hang"),
+        memo(2.0, "doc-2", "verify", W2, 1, op="delete"),
+        process(2.5, "exit", "w2", 102, signal="SIGKILL")]
+    verdict = run(check_cost_accounted, history)
+    assert "spend-unrecorded" not in verdict.by_type, verdict.reason
