@@ -409,7 +409,10 @@ def _outcome(result: dict | None) -> str:
     status, outcome = result.get("worker_outcome"), result.get("test_outcome")
     if status == "skipped":
         return "filtered"  # an operator the configuration leaves out
-    if status == "timeout" or outcome == "timeout":
+    # cosmic-ray's http distributor reports a test command past its timeout as killed, with
+    # the output "timeout": that is no invariant's verdict.
+    if status == "timeout" or outcome == "timeout" or (
+            outcome == "killed" and (result.get("output") or "").strip() == "timeout"):
         return "timeout"
     if status != "normal":
         return "incompetent"  # the mutation could not be applied or run
@@ -515,8 +518,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-seeds", type=int, default=3,
                         help="with --run: seeds of each real-process scenario (a kill or a "
                              "pause can take one seed's evidence away)")
-    parser.add_argument("--timeout", type=float, default=120.0,
-                        help="seconds per mutant before it counts as caught by a timeout")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds per mutant before it counts as caught by a timeout "
+                             "(default: 180, and 150 more per real run with --run)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                         help="mutants judged at once, each in its own copy (default: cores)")
     parser.add_argument("--workdir", help="a work folder to use, or to resume if it has a session")
@@ -530,6 +534,8 @@ def score(args: argparse.Namespace) -> int:
         if getattr(args, name) < low:
             print(f"error: --{name.replace('_', '-')} must be at least {low}", file=sys.stderr)
             return 2
+    if args.timeout is None:
+        args.timeout = 180.0 + (150.0 * args.run_seeds * len(RUN_SCENARIOS) if args.run else 0)
     if not args.timeout > 0:
         print("error: --timeout must be positive", file=sys.stderr)
         return 2

@@ -235,3 +235,12 @@ def test_again_meets_the_engine_as_it_is_now_but_refuses_a_changed_module(tmp_pa
         fh.write("\n# an older text\n")
     with pytest.raises(score.StaleCampaign, match="engine/retry.py changed"):
         score.refresh_engine(work, ["engine/retry.py"])
+
+
+def test_a_test_command_past_its_timeout_is_a_timeout_not_a_kill():
+    """cosmic-ray's http distributor reports it as killed with the output "timeout"."""
+    late = {"worker_outcome": "normal", "test_outcome": "killed", "output": "timeout"}
+    caught = {"worker_outcome": "normal", "test_outcome": "killed",
+              "output": "killed: sim smoke --profile smoke seed 1: lease-kept"}
+    assert score._outcome(late) == "timeout"
+    assert score._outcome(caught) == "killed"
