@@ -15,7 +15,8 @@ from typing import Any
 
 from ..history import Event
 from .index import readings
-from .ops import TOL, capable, is_effect, is_engine, is_job, pids_by_worker
+from .ops import (RUN_SLACK, SIM_SLACK, TOL, capable, is_effect, is_engine, is_job,
+                  pids_by_worker)
 from .verdict import Verdict
 
 CLEAN_OUTCOMES = frozenset({"applied", "replayed"})  # answers a sender saw and can trust
@@ -104,11 +105,12 @@ def _is_claim(row_event: Event) -> bool:
 # -- outbox-bounded ----------------------------------------------------------------------
 
 def _ambiguity(request: Event, rows: list[Event], idx: _Index,
-               settings: dict[str, Any]) -> str | None:
+               settings: dict[str, Any], slack: float = 0.0) -> str | None:
     """Why the sender of `request` could not know the effect went through, or None.
 
     "answer": not a clean 2xx (error status, dropped connection, answered after the
-    sender's timeout); "sender-killed": a clean answer, but the sender was SIGKILLed before
+    sender's timeout), or one the sender recorded as failed that came within the machine's
+    slack of its deadline (`_failed_late`); "sender-killed": a clean answer, but the sender was SIGKILLed before
     marking the row sent (and before sending anything else); "lease-taken": a clean
     answer, unmarked, and another sender claimed the row after this sender's lease ran out;
     "lease-lapsed": sent only after the sender's own lease had run out, or answered cleanly
@@ -118,6 +120,8 @@ def _ambiguity(request: Event, rows: list[Event], idx: _Index,
     if not _clean(request, idx, settings):
         return "answer"
     sender, start = request.get("worker"), request["t_start"]
+    if _failed_late(request, rows, settings, slack):
+        return "answer"
     # Marked sent by the same claim: before the sender's next claim of the row.
     again = min((e["t"] for e in rows if _is_claim(e) and e.get("worker") == sender
                  and e["t"] > start + TOL), default=float("inf"))
@@ -132,6 +136,22 @@ def _ambiguity(request: Event, rows: list[Event], idx: _Index,
             _lapsed_before_mark(sender, start, rows, settings):
         return "lease-lapsed"
     return None
+
+
+def _failed_late(request: Event, rows: list[Event], settings: dict[str, Any],
+                 slack: float) -> bool:
+    """The sender recorded the send as failed, and the receiver's answer came so near the
+    sender's deadline (its claim plus send_timeout) that the machine's slack may have put it
+    past it: the sender may not have had it in time (the receiver's clock says only when
+    the answer was written, not when a loaded machine let the sender read it)."""
+    timeout, sender = settings.get("send_timeout"), request.get("worker")
+    if timeout is None:
+        return False
+    own = _claims_before(sender, request["t_start"], rows)
+    nxt = next((e for e in rows if e.get("worker") == sender and e["t"] > request["t_start"]),
+               None)
+    failed = nxt is not None and nxt["type"] == "effect_state" and nxt.get("sent_at") is None
+    return bool(own) and failed and request["t_end"] > own[-1]["t"] + timeout - slack
 
 
 def _killed_before_next_send(sender: str | None, start: float, idx: _Index) -> bool:
@@ -223,6 +243,7 @@ def check_outbox_bounded(history: list[Event], snapshot: dict[str, Any]) -> Verd
         return verdict.unknown("outbox rows were sent but the history has no receiver request "
                                "(receiver ledger missing)")
     settings = snapshot["settings"]
+    slack = SIM_SLACK if snapshot.get("clock") == "virtual" else RUN_SLACK
     applied_elsewhere = Counter((a["job"], a["kind"]) for a in snapshot["receiver_applied"])
     effects = sorted(set(idx.requests) | {(r["job"], r["kind"]) for r in rows},
                      key=lambda e: (str(e[0]), str(e[1])))
@@ -231,7 +252,8 @@ def check_outbox_bounded(history: list[Event], snapshot: dict[str, Any]) -> Verd
     for effect in effects:
         requests = idx.requests.get(effect, [])
         histogram[effect[1]][len(requests)] += 1
-        causes = [_ambiguity(r, idx.rows.get(effect, []), idx, settings) for r in requests]
+        causes = [_ambiguity(r, idx.rows.get(effect, []), idx, settings, slack)
+                  for r in requests]
         ambiguous.update(c for c in causes if c)
         _judge_attempts(verdict, effect, requests, causes, idx)
         _judge_applied(verdict, effect, requests, applied_elsewhere.get(effect, 0), idx)

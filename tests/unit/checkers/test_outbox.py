@@ -292,3 +292,23 @@ def test_a_clean_send_the_sender_could_not_mark_before_its_lease_ran_out_allows_
     assert verdict.status == status, verdict.reason
     if status == "pass":
         assert verdict.metrics["ambiguous"] == {"lease-lapsed": 1}
+
+
+@pytest.mark.parametrize("clock, status", [(None, "pass"), ("virtual", "fail")],
+                         ids=["real-processes", "simulation"])
+def test_a_clean_answer_its_sender_recorded_as_failed_near_its_deadline_allows_a_resend(
+        clock, status):
+    """Real everything seed 5 on a machine at load 10, a false alarm: the receiver applied
+    the charge 0.21 s after the sender's claim, the sender (send timeout 0.6 s) read it past
+    its deadline, recorded a failure and sent again (200 replayed). Between real processes
+    the machine's slack (1 s) may have held the answer back that long; in the simulation's
+    0.15 s it cannot have."""
+    history = charge_only() + sent_effect(2.0, "doc-1", "charge", 1, mark=False)
+    history.append(outbox(2.7, 1, "doc-1", "charge", S1, 1, attempts=1, lease_until=0.0,
+                          last_error="charge: CallTimeout"))
+    history += sent_effect(3.0, "doc-1", "charge", 1, token=2, status=200,
+                           outcome="replayed", applied=False)
+    settings = {"send_timeout": 0.6, "outbox_lease": 2.0, "outbox_max_attempts": 6}
+    overrides = {"settings": settings} | ({"clock": clock} if clock else {})
+    verdict = bounded(sorted(history, key=lambda e: e["t"]), **overrides)
+    assert verdict.status == status, verdict.reason
