@@ -104,6 +104,8 @@ class StoreMachine(RuleBasedStateMachine):
         self.dir = tempfile.mkdtemp(prefix="ninelives-stateful-")
         self.store = open_store(os.path.join(self.dir, "engine.db"), synchronous="NORMAL")
         self.clock = ManualClock()
+        # Lock waits measured on the model's clock: a lease runs from exactly the time given.
+        self.store.wait_clock = self.clock
         self.claims: dict[str, Claim] = {}        # worker -> the claim it holds
         self.stale: set[str] = set()              # workers whose claim was fenced out
         self.payloads: dict[str, dict] = {}       # job -> its accepted payload
