@@ -347,11 +347,11 @@ def check_cost_accounted(history: list[Event], snapshot: dict[str, Any]) -> Verd
     counted: Counter[str] = Counter()
     spends, index = shared.spends, shared.jobs
     records = capable(snapshot, "spend_records")
-    kept = _KeptResults(history, snapshot, shared)
     # The shortest call timeout any worker ran with (a worker without heartbeat may have its own).
     timeout = min([t for t in (snapshot["settings"].get("call_timeout"),
                                *shared.timeline(snapshot["pipeline"]).call_timeouts)
                    if t is not None], default=None)
+    kept = _KeptResults(history, snapshot, shared, timeout)
     slack = SIM_SLACK if snapshot.get("clock") == "virtual" else RUN_SLACK
     for call in (c for group in calls.values() for c in group):
         verdict.checked += 1
@@ -407,8 +407,8 @@ def _check_spend_record(verdict: Verdict, at, call: Event, spend: Event,
                         timeout: float | None, slack: float) -> None:
     """A spend record says what the provider did with the call: no "timeout" for an answer
     (or a reset connection) the fake gave well within the call timeout (by more than the
-    machine's slack), and, for
-    an answer the engine had in time (status 200, billed), the cost the fake billed."""
+    machine's slack), and, for an answer the engine had in time (status 200, billed), the
+    cost the fake billed."""
     in_time = timeout is not None and call["t_end"] - call["t_start"] + slack < timeout
     where = (f"job {call['job']}: {call['worker']}'s spend record of its {call['step']!r} call "
              f"at {at(call['t_start'])}")
@@ -438,10 +438,9 @@ class _KeptResults:
     call_timeout) to a live worker on the true clock whose lease nobody took first, against
     the lease its claim and its own renewals gave it."""
 
-    def __init__(self, history: list[Event], snapshot: dict[str, Any], shared) -> None:
-        settings = snapshot["settings"]
-        self.slack, self.timeout = settings.get("finish_retry_slack"), settings.get(
-            "call_timeout")
+    def __init__(self, history: list[Event], snapshot: dict[str, Any], shared,
+                 timeout: float | None) -> None:
+        self.slack, self.timeout = snapshot["settings"].get("finish_retry_slack"), timeout
         self.index, self.timeline = shared.jobs, shared.timeline(snapshot["pipeline"])
         self.steps: dict[tuple, list[float]] = defaultdict(list)   # writes other than spend
         self.renewals: dict[tuple, list[Event]] = defaultdict(list)
