@@ -16,8 +16,10 @@ Two claims, each checked only where the engine declares it (chaos.contract.Engin
   interval at the longest, plus the claim). A worker process is free from the write that
   released its last job until its next claim, and only while it is alive, holds fewer jobs
   than its slots, runs on the true clock, and the harness is not pausing it, stalling it
-  (the simulation's loaded machine) or holding the write lock. A job that stays due while
-  some worker is free for longer than claim_latency plus the scheduling slack fails.
+  (the simulation's loaded machine) or holding the write lock; between real processes, nor
+  while the store was held up for every writer (`_store_stalls`). A job that
+  stays due while some worker is free for longer than claim_latency plus the scheduling
+  slack fails.
 
 Outbox rows are judged the same way, with senders as the workers: a row is due from its
 `next_run_at` (queued, a retry's backoff, its lease ended) until a sender claims it or it is
@@ -320,7 +322,39 @@ def _excluded(history: list[Event], snapshot: dict) -> dict[int | None, list]:
     out[None] += shared.windows["locks"] + shared.paused_holds
     for pid, a, b in shared.stalls:
         out[pid].append((a, b))
+    if snapshot.get("clock") != "virtual":
+        out[None] += _store_stalls(history, snapshot["settings"])
     return out
+
+
+def _store_stalls(history: list[Event], settings: dict) -> list[tuple[float, float]]:
+    """Between real processes, the spans in which the store was held up for every writer (an
+    fsync on a loaded disk under the write lock, a lock holder the machine did not run): a
+    client had a write to make (its provider call or receiver request had ended, answered or
+    past its timeout) and made it more than the machine's slack later, and nothing at all
+    committed meanwhile, by anyone. No worker could have claimed then. (A quiet store alone
+    is no stall: a slow poll is what the check is for.) The simulation has none."""
+    commits = sorted(e["t"] for e in history if e.get("src") == "engine")
+    by_client: dict[str, list[float]] = defaultdict(list)
+    for e in history:
+        if e.get("src") == "engine" and e.get("worker"):
+            by_client[e["worker"]].append(e["t"])
+    timeouts = {"provider": settings.get("call_timeout"), "receiver": settings.get("send_timeout")}
+    stalls = []
+    for e in history:
+        if e.get("src") not in timeouts or not e.get("worker") or e.get("t_end") is None:
+            continue
+        timeout = timeouts[e["src"]]
+        ended = e["t_end"] if timeout is None else min(e["t_end"], e["t_start"] + timeout)
+        writes = by_client.get(e["worker"], [])
+        i = bisect.bisect_right(writes, ended)
+        if i == len(writes) or writes[i] - ended <= RUN_SLACK:
+            continue
+        j = bisect.bisect_right(commits, ended)
+        if j < len(commits) and commits[j] < writes[i]:
+            continue  # others committed meanwhile: the store was not held up
+        stalls.append((ended, writes[i]))
+    return stalls
 
 
 def _free_windows(reading: _Reading, history: list[Event], end: float,

@@ -3,7 +3,7 @@ worker does not leave due work waiting past the engine's claim latency."""
 from __future__ import annotations
 
 import pytest
-from builders import S1, W1, W2, job, nemesis, outbox, snapshot_with_effects
+from builders import S1, W1, W2, call, job, nemesis, outbox, snapshot_with_effects
 
 from chaos.checkers.promptness import RUN_SLACK, SIM_SLACK, check_claims_prompt
 
@@ -187,3 +187,17 @@ def test_a_row_queued_by_a_writer_paused_before_its_commit_is_due_from_the_commi
     assert verdict.status == "pass", verdict.reason
     unpaused = [e for e in history if e.get("src") != "nemesis"]
     assert declared(unpaused, settings={"outbox_lease": 2.0}).by_type == {"due-row-waited": 1}
+
+
+def test_a_store_held_up_for_every_writer_between_real_processes_frees_no_worker():
+    """Real outbox-ambiguous seed 1 on a machine at load 8, a false alarm: nothing committed
+    for 1.35 s while a sender that had given up a request waited to write its failure; the
+    free sender beside it could not have claimed either. A quiet store alone is no excuse."""
+    stalled = free_worker_and_waiting_job(2.53) + [
+        claim(0.5, W2, "y"), call(0.9, 1.05, "y", "fetch", W2), done(2.52, W2, "y")]
+    stalled = sorted(stalled, key=lambda e: e["t"])
+    assert declared(stalled).status == "pass"
+    # the same wait in the simulation, where the store has no such stalls, fails
+    assert "due-job-waited" in declared(stalled, clock="virtual").by_type
+    # and a quiet store with no one waiting to write is not held up
+    assert declared(free_worker_and_waiting_job(2.53)).by_type == {"due-job-waited": 1}
