@@ -129,9 +129,6 @@ CATALOG: tuple[Mutant, ...] = (
     Mutant("heartbeat_inverted",
            "the worker builds its heartbeat only when heartbeat is off", ("lease-kept",),
            "lost-lease"),
-    Mutant("gives_up_on_the_lock_at_once",
-           "a write the lock keeps out is given up at the first busy answer, its lease still "
-           "running: a paid-for result thrown away", ("cost-accounted",), "db-contention"),
     Mutant("submit_replaces",
            "submit replaces an existing job (INSERT OR REPLACE) instead of keeping it",
            ("submissions-idempotent",), "duplicate-submit"),

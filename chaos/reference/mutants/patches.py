@@ -477,15 +477,6 @@ def mark_sent_before_send() -> None:
     wrap(Sender, "send", make)
 
 
-def gives_up_on_the_lock_at_once() -> None:
-    """A store write that finds the database locked is given up at the first busy answer,
-    however long its lease still runs: a paid-for result is thrown away (and its spend
-    record may be lost with it)."""
-    def once(call: Callable[[], Any], clock, deadline: float) -> Any:
-        return call()
-    worker.retry_store = once
-
-
 PATCHES: dict[str, Callable[[], None]] = {f.__name__: f for f in (
     no_state_guard, fail_fenced_by_id, no_token_on_complete, heartbeat_ignores_rowcount,
     claim_steals_live_leases, no_crash_loop_cap, memo_check_skipped, memo_last_writer_wins,
@@ -494,8 +485,7 @@ PATCHES: dict[str, Callable[[], None]] = {f.__name__: f for f in (
     heartbeat_keeps_deadline, operator_move_not_written, sender_without_key, senders_without_claim,
     mark_sent_before_send, claim_lease_already_over, completion_reports_lease_lost,
     dead_letter_at_first_failure, outbox_retry_at_once, claims_newest_first,
-    outbox_claim_lease_in_past, client_fails_before_sending, heartbeat_inverted,
-    gives_up_on_the_lock_at_once)}
+    outbox_claim_lease_in_past, client_fails_before_sending, heartbeat_inverted)}
 
 
 def apply(name: str) -> None:
