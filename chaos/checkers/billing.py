@@ -13,8 +13,8 @@ from typing import Any
 
 from ..history import Event
 from .index import readings
-from .ops import (RUN_SLACK, SIM_SLACK, TOL, capable, ends_an_operation, is_engine, is_heartbeat,
-                  is_job, is_operator, is_worker, takes_lease)
+from .ops import (TOL, capable, ends_an_operation, is_engine, is_heartbeat, is_job, is_operator,
+                  is_worker, machine_slack, takes_lease)
 from .transitions import JobIndex, clock_of, is_update, job_ops
 from .verdict import Verdict
 
@@ -352,7 +352,7 @@ def check_cost_accounted(history: list[Event], snapshot: dict[str, Any]) -> Verd
                                *shared.timeline(snapshot["pipeline"]).call_timeouts)
                    if t is not None], default=None)
     kept = _KeptResults(history, snapshot, shared, timeout)
-    slack = SIM_SLACK if snapshot.get("clock") == "virtual" else RUN_SLACK
+    slack = machine_slack(snapshot.get("clock"))
     for call in (c for group in calls.values() for c in group):
         verdict.checked += 1
         spend = spends.get(id(call))

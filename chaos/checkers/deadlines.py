@@ -22,7 +22,7 @@ from typing import Any
 from ..fakes.provider import TRICKLE_INTERVAL
 from ..history import Event
 from .index import readings
-from .ops import RUN_SLACK, SIM_SLACK, TOL, disturbed, is_effect
+from .ops import TOL, disturbed, is_effect, machine_slack
 from .verdict import Verdict
 
 
@@ -36,7 +36,7 @@ def check_deadlines_kept(history: list[Event], snapshot: dict[str, Any]) -> Verd
     shared = readings(history)
     index, windows = shared.jobs, shared.windows
     t0 = history[0]["t"] if history else 0.0
-    slack = SIM_SLACK if snapshot.get("clock") == "virtual" else RUN_SLACK
+    slack = machine_slack(snapshot.get("clock"))
     overran = {"calls": 0, "sends": 0}
     spends = shared.spends
     later_writes = _writes_by_client(history)

@@ -9,8 +9,8 @@ from typing import Any
 from ..history import Event
 from .billing import COST_TOLERANCE, memoized_call, needs_ledger
 from .index import readings
-from .ops import (RUN_SLACK, SIM_SLACK, TOL, capable, disturbed, is_effect, is_engine,
-                  is_heartbeat, is_job, is_operator, is_worker, takes_lease)
+from .ops import (TOL, capable, disturbed, is_effect, is_engine, is_heartbeat, is_job,
+                  is_operator, is_worker, machine_slack, takes_lease)
 from .transitions import JobIndex, clock_of, job_ops
 from .verdict import Verdict
 
@@ -350,7 +350,7 @@ def short_lease(settings: dict, snapshot_clock: str | None) -> tuple[Any, Any]:
     the harness made (a pause, a held write lock, or a pause of another process that held
     it)."""
     if settings.get("lease_from_write"):
-        slack = SIM_SLACK if snapshot_clock == "virtual" else RUN_SLACK
+        slack = machine_slack(snapshot_clock)
         return (lambda lease: lease - slack,
                 lambda shared: {**shared.windows, "locks": [], "expiries": [],
                                 "pauses": shared.windows["pauses"] + shared.stalls})

@@ -22,6 +22,11 @@ SIM_SLACK = 0.15
 RUN_SLACK = 1.0
 
 
+def machine_slack(clock: str | None) -> float:
+    """The machine's slack for a history on this clock (the snapshot's "clock")."""
+    return SIM_SLACK if clock == "virtual" else RUN_SLACK
+
+
 def is_job(e: Event) -> bool:
     """An engine operation that wrote a job (submitted, claimed, state, removed)."""
     return e.get("src") == "engine" and e.get("type") in JOB_OPS

@@ -15,8 +15,7 @@ from typing import Any
 
 from ..history import Event
 from .index import readings
-from .ops import (RUN_SLACK, SIM_SLACK, TOL, capable, is_effect, is_engine, is_job,
-                  pids_by_worker)
+from .ops import TOL, capable, is_effect, is_engine, is_job, machine_slack, pids_by_worker
 from .verdict import Verdict
 
 CLEAN_OUTCOMES = frozenset({"applied", "replayed"})  # answers a sender saw and can trust
@@ -243,7 +242,7 @@ def check_outbox_bounded(history: list[Event], snapshot: dict[str, Any]) -> Verd
         return verdict.unknown("outbox rows were sent but the history has no receiver request "
                                "(receiver ledger missing)")
     settings = snapshot["settings"]
-    slack = SIM_SLACK if snapshot.get("clock") == "virtual" else RUN_SLACK
+    slack = machine_slack(snapshot.get("clock"))
     applied_elsewhere = Counter((a["job"], a["kind"]) for a in snapshot["receiver_applied"])
     effects = sorted(set(idx.requests) | {(r["job"], r["kind"]) for r in rows},
                      key=lambda e: (str(e[0]), str(e[1])))

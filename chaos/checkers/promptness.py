@@ -38,7 +38,8 @@ from typing import Any
 
 from ..history import Event
 from .index import readings
-from .ops import RUN_SLACK, SIM_SLACK, capable, is_effect, is_job, is_operator, is_worker
+from .ops import (RUN_SLACK, capable, is_effect, is_job, is_operator, is_worker,
+                  machine_slack)
 from .verdict import Verdict
 
 #: Exact comparisons of an engine's own stored times allow for float rounding only.
@@ -279,7 +280,7 @@ def _check_latency(verdict: Verdict, reading: _Reading, history: list[Event],
                    snapshot: dict, latency: float, unit: str) -> dict[str, Any]:
     phases = snapshot.get("phases") or {}
     end = phases.get("drain_end") or (history[-1]["t"] if history else 0.0)
-    slack = SIM_SLACK if snapshot.get("clock") == "virtual" else RUN_SLACK
+    slack = machine_slack(snapshot.get("clock"))
     bound = latency + slack
     excluded = _excluded(history, snapshot)
     free = _free_windows(reading, history, end, excluded)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from builders import S1, W1, W2, call, job, nemesis, outbox, snapshot_with_effects
 
-from chaos.checkers.promptness import RUN_SLACK, SIM_SLACK, check_claims_prompt
+from chaos.checkers.ops import RUN_SLACK, SIM_SLACK
+from chaos.checkers.promptness import check_claims_prompt
 
 LATENCY = 0.03
 
