@@ -13,8 +13,8 @@ from typing import Any
 
 from ..history import Event
 from .index import readings
-from .ops import (TOL, capable, ends_an_operation, is_engine, is_heartbeat, is_job, is_operator,
-                  is_worker, machine_slack, takes_lease)
+from .ops import (TOL, capable, ends_an_operation, is_engine, is_job, is_operator, is_worker,
+                  machine_slack, takes_lease)
 from .transitions import JobIndex, clock_of, is_update, job_ops
 from .verdict import Verdict
 
@@ -441,15 +441,11 @@ class _KeptResults:
     def __init__(self, history: list[Event], snapshot: dict[str, Any], shared,
                  timeout: float | None) -> None:
         self.slack, self.timeout = snapshot["settings"].get("finish_retry_slack"), timeout
-        self.index, self.timeline = shared.jobs, shared.timeline(snapshot["pipeline"])
+        self.shared, self.timeline = shared, shared.timeline(snapshot["pipeline"])
         self.steps: dict[tuple, list[float]] = defaultdict(list)   # writes other than spend
-        self.renewals: dict[tuple, list[Event]] = defaultdict(list)
         for e in history:
-            if e["src"] != "engine" or e.get("job") is None:
-                continue
-            if is_heartbeat(e):
-                self.renewals[(e["job"], e.get("worker"))].append(e)
-            elif e["type"] != "billed" and ends_an_operation(e):
+            if e["src"] == "engine" and e.get("job") is not None and e["type"] != "billed" \
+                    and ends_an_operation(e):
                 self.steps[(e["job"], e.get("worker"))].append(e["t"])
 
     def judge(self, verdict: Verdict, at, call: Event, spend: Event) -> None:
@@ -460,13 +456,10 @@ class _KeptResults:
             return
         if any(call["t_start"] < t <= spend["t"] + TOL for t in self.steps.get((job, worker), ())):
             return  # the step's own write carried the spend (or came first): not a give-up
-        claim = self.index.claim_of(worker, job, call["t_start"])
-        if claim is None or claim.get("lease_until") is None or \
-                self.index.taken_from(worker, claim, spend["t"]):
+        lease = self.shared.lease_held(job, worker, spend.get("token"), spend["t"])
+        if lease is None or self.shared.jobs.taken_from(worker, lease[0], spend["t"]):
             return
-        held = max([claim["lease_until"]] + [
-            e["lease_until"] for e in self.renewals.get((job, worker), ())
-            if claim["t"] < e["t"] <= spend["t"] and e.get("lease_until") is not None])
+        claim, held = lease
         if spend["t"] < held - self.slack - TOL:
             verdict.fail("result-discarded", f"job {job}: {worker} got a good answer for "
                          f"{call['step']!r} at {at(call['t_end'])} and gave it up (its spend "

@@ -5,6 +5,7 @@ stay pure functions of (history, snapshot); they only stop reading the same hist
 times over."""
 from __future__ import annotations
 
+from collections import defaultdict
 from functools import cached_property
 from typing import Any
 
@@ -49,6 +50,31 @@ class Readings:
         not run it: the machine's hiccup, as a pause is the harness's)."""
         return [(e.get("pid"), e["t"], e["t"] + float(e.get("seconds") or 0.0))
                 for e in self.history if e.get("src") == "process" and e.get("type") == "stall"]
+
+    @cached_property
+    def own_leases(self) -> dict[tuple, list[Event]]:
+        """(job, worker, token) -> the worker's own writes of its lease under that token (its
+        claims and renewals), in commit order."""
+        from .ops import is_heartbeat, is_worker
+        out: dict[tuple, list[Event]] = defaultdict(list)
+        for e in self.history:
+            if e.get("src") == "engine" and is_worker(e) and e.get("lease_until") is not None \
+                    and (e["type"] == "claimed" or is_heartbeat(e)):
+                out[(e.get("job"), e.get("worker"), e.get("token"))].append(e)
+        return out
+
+    def lease_held(self, job: str, worker: str, token: Any, t: float
+                   ) -> tuple[Event, float] | None:
+        """The worker's last claim of the job under `token` at `t` (within TOL), and the end
+        of the lease that claim and the worker's renewals since had written by then: what the
+        worker knew of its lease. None without such a claim."""
+        from .ops import TOL
+        held = [w for w in self.own_leases.get((job, worker, token), ()) if w["t"] <= t + TOL]
+        claims = [w for w in held if w["type"] == "claimed"]
+        if not claims:
+            return None
+        claim = claims[-1]
+        return claim, max(w["lease_until"] for w in held if w["t"] >= claim["t"])
 
     @cached_property
     def paused_holds(self):

@@ -3,7 +3,6 @@ stays within the scenario's allowance (lease-exclusive); a worker whose lease wa
 writes nothing to the job or its outbox rows (fenced-writes)."""
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 from ..history import Event
@@ -220,29 +219,23 @@ def _check_calls_begun_in_lease(verdict: Verdict, history: list[Event], snapshot
     judged. Returns how many calls were judged."""
     if not capable(snapshot, "spend_records"):
         return 0
-    tl = readings(history).timeline(snapshot["pipeline"])
-    leases: dict[tuple, list[Event]] = defaultdict(list)  # (job, worker, token) -> writes
+    shared = readings(history)
+    tl = shared.timeline(snapshot["pipeline"])
     judged = 0
     for e in history:
-        if e.get("src") != "engine" or not is_worker(e) or tl.is_skewed(e.get("worker")):
+        if not is_engine(e, "billed") or e.get("started") is None or not is_worker(e) or \
+                tl.is_skewed(e.get("worker")):
             continue
-        key = (e.get("job"), e.get("worker"), e.get("token"))
-        if e["type"] == "claimed" or is_heartbeat(e):
-            if e.get("lease_until") is not None:
-                leases[key].append(e)
-        elif e["type"] == "billed" and e.get("started") is not None:
-            held = [w for w in leases.get(key, ()) if w["t"] <= e["started"] + TOL]
-            claims = [w for w in held if w["type"] == "claimed"]
-            if not claims:
-                continue  # no lease of this token is known: fenced-writes' to judge
-            judged += 1
-            claim = claims[-1]
-            until = max(w["lease_until"] for w in held if w["t"] >= claim["t"])
-            if e["started"] > until + TOL:
-                verdict.fail("call-after-lease", f"job {e['job']}: {e['worker']} began its call "
-                             f"for step {e.get('step')!r} at {at(e['started'])}, after the lease "
-                             f"it held (token {e.get('token')}) had ended at {at(until)}",
-                             claim, e)
+        held = shared.lease_held(e.get("job"), e["worker"], e.get("token"), e["started"])
+        if held is None:
+            continue  # no lease of this token is known: fenced-writes' to judge
+        judged += 1
+        claim, until = held
+        if e["started"] > until + TOL:
+            verdict.fail("call-after-lease", f"job {e['job']}: {e['worker']} began its call "
+                         f"for step {e.get('step')!r} at {at(e['started'])}, after the lease "
+                         f"it held (token {e.get('token')}) had ended at {at(until)}",
+                         claim, e)
     return judged
 
 
@@ -325,7 +318,7 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
             "the engine declares no lease length")
     excused = shared.windows
     if settings.get("lease_from_write"):
-        _check_renewals(verdict, history, shared, tl, lease, snapshot.get("clock"), at)
+        _check_renewals(verdict, shared, tl, lease, snapshot.get("clock"), at)
     for job, holds in tl.holdings.items():
         events = [e for _, e in tl.job_events.get(job, [])]
         for h in holds:
@@ -441,17 +434,16 @@ def _live_at(h, t: float, tl, grace: float = 0.0) -> bool:
     return until is not None and until > t + grace + TOL
 
 
-def _check_renewals(verdict: Verdict, history: list[Event], shared, tl, lease: float,
-                    clock: str | None, at) -> None:
+def _check_renewals(verdict: Verdict, shared, tl, lease: float, clock: str | None,
+                    at) -> None:
     """For an engine whose leases run from their write: every renewal leaves the lease at
     least a whole lease less the machine's slack past the renewal's own commit, unless the
     renewer was paused between its clock read and its write ("renewal-short")."""
     floor, excuse = short_lease({"lease_from_write": True}, clock)
     windows = excuse(shared)
-    for e in history:
-        until = e.get("lease_until")
-        if e.get("src") != "engine" or not is_heartbeat(e) or not is_worker(e) or \
-                until is None or tl.is_skewed(e.get("worker")) or until >= e["t"] + floor(lease):
+    for e in (w for writes in shared.own_leases.values() for w in writes):
+        until = e["lease_until"]
+        if not is_heartbeat(e) or tl.is_skewed(e.get("worker")) or until >= e["t"] + floor(lease):
             continue
         if disturbed(windows, tl.pids.get(e.get("worker")), until - lease, e["t"]):
             continue

@@ -68,7 +68,8 @@ def ends_an_operation(e: Event) -> bool:
     """Engine operations that close a worker's operation on a job: a state change, a claim,
     a write that lets the lease go (a failure or a retry recorded in the same state), a
     memo, a billed call, an effect queued; not a heartbeat or another write that keeps the
-    lease running."""
+    lease running, nor a memo's delete (an operator's resolve, though it names the memo's
+    writer)."""
     t = e.get("type")
     if t in ("submitted", "removed", "claimed"):
         return True
@@ -77,7 +78,9 @@ def ends_an_operation(e: Event) -> bool:
             return True
         until = e.get("lease_until")
         return not e.get("heartbeat") and (until is None or until <= e["t"] + TOL)
-    return t in ("memo", "billed", "effect_queued")
+    if t == "memo":
+        return e.get("op") != "delete"
+    return t in ("billed", "effect_queued")
 
 
 def pids_by_worker(history: list[Event]) -> dict[str, int]:

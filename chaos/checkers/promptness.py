@@ -336,10 +336,7 @@ def _store_stalls(history: list[Event], settings: dict) -> list[tuple[float, flo
     committed meanwhile, by anyone. No worker could have claimed then. (A quiet store alone
     is no stall: a slow poll is what the check is for.) The simulation has none."""
     commits = sorted(e["t"] for e in history if e.get("src") == "engine")
-    by_client: dict[str, list[float]] = defaultdict(list)
-    for e in history:
-        if e.get("src") == "engine" and e.get("worker"):
-            by_client[e["worker"]].append(e["t"])
+    by_client = readings(history).jobs.by_worker  # each client's writes that end an operation
     timeouts = {"provider": settings.get("call_timeout"), "receiver": settings.get("send_timeout")}
     stalls = []
     for e in history:

@@ -11,8 +11,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from ..history import Event
-from .ops import (TOL, ends_an_operation, is_job, is_operator, is_worker, pids_by_worker,
-                  takes_lease)
+from .ops import TOL, ends_an_operation, is_job, is_operator, pids_by_worker, takes_lease
 from .verdict import Verdict
 
 
@@ -54,10 +53,7 @@ class JobIndex:
                     self.bumps[e["job"]].append(e)
                 if ends_an_operation(e) and e.get("job") is not None:
                     self.writes[(e["job"], e.get("worker"))].append(e["t"])
-                    # A memo delete is an operator's (resolve), though it names the writer of
-                    # the memo it deletes: it says nothing of what that worker was doing.
-                    if is_worker(e) and not (e["type"] == "memo" and e.get("op") == "delete"):
-                        self.by_worker[e.get("worker")].append(e["t"])
+                    self.by_worker[e.get("worker")].append(e["t"])
             elif src == "process" and type_ == "exit":
                 self.exits[e["pid"]].append(e)
 
