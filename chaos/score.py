@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import functools
 import json
 import os
 import shutil
@@ -96,7 +97,8 @@ def kill(seeds: int, deep: int, run: int, out: str) -> int:
         for name in RUN_SCENARIOS:
             done = subprocess.run([sys.executable, "-m", "chaos.cli", "run", name, "--profile",
                                    "smoke", "--seed", str(seed), "--out", out, "--quiet"],
-                                  capture_output=True, text=True)
+                                  capture_output=True, text=True,
+                                  preexec_fn=functools.partial(die_with_parent, os.getpid()))
             if done.returncode == 1:
                 print(f"killed: run {name} seed {seed}")
                 return 1
@@ -292,7 +294,7 @@ def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: 
             workers.append(subprocess.Popen(
                 [sys.executable, "-m", "chaos.score", "worker", "--port", str(port)], cwd=copy,
                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                preexec_fn=die_with_parent))
+                preexec_fn=functools.partial(die_with_parent, os.getpid())))
         for port, proc in zip(ports, workers):
             _wait_listening(port, proc, time.monotonic() + 60)
         steps = []
@@ -302,7 +304,8 @@ def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: 
         steps.append([os.path.join(tools, "cosmic-ray"), "exec", config, session])
         for argv in steps:
             subprocess.run(argv, cwd=copies[0], env={**os.environ, "PYTHONPATH": copies[0]},
-                           check=True, preexec_fn=die_with_parent)
+                           check=True,
+                           preexec_fn=functools.partial(die_with_parent, os.getpid()))
     finally:
         for proc in workers:
             proc.terminate()

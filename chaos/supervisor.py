@@ -1,5 +1,7 @@
 """The supervisor: spawns engine processes with the commands the adapter gives, keeps the
-asked-for number alive, records their lifecycle, and ends them all.
+asked-for number alive, records their lifecycle, and ends them all. And the same ownership for
+every other process a harness command starts: pool workers (`OwnedPool`), and a clean stop on
+SIGINT or SIGTERM (`stop_on_signals`, `Stopped`).
 
 Whoever starts a process ends it: `close()` terminates, then kills, then reaps every child.
 Every child is started with PR_SET_PDEATHSIG set before exec, so it dies with the runner
@@ -8,12 +10,17 @@ even when the runner itself is SIGKILLed, whatever the engine does.
 from __future__ import annotations
 
 import ctypes
+import functools
+import multiprocessing
 import os
 import signal
 import subprocess
+import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, Iterable, Iterator
 
 from .contract import Command
 from .history import Event
@@ -66,7 +73,7 @@ class Supervisor:
         try:
             proc = subprocess.Popen(command.argv, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=out, env={**os.environ, **command.env},
-                                    preexec_fn=die_with_parent)
+                                    preexec_fn=functools.partial(die_with_parent, os.getpid()))
         finally:
             if log_path:
                 out.close()
@@ -138,13 +145,147 @@ class Supervisor:
         self.close()
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: int | None = None) -> None:
     """In the child before exec: ask Linux to SIGKILL it when the runner dies, whatever
-    engine it becomes (PR_SET_PDEATHSIG survives exec), so no engine process is orphaned."""
+    engine it becomes (PR_SET_PDEATHSIG survives exec), so no engine process is orphaned.
+
+    parent: the pid of the process that started this one. The request only covers a death
+    after it, so a child whose parent is no longer `parent` (it died between the fork and
+    the request, and the child was handed to another reaper) exits at once."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         pass
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
+
+
+# -- stopping on a signal -----------------------------------------------------------------
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM told this process to stop. Raised where the main thread was, like the
+    KeyboardInterrupt of a Ctrl-C, so that every `finally` and `with` on the way ends what it
+    started; a subclass of it, so that whatever handles a Ctrl-C handles this too."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def stop_on_signals() -> Callable[[], None]:
+    """From now on SIGTERM raises Stopped in the main thread, and SIGINT KeyboardInterrupt
+    (as Python does by default). Returns what puts the previous handlers back. Off the main
+    thread, where no handler can be set, it changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def restore() -> None:
+        for sig, handler in before.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    return restore
+
+
+def _raise_stopped(signum: int, frame: Any) -> None:
+    raise Stopped(signum)
+
+
+def exit_code_of(interrupt: KeyboardInterrupt) -> int:
+    """128 + the signal that stopped the command: 130 for SIGINT, 143 for SIGTERM."""
+    return 128 + getattr(interrupt, "signum", signal.SIGINT)
+
+
+@contextmanager
+def evidence_in(folder: str) -> Iterator[None]:
+    """While the block runs, an interrupt leaving it says that `folder` holds the evidence
+    written so far (`interrupt.evidence`; the innermost block's folder is kept)."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        if getattr(exc, "evidence", None) is None:
+            exc.evidence = folder
+        raise
+
+
+# -- pools of worker processes ------------------------------------------------------------
+
+class OwnedPool:
+    """A ProcessPoolExecutor whose workers are owned like the supervisor's children.
+
+    Each worker dies when this process dies (PR_SET_PDEATHSIG, and an exit if this process
+    was gone before that took effect), and so does whatever a worker starts: its runs' own
+    children die with it the same way. A worker leaves Ctrl-C to this process; a SIGTERM
+    during a task unwinds the task (its runs stop their processes) and ends the worker.
+    Leaving the block by an exception (Ctrl-C, SIGTERM, a bug) cancels what has not started
+    and stops every worker: SIGTERM, then SIGKILL after `grace` seconds.
+
+    workers: how many processes; context: the multiprocessing context ("fork" or "spawn").
+    """
+
+    def __init__(self, workers: int, context: Any, grace: float = 8.0) -> None:
+        self.workers, self.context, self.grace = workers, context, grace
+        self.pool: ProcessPoolExecutor | None = None
+        self._before: set[int] = set()
+
+    def __enter__(self) -> "OwnedPool":
+        self._before = {p.pid for p in multiprocessing.active_children()}
+        self.pool = ProcessPoolExecutor(self.workers, mp_context=self.context,
+                                        initializer=_pool_worker_starts,
+                                        initargs=(os.getpid(),))
+        return self
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
+        """`fn` over `items` in the workers, results in order (ProcessPoolExecutor.map);
+        `fn` must be a module-level function."""
+        return self.pool.map(functools.partial(_owned_task, fn), items)
+
+    def __exit__(self, exc_type: Any, *exc: object) -> None:
+        if exc_type is None:
+            self.pool.shutdown(wait=True)
+        else:
+            self.stop()
+
+    def stop(self) -> None:
+        """Cancel the tasks not started, SIGTERM every worker, SIGKILL those still alive
+        after the grace period, and reap them all."""
+        workers = [p for p in multiprocessing.active_children() if p.pid not in self._before]
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for proc in workers:
+            proc.terminate()
+        deadline = time.monotonic() + self.grace
+        for proc in workers:
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()  # its own children die with it (PR_SET_PDEATHSIG)
+                proc.join()
+
+
+def _pool_worker_starts(parent: int) -> None:
+    """A pool worker's initializer: die with `parent`, which started it; leave Ctrl-C (which
+    a terminal sends to the whole foreground group) to `parent`, which stops its workers;
+    die at once on SIGTERM while idle (see _owned_task for a task under way)."""
+    die_with_parent(parent)
+    signal.signal(signal.SIGINT, _ignore)  # not SIG_IGN: the processes it starts keep Ctrl-C
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _ignore(signum: int, frame: Any) -> None:
+    pass
+
+
+def _owned_task(fn: Callable[[Any], Any], item: Any) -> Any:
+    """Run one task in a pool worker. SIGTERM meanwhile raises Stopped inside it, so that
+    its `finally` clauses end the processes it started; then the worker exits (it must not
+    take the next task from the queue)."""
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    try:
+        return fn(item)
+    except Stopped as stop:
+        os._exit(exit_code_of(stop))
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def log_tail(path: str | None, lines: int = 20) -> str | None:

@@ -13,7 +13,6 @@ import math
 import multiprocessing as mp
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
@@ -23,6 +22,7 @@ from .history import Event, of, read_history
 from .latency import parse_latency
 from .runner import run_campaign
 from .scenario import Scenario
+from .supervisor import OwnedPool, evidence_in
 from .sweep_plot import line_chart
 
 LOST_LEASE = "lost-lease"  # the waste cause (cost-accounted) that is duplicate spend
@@ -185,7 +185,7 @@ def run_sweep(base: Scenario, leases: list[float], heartbeats: list[bool], laten
              for cell in cells for seed in range(1, seeds + 1)]
     workers = jobs or max(1, min(os.cpu_count() or 1, len(tasks)))
     results: dict[Cell, list[dict]] = {cell: [] for cell in cells}
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
+    with evidence_in(folder), OwnedPool(workers, mp.get_context("fork")) as pool:
         for done, (cell, seed, figures) in enumerate(pool.map(_run_cell, tasks), 1):
             results[cell].append(figures)
             print(f"  [{done}/{len(tasks)}] {cell.label}, seed {seed}: duplicate spend "

@@ -20,13 +20,13 @@ import multiprocessing
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
 from ..checkers import INVARIANTS
 from ..reference.mutants.catalog import BY_NAME, CATALOG, Mutant
+from ..supervisor import OwnedPool, evidence_in
 
 SCHEMA = "ninelives.mutants/1"
 REFERENCE = "reference"
@@ -133,7 +133,7 @@ def run_matrix(mutants: list[Mutant], seeds: int, profile: str | None, out: str,
     runs_dir = os.path.join(out, "runs")
     started = time.time()
     context = multiprocessing.get_context("spawn")  # the runner uses threads: never fork it
-    with ProcessPoolExecutor(max_workers=max(1, parallel), mp_context=context) as pool:
+    with evidence_in(out), OwnedPool(max(1, parallel), context) as pool:
         for seed in range(1, seeds + 1):
             open_rows = [r for r in rows.values() if not r.caught]
             if not open_rows:

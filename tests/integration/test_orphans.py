@@ -1,0 +1,158 @@
+"""Every harness command owns its children: SIGKILLed at a random moment, a real `ninelives`
+process leaves nothing behind, however deep the process it started (pool workers, their runs'
+workers and senders, the multiprocessing resource tracker).
+
+The moment is drawn from a seeded random source; the seed is printed, and
+ORPHANS_SEED=N reruns the same draws.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import psutil
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FIXTURE_RUN = os.path.join(ROOT, "tests", "fixtures", "runs", "pass")
+MARK = "ORPHANS_TEST_MARK"  # inherited by every descendant, whatever its session
+SEED = int(os.environ.get("ORPHANS_SEED", time.time_ns() % 1_000_000))
+
+#: command -> (arguments after `ninelives`, given the output folder; how deep in its tree a
+#: process must exist before the kill: 1 its own children, 2 its children's children).
+COMMANDS = {
+    "run": (lambda out: ["run", "smoke", "--profile", "smoke", "--out", out, "--quiet"], 1),
+    "sweep": (lambda out: ["sweep", "--lease", "1,2", "--heartbeat", "on", "--profile",
+                           "smoke", "--out", out], 2),
+    "mutants": (lambda out: ["mutants", "--only", "retry_after_ignored", "--out", out], 2),
+    "sim": (lambda out: ["sim", "smoke", "--profile", "smoke", "--out", out, "--quiet"], 0),
+    "replay": (lambda out: ["replay", FIXTURE_RUN, "--out", out], 1),
+    "demo": (lambda out: ["demo", "--jobs", "200", "--out", out], 1),
+}
+
+
+def depth_reached(pid: int, depth: int) -> bool:
+    """Whether some process `depth` generations below `pid` exists."""
+    level = [psutil.Process(pid)]
+    for _ in range(depth):
+        level = [c for p in level for c in _children(p)]
+    return bool(level)
+
+
+def _children(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return proc.children()
+    except psutil.NoSuchProcess:
+        return []
+
+
+def left_behind(session: int, mark: str, out: str) -> list[str]:
+    """Live processes that belong to the killed command: in its session or process group,
+    carrying its environment marker, or naming its output folder on their command line."""
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        if proc.pid == os.getpid() or proc.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        try:
+            ours = os.getsid(proc.pid) == session or os.getpgid(proc.pid) == session
+            ours = ours or proc.environ().get(MARK) == mark
+        except (psutil.Error, OSError):
+            continue  # gone meanwhile, or another user's
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if ours or out in cmdline:
+            found.append(f"{proc.pid}: {cmdline}")
+    return found
+
+
+def still_left(session: int, mark: str, out: str, timeout: float) -> list[str]:
+    """What `left_behind` finds once it finds nothing, or when `timeout` seconds passed."""
+    deadline = time.monotonic() + timeout
+    while (left := left_behind(session, mark, out)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def wait_until(condition, timeout: float, poll: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(poll)
+    return condition()
+
+
+class Command:
+    """One `ninelives` command in a session of its own, with a marker in its environment;
+    `end()` kills whatever of it is left, whatever the test did."""
+
+    def __init__(self, tmp_path, command: str) -> None:
+        args, self.depth = COMMANDS[command]
+        self.name, self.out = command, str(tmp_path / "out")
+        self.mark, self.log_path = uuid.uuid4().hex, tmp_path / "command.log"
+        self.rng = random.Random(f"{SEED}-{command}")
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "chaos.cli", *args(self.out)], cwd=ROOT,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                env={**os.environ, MARK: self.mark}, start_new_session=True)
+
+    def at_a_random_moment(self) -> float:
+        """Wait until its processes exist, then a random delay; returns the delay."""
+        assert wait_until(lambda: self.proc.poll() is None
+                          and depth_reached(self.proc.pid, self.depth), 40), \
+            f"{self.name} never started its processes:\n{self.output()}"
+        delay = self.rng.uniform(0.0, 2.0)
+        print(f"ORPHANS_SEED={SEED}: {self.name} signalled {delay:.2f} s after its tree was "
+              f"{self.depth} deep")
+        time.sleep(delay)  # the random moment itself, not a wait for a condition
+        assert self.proc.poll() is None, f"{self.name} ended before the signal:\n{self.output()}"
+        return delay
+
+    def left(self) -> list[str]:
+        return still_left(self.proc.pid, self.mark, self.out, timeout=20)
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def end(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for line in left_behind(self.proc.pid, self.mark, self.out):
+            try:
+                os.kill(int(line.split(":")[0]), signal.SIGKILL)
+            except OSError:
+                pass
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_command_killed_at_a_random_moment_leaves_no_process(tmp_path, command):
+    cmd = Command(tmp_path, command)
+    try:
+        cmd.at_a_random_moment()
+        cmd.proc.send_signal(signal.SIGKILL)
+        cmd.proc.wait(10)
+        left = cmd.left()
+        assert not left, f"left behind by a SIGKILLed `ninelives {command}`: {left}"
+    finally:
+        cmd.end()
+
+
+def test_a_child_whose_parent_died_before_it_asked_to_die_with_it_exits_at_once():
+    """PR_SET_PDEATHSIG covers only a death after the request: a child that finds another
+    parent than the one that started it (here: any other pid) must not go on to exec."""
+    from functools import partial
+
+    from chaos.supervisor import die_with_parent
+    argv = [sys.executable, "-c", "print('ran')"]
+    ran = subprocess.run(argv, capture_output=True, text=True, timeout=30,
+                         preexec_fn=partial(die_with_parent, os.getpid() + 1_000_000))
+    assert (ran.returncode, ran.stdout) == (1, "")
+    ran = subprocess.run(argv, capture_output=True, text=True, timeout=30,
+                         preexec_fn=partial(die_with_parent, os.getpid()))
+    assert (ran.returncode, ran.stdout) == (0, "ran\n")
