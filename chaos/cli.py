@@ -188,6 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .runner import HarnessError
     from .scenario import ScenarioError
+    from .supervisor import stop_on_signals
+    restore_signals = stop_on_signals()  # SIGTERM unwinds like Ctrl-C
     try:
         if args.command == "demo":
             from .reference.demo import run_demo
@@ -206,6 +208,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ScenarioError, HarnessError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (Stopped)
+        return interrupted(stop)
+    finally:
+        restore_signals()
+
+
+def interrupted(stop: KeyboardInterrupt) -> int:
+    """Print the one line of a command stopped by Ctrl-C or SIGTERM (its processes are
+    ended by then: each `finally` on the way stopped what it started) and return its exit
+    code: 130 for SIGINT, 143 for SIGTERM."""
+    import signal
+    from .supervisor import exit_code_of
+    code = exit_code_of(stop)
+    folder = getattr(stop, "evidence", None)
+    where = (f"its partial evidence is in {folder}" if folder and os.path.isdir(folder)
+             else "it had written no run folder yet")
+    print(f"interrupted ({signal.Signals(code - 128).name}): every process it started is "
+          f"stopped; {where}", file=sys.stderr, flush=True)
+    return code
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from .plan import FaultPlan, documents_for, make_plan
 from .render import render_run
 from .report import build_report, faults_applied, write_report
 from .scenario import Scenario, ScenarioError, check_for_engine, crash_points_for
-from .supervisor import Supervisor
+from .supervisor import Supervisor, evidence_in
 from .writers import attribute_writes
 
 POLL = 0.02
@@ -90,6 +90,7 @@ class Campaign:
         self.integrity: list[dict[str, Any]] = []
         self.phases: dict[str, Any] = {}
         self.chaos_on = False
+        self.faulting = False  # the nemesis is started and not yet healed
         try:
             self.settings = check_for_engine(scenario, engine)
         except ScenarioError as exc:
@@ -111,6 +112,9 @@ class Campaign:
             sup = Supervisor(self._command, log_dir=self.run_dir, record=self.record)
             try:
                 self._phases(sup, policy)
+            except BaseException:
+                self._stop_nemesis()  # no fault may land on a process being stopped
+                raise
             finally:
                 sup.close()
                 self.phases["processes_ended"] = time.time()
@@ -127,16 +131,25 @@ class Campaign:
         self._wait_for_first_claim(sup)
         self._phase("chaos")
         nemesis.start(self.phases["chaos_start"])
+        self.faulting = True
         self._loop(sup, counts, self.phases["chaos_start"] + self.scenario.run.chaos, "chaos")
         self._phase("heal")
         self.chaos_on = False
         nemesis.heal()
+        self.faulting = False
         self._loop(sup, counts, time.time() + self.scenario.run.heal, "heal")
         self._phase("drain")
         deadline = time.time() + self.scenario.run.drain
         self.phases["drained"] = self._loop(sup, counts, deadline, "drain", until_settled=True)
         self._phase("check")
         self.phases["drain_end"] = self.phases["check_start"]
+
+    def _stop_nemesis(self) -> None:
+        """On the way out of an interrupted run: stop applying faults, undo those in force
+        (a paused process resumes, and can then act on the supervisor's SIGTERM)."""
+        if self.faulting:
+            self.faulting = False
+            self.nemesis.heal()
 
     def _wait_for_first_claim(self, sup: Supervisor, timeout: float = 60.0) -> None:
         """Start the chaos clock once the workers work: on a loaded machine, starting the
@@ -289,7 +302,8 @@ def run_campaign(scenario: Scenario, seed: int, engine: Engine, out: str, *,
     campaign = Campaign(scenario, plan, engine, run_dir, progress=progress)
     started = time.time()
     try:
-        snapshot = campaign.run()
+        with evidence_in(run_dir):
+            snapshot = campaign.run()
     finally:
         campaign.record.close()
     events = campaign.history()

@@ -17,7 +17,7 @@ from engine.cli import print_rows
 from ..contract import ProcessContext
 from ..documents import make_documents
 from ..fakes import FakeProvider, FakeReceiver
-from ..supervisor import Supervisor
+from ..supervisor import Supervisor, evidence_in
 from .adapter import REFERENCE
 
 
@@ -30,7 +30,8 @@ def run_demo(jobs: int = 300, workers: int = 2, seed: int = 1, out: str = "repor
     store = open_store(db)
     for job_id, payload in make_documents(jobs, seed):
         store.submit(job_id, DOCUMENT, payload, time.time())
-    with FakeProvider(os.path.join(run_dir, "provider.jsonl")) as provider, \
+    with evidence_in(run_dir), \
+            FakeProvider(os.path.join(run_dir, "provider.jsonl")) as provider, \
             FakeReceiver(os.path.join(run_dir, "receiver.jsonl")) as receiver, \
             Supervisor(lambda role, slot, n: REFERENCE.command(role, ProcessContext(
                 db, provider.url, receiver.url, {"lease": 10, "call_timeout": 5}, slot)),

@@ -1,6 +1,7 @@
 """Every harness command owns its children: SIGKILLed at a random moment, a real `ninelives`
 process leaves nothing behind, however deep the process it started (pool workers, their runs'
-workers and senders, the multiprocessing resource tracker).
+workers and senders, the multiprocessing resource tracker). Stopped by Ctrl-C or SIGTERM, it
+stops them itself, prints one line saying where its partial evidence is, and exits 130 or 143.
 
 The moment is drawn from a seeded random source; the seed is printed, and
 ORPHANS_SEED=N reruns the same draws.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -139,6 +141,33 @@ def test_a_command_killed_at_a_random_moment_leaves_no_process(tmp_path, command
         cmd.proc.wait(10)
         left = cmd.left()
         assert not left, f"left behind by a SIGKILLed `ninelives {command}`: {left}"
+    finally:
+        cmd.end()
+
+
+@pytest.mark.parametrize("command,sig,to_group", [
+    ("run", signal.SIGINT, True),      # Ctrl-C at a terminal: the whole foreground group
+    ("run", signal.SIGTERM, False),
+    ("sweep", signal.SIGINT, False),   # its pool workers hear nothing: it must stop them
+    ("mutants", signal.SIGTERM, False),
+], ids=["run-SIGINT-group", "run-SIGTERM", "sweep-SIGINT", "mutants-SIGTERM"])
+def test_a_stopped_command_ends_its_processes_says_where_its_evidence_is(tmp_path, command,
+                                                                         sig, to_group):
+    cmd = Command(tmp_path, command)
+    try:
+        cmd.at_a_random_moment()
+        (os.killpg if to_group else os.kill)(cmd.proc.pid, sig)
+        cmd.proc.wait(40)
+        output = cmd.output()
+        assert cmd.proc.returncode == 128 + sig, output
+        assert "Traceback" not in output, output
+        last = output.strip().splitlines()[-1]
+        said = re.fullmatch(rf"interrupted \({sig.name}\): every process it started is "
+                            r"stopped; its partial evidence is in (\S+)", last)
+        assert said, output
+        assert said[1].startswith(cmd.out) and os.path.isdir(said[1]), last
+        left = cmd.left()
+        assert not left, f"left behind by `ninelives {command}` after {sig.name}: {left}"
     finally:
         cmd.end()
 
