@@ -564,8 +564,10 @@ def score(args: argparse.Namespace) -> int:
         [f"then real runs, seeds {args.run_seeds}"] if args.run else [])
     print(f"mutation campaign in {workdir} ({'new' if fresh else 'resumed'}, {args.jobs} "
           f"workers): {', '.join(modules)}; {', '.join(stages)}", flush=True)
+    from .supervisor import evidence_in
     try:
-        session = campaign(workdir, modules, args, fresh)
+        with evidence_in(workdir):  # an interrupted campaign resumes from its workdir
+            session = campaign(workdir, modules, args, fresh)
     except StaleCampaign as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -222,6 +222,8 @@ class OwnedPool:
     and stops every worker: SIGTERM, then SIGKILL after `grace` seconds.
 
     workers: how many processes; context: the multiprocessing context ("fork" or "spawn").
+    Use it from the main thread: Linux sends the death signal when the *thread* that forked
+    a worker ends (prctl(2)), and the pool forks from the thread that submits.
     """
 
     def __init__(self, workers: int, context: Any, grace: float = 8.0) -> None:
