@@ -4,21 +4,25 @@ from __future__ import annotations
 import argparse
 import ctypes
 import difflib
+import itertools
 import json
 import logging
+import math
 import os
+import shutil
 import signal
 import sys
 import threading
-from typing import Any, Sequence
+from collections import Counter
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from .config import FIELDS, ConfigError, EngineConfig, load_config
 from .hooks import SkewedClock, SystemClock, arm_from_env
 from .outbox import Sender
-from .retry import StepError
+from .retry import PoisonError, SchemaError, StepError
 from .states import PipelineError, get_pipeline
-from .retry import SchemaError
-from .steps import SCHEMAS, StepContext, check_schema, make_runner
+from .steps import (PAYLOAD_SHAPE, SCHEMAS, StepContext, check_payload, check_schema,
+                    make_runner)
 from .store import (DatabaseError, OperatorError, SQLiteStore, SubmissionConflict, open_store)
 from .worker import Worker
 
@@ -86,53 +90,152 @@ def cmd_send(args: argparse.Namespace, config: EngineConfig) -> int:
     return 0
 
 
-def read_jobs(args: argparse.Namespace) -> list[tuple[str, Any]]:
-    """The jobs to submit, from --id/--payload or a JSON-lines file; errors name the line."""
-    if args.file:
-        jobs = []
-        try:
-            with open(args.file, "rb") as fh:
-                lines = fh.read().split(b"\n")
-        except OSError as exc:
-            raise ConfigError(f"--file {args.file}: {exc.strerror or exc}") from None
-        for n, raw in enumerate(lines, 1):
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # json.loads alone would take NaN and Infinity
+
+
+def parse_json(text: str) -> Any:
+    """Strict JSON: only what canonical_json can store (no NaN, no Infinity)."""
+    return json.loads(text, parse_constant=_not_json)
+
+
+def payload_check(config: EngineConfig) -> Callable[[Any], Any] | None:
+    """The payload shape submit enforces: the document pipeline's, when the built-in steps
+    run it (a pipeline or steps of the user's own may take any JSON)."""
+    if config.pipeline == "document" and config.steps in ("document", "instant"):
+        return check_payload
+    return None
+
+
+def file_jobs(path: str, limit: int, check: Callable[[Any], Any] | None
+              ) -> Iterator[tuple[int, str, Any]]:
+    """Yield (line number, id, payload) per non-blank line of the JSON-lines file `path`.
+
+    Reads one line at a time and never more than `limit` + 2 bytes of it, so a line longer
+    than `limit` bytes is refused before it costs memory. `check` (if any) vets each payload.
+    Raises ConfigError naming the file and the line.
+    """
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise ConfigError(f"--file {path}: {exc.strerror or exc}") from None
+    with fh:
+        for n in itertools.count(1):
+            raw = fh.readline(limit + 2)  # bounded: a 1 GB line is never read whole
+            if not raw:
+                return
+            body = raw[:-1] if raw.endswith(b"\n") else raw
+            if len(body) > limit:
+                raise ConfigError(f"{path}:{n}: the line is longer than max_payload_bytes "
+                                  f"({limit} bytes; raise the setting to accept it)")
             try:
-                line = raw.decode("utf-8")
+                line = body.decode("utf-8")
                 if not line.strip():
                     continue
-                item = json.loads(line)
-                jobs.append((str(item["id"]), item["payload"]))
+                item = parse_json(line)
+                job_id, payload = str(item["id"]), item["payload"]
             except (ValueError, KeyError, TypeError) as exc:
-                raise ConfigError(f"{args.file}:{n}: each line must be a UTF-8 JSON object "
+                raise ConfigError(f"{path}:{n}: each line must be a UTF-8 JSON object "
                                   f"with 'id' and 'payload' ({type(exc).__name__}: {exc})") from None
-        return jobs
+            _vet(check, payload, f"{path}:{n}: job {job_id!r}")
+            yield n, job_id, payload
+
+
+def flag_job(args: argparse.Namespace, limit: int, check: Callable[[Any], Any] | None
+             ) -> tuple[str, Any]:
+    """The one job of --id and --payload. Raises ConfigError naming the flag."""
     if not (args.id and args.payload is not None):
         raise ConfigError("submit needs --id and --payload, or --file")
+    if len(args.payload.encode("utf-8", "surrogateescape")) > limit:
+        raise ConfigError(f"--payload is longer than max_payload_bytes ({limit} bytes)")
     try:
-        return [(args.id, json.loads(args.payload))]
+        payload = parse_json(args.payload)
     except ValueError as exc:
         raise ConfigError(f"--payload is not JSON: {exc}") from None
+    _vet(check, payload, "--payload")
+    return args.id, payload
+
+
+def _vet(check: Callable[[Any], Any] | None, payload: Any, where: str) -> None:
+    if check is None:
+        return
+    try:
+        check(payload)
+    except PoisonError as exc:  # refused now rather than parked at its first step
+        raise ConfigError(f"{where}: {exc} (the document pipeline takes {PAYLOAD_SHAPE})"
+                          ) from None
 
 
 def cmd_submit(args: argparse.Namespace, config: EngineConfig) -> int:
+    """Submit --id/--payload, or every line of --file, each job in its own transaction.
+
+    A file is read twice, one line at a time: first every line is checked (a bad one submits
+    nothing), then each job is submitted. A failure on the way (a full disk, a locked
+    database) stops there and says how many jobs are committed and the line to resume from;
+    submitting the whole file again is safe: the same id with the same payload changes nothing.
+    """
     pipeline = get_pipeline(config.pipeline)
-    jobs = read_jobs(args)
-    store = open_for(config)
-    created = existed = conflicts = 0
-    for job_id, payload in jobs:
+    limit, check = config.max_payload_bytes, payload_check(config)
+    jobs: Iterable[tuple[int | None, str, Any]]
+    if args.file:
         try:
-            if store.submit(job_id, pipeline, payload, SystemClock().now()):
-                created += 1
-            else:
-                existed += 1
+            total = sum(1 for _ in file_jobs(args.file, limit, check))
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}; nothing was submitted") from None
+        jobs = file_jobs(args.file, limit, check)
+    else:
+        total, jobs = 1, [(None, *flag_job(args, limit, check))]
+    store = open_for(config)
+    counts = Counter({"new": 0, "already present": 0, "rejected": 0})
+    for line, job_id, payload in jobs:
+        try:
+            created = store.submit(job_id, pipeline, payload, SystemClock().now())
+            counts["new" if created else "already present"] += 1
         except SubmissionConflict as exc:
-            conflicts += 1
+            counts["rejected"] += 1
             print(f"error: {exc}", file=sys.stderr)
-    print(f"submitted {created} new, {existed} already present, {conflicts} rejected")
-    return 1 if conflicts else 0
+        except DatabaseError as exc:
+            if line is None:
+                raise
+            print(f"{submitted(counts)}, {total - counts.total()} not submitted")
+            raise DatabaseError(stopped(exc, args.file, line, counts, total)) from None
+    print(submitted(counts))
+    return 1 if counts["rejected"] else 0
 
 
-def print_rows(rows: list[dict], as_json: bool) -> None:
+def submitted(counts: Counter) -> str:
+    """The summary line: `submitted N new, N already present, N rejected`."""
+    return f"submitted {', '.join(f'{n} {what}' for what, n in counts.items())}"
+
+
+def stopped(exc: Exception, path: str, line: int, counts: Counter, total: int) -> str:
+    """What a file's submit cut short by `exc` at `line` says: what is committed, how to go on."""
+    committed = counts["new"] + counts["already present"]
+    return (f"{exc}. submit stopped at {path}:{line}: {committed} of the file's {total} jobs "
+            f"are committed ({counts['new']} new, {counts['already present']} already "
+            f"present), all from lines before {line}; the {total - counts.total()} from line "
+            f"{line} on are not. Once the cause is fixed, submit the same file again (ids "
+            f"already committed are skipped as already present) or resume from line {line}")
+
+
+#: The narrowest a table's last column is cut to, however narrow the terminal.
+MIN_LAST_COLUMN = 24
+
+
+def shorten(text: str, width: int) -> str:
+    """`text` on one line in at most `width` characters: cut at a word boundary, with an
+    ellipsis, when it is longer."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    cut = text[:width - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > width // 2 else cut).rstrip() + "…"
+
+
+def print_rows(rows: list[dict], as_json: bool, width: int | None = None) -> None:
+    """Print `rows` as JSON (every value whole), or as a table whose last column (an error,
+    as a rule) is cut at a word boundary to fit `width` (default: the terminal's)."""
     if as_json:
         print(json.dumps(rows, indent=2, default=str))
         return
@@ -140,18 +243,29 @@ def print_rows(rows: list[dict], as_json: bool) -> None:
         print("(none)")
         return
     cols = list(rows[0])
-    width = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
-    print("  ".join(c.ljust(width[c]) for c in cols))
-    for r in rows:
-        print("  ".join(str(r[c]).ljust(width[c]) for c in cols))
+    width = width or shutil.get_terminal_size().columns
+    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols[:-1]}
+    room = max(MIN_LAST_COLUMN, width - sum(widths.values()) - 2 * len(widths))
+    table = [[str(r[c]) for c in cols[:-1]] + [shorten(str(r[cols[-1]]), room)] for r in rows]
+    widths[cols[-1]] = max(len(cols[-1]), *(len(cells[-1]) for cells in table))
+    print("  ".join(c.ljust(widths[c]) for c in cols).rstrip())
+    for cells in table:
+        print("  ".join(cell.ljust(widths[c]) for c, cell in zip(cols, cells)).rstrip())
 
 
 def cmd_query(args: argparse.Namespace, config: EngineConfig) -> int:
+    """status, stuck, failures, costs and alerts: read-only; alerts exits 1 if it found any."""
     store = open_for(config, read_only=True)
     now = SystemClock().now()
     pipeline = get_pipeline(config.pipeline)
     if args.command == "status":
-        print_rows(store.status(now), args.json)
+        jobs, outbox = store.status(now), store.outbox_status(now)
+        if args.json:
+            print(json.dumps({"jobs": jobs, "outbox": outbox}, indent=2))
+        else:
+            print_rows(jobs, False)
+            print("\noutbox")
+            print_rows(outbox, False)
     elif args.command == "stuck":
         print_rows(store.stuck(now), args.json)
     elif args.command == "failures":
@@ -159,9 +273,14 @@ def cmd_query(args: argparse.Namespace, config: EngineConfig) -> int:
     elif args.command == "costs":
         print_rows(store.costs(now, args.window), args.json)
     else:
-        alerts = store.alerts(now, pipeline.terminal, pipeline.parked_states)
+        if not (math.isfinite(args.unsent_after) and args.unsent_after > 0):
+            raise ConfigError(f"--unsent-after must be a number of seconds > 0, "
+                              f"got {args.unsent_after}")
+        alerts = store.alerts(now, pipeline.terminal, pipeline.parked_states,
+                              unsent_after=args.unsent_after)
         print(json.dumps(alerts, indent=2, default=str))
-        return 1 if alerts["parked"] or alerts["dead_letters"] or alerts["stuck"] else 0
+        return 1 if (alerts["parked"] or alerts["dead_letters"] or alerts["stuck"]
+                     or alerts["unsent"]) else 0
     return 0
 
 
@@ -232,6 +351,17 @@ def cmd_rerun_step(args: argparse.Namespace, config: EngineConfig) -> int:
     return 0
 
 
+SUBMIT_HELP = (
+    "Submit one job (--id, --payload) or a JSON-lines file of {\"id\", \"payload\"} "
+    "(--file), idempotent on the id: the same id with the same payload changes nothing, with "
+    f"another it is rejected. The built-in document pipeline takes {PAYLOAD_SHAPE} (other "
+    "keys go to the model with them), e.g. {\"title\": \"Invoice 7\", \"body\": \"...\"}; "
+    "any other payload is refused here, not parked later. A payload or file line longer than "
+    f"max_payload_bytes (default {EngineConfig.max_payload_bytes // 2 ** 20} MiB) is refused. "
+    "A file is checked whole before anything is submitted; if the database fails midway, "
+    "submit says how many jobs are committed and the line to resume from.")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ninelives engine", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -244,7 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("send", help="deliver outbox rows to the receiver")
     p.add_argument("--exit-when-idle", action="store_true")
     p.add_argument("--exit-with-parent", action="store_true")
-    p = sub.add_parser("submit", help="submit jobs (idempotent on the id)")
+    p = sub.add_parser("submit", help="submit jobs (idempotent on the id)",
+                       description=SUBMIT_HELP)
     p.add_argument("--id")
     p.add_argument("--payload", help="the job's JSON payload")
     p.add_argument("--file", help="JSON lines of {id, payload}")
@@ -257,6 +388,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true")
         if name == "costs":
             p.add_argument("--window", type=float, default=86400.0, help="seconds back")
+        if name == "alerts":
+            p.add_argument("--unsent-after", type=float, default=300.0, metavar="SECONDS",
+                           help="flag outbox rows still unsent this long after they were "
+                                "written (default 300: longer than the default retries take)")
     for name, text in (("cancel", "cancel a ready or parked job"),
                        ("requeue", "send a parked job back to its step"),
                        ("resolve", "settle a parked step by hand")):

@@ -45,6 +45,7 @@ class EngineConfig:
     outbox_lease: float = 30.0
     outbox_max_attempts: int = 8
     seed: int = -1                     # -1 = seed the random source from the OS
+    max_payload_bytes: int = 4 * 1024 * 1024  # submit refuses a longer --payload or --file line
     unsafe_long_calls: bool = False    # measurement only: allow calls to outlive the lease
 
     @property
@@ -61,7 +62,7 @@ class EngineConfig:
                      "poll_interval", "send_timeout", "outbox_lease"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"setting {name!r} must be > 0, got {getattr(self, name)}")
-        for name in ("max_attempts", "max_claims", "outbox_max_attempts"):
+        for name in ("max_attempts", "max_claims", "outbox_max_attempts", "max_payload_bytes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"setting {name!r} must be >= 1, got {getattr(self, name)}")
         if self.synchronous.upper() not in ("FULL", "NORMAL"):

@@ -71,6 +71,22 @@ INSTRUCTIONS = {
 }
 
 
+#: The built-in document pipeline's job payload, as `submit --help` and the README state it.
+PAYLOAD_SHAPE = 'a JSON object with a string "body" (the document) and an optional string "title"'
+
+
+def check_payload(payload: Any) -> Any:
+    """Return `payload` if it is a document job's payload (see PAYLOAD_SHAPE), else raise
+    PoisonError naming the field (its type only: a payload may be megabytes)."""
+    if not isinstance(payload, dict):
+        raise PoisonError(f"payload must be a JSON object, got {type(payload).__name__}")
+    for name, required in (("body", True), ("title", False)):
+        if (required or name in payload) and not isinstance(payload.get(name), str):
+            got = f"got {type(payload[name]).__name__}" if name in payload else "it is missing"
+            raise PoisonError(f"payload field {name!r} must be a string, {got}")
+    return payload
+
+
 def check_schema(step: str, output: Any) -> Any:
     """Return `output` if it has the step's schema, else raise SchemaError naming the field."""
     if not isinstance(output, dict):
@@ -94,8 +110,11 @@ class DocumentSteps:
     def call(self, step: str, data: Any, ctx: StepContext) -> CallResult:
         if step == "deliver":
             return CallResult(deliver_output(ctx))
-        if step == "fetch" and not (isinstance(data, dict) and isinstance(data.get("body"), str)):
-            raise PoisonError("fetch: payload must be a JSON object with a string 'body'")
+        if step == "fetch":
+            try:
+                check_payload(data)
+            except PoisonError as exc:
+                raise PoisonError(f"fetch: {exc}") from None
         headers = {"X-Ninelives-Job": ctx.job_id, "X-Ninelives-Step": step,
                    "X-Ninelives-Worker": ctx.worker}
         answer = self.client.complete(f"step: {step}\n{INSTRUCTIONS[step]}",

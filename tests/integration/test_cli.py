@@ -119,12 +119,22 @@ BAD_INPUT = {
     "jobs file missing": (lambda tmp: ["submit", "--file", str(tmp / "absent.jsonl")],
                           ["absent.jsonl"]),
     "database in a missing folder": (
-        lambda tmp: ["submit", "--id", "x", "--payload", "{}", "--db", str(tmp / "no" / "e.db")],
+        lambda tmp: ["submit", "--id", "x", "--payload", document("x"),
+                     "--db", str(tmp / "no" / "e.db")],
         ["no/e.db"]),
     "database missing for a query": (lambda tmp: ["status", "--db", str(tmp / "absent.db")],
                                      ["absent.db"]),
     "unknown pipeline on submit": (
-        lambda tmp: ["submit", "--pipeline", "nope", "--id", "x", "--payload", "{}"], ["'nope'"]),
+        lambda tmp: ["submit", "--pipeline", "nope", "--id", "x", "--payload", document("x")],
+        ["'nope'"]),
+    "payload without a body": (
+        lambda tmp: ["submit", "--id", "x", "--payload", '{"title": "t"}'],
+        ["--payload", "'body'"]),
+    "jobs file line over the size limit": (
+        lambda tmp: ["submit", "--max-payload-bytes", "100", "--file",
+                     write(tmp / "jobs.jsonl", GOOD_LINE + json.dumps(
+                         {"id": "big", "payload": {"body": "x" * 200}}) + "\n")],
+        ["jobs.jsonl:2", "max_payload_bytes"]),
     "unknown pipeline on worker": (
         lambda tmp: ["worker", "--pipeline", "nope", "--steps", "instant", "--exit-when-idle"],
         ["'nope'"]),
@@ -176,7 +186,7 @@ def test_resubmitting_the_same_job_changes_nothing(engine, kept, db_path):
     assert dump(db_path) == kept
 
 
-@pytest.mark.parametrize("argv", [["status"], ["submit", "--id", "y", "--payload", "{}"],
+@pytest.mark.parametrize("argv", [["status"], ["submit", "--id", "y", "--payload", document("y")],
                                   ["worker", "--steps", "instant", "--exit-when-idle"]],
                          ids=lambda argv: argv[0])
 def test_a_database_from_a_newer_engine_is_refused_untouched(argv, engine, kept, db_path,
@@ -200,7 +210,8 @@ def test_a_locked_database_is_named_and_the_submit_succeeds_once_released(engine
     holder = sqlite3.connect(db_path, isolation_level=None)
     try:
         holder.execute("BEGIN IMMEDIATE")
-        ran = engine.run("submit", "--id", "new-1", "--payload", "{}", busy_timeout=0.2)
+        ran = engine.run("submit", "--id", "new-1", "--payload", document("new-1"),
+                         busy_timeout=0.2)
     finally:
         holder.execute("ROLLBACK")
         holder.close()
@@ -208,8 +219,8 @@ def test_a_locked_database_is_named_and_the_submit_succeeds_once_released(engine
     error = error_of(ran)
     assert "locked" in error and db_path in error
     assert dump(db_path) == kept
-    assert "submitted 1 new" in engine.ok("submit", "--id", "new-1", "--payload", "{}",
-                                          busy_timeout=0.2).stdout
+    assert "submitted 1 new" in engine.ok("submit", "--id", "new-1", "--payload",
+                                          document("new-1"), busy_timeout=0.2).stdout
 
 
 # --- the operator queries on a small database ---------------------------------------------------
@@ -232,8 +243,10 @@ INSTANT_COST = 0.001
 
 #: query -> (exit code, what its JSON output must say)
 QUERIES = {
-    "status": (0, lambda rows: {r["state"]: r["jobs"] for r in rows} == {
-        "delivered": 3, "failed_fetch": 1, "fetching": 1}),
+    "status": (0, lambda status: {r["state"]: r["jobs"] for r in status["jobs"]} == {
+        "delivered": 3, "failed_fetch": 1, "fetching": 1}
+        # no sender ran: the delivered jobs' six effects wait in the outbox
+        and [(r["state"], r["rows"]) for r in status["outbox"]] == [("pending", 6)]),
     "stuck": (0, lambda rows: [(r["id"], r["state"]) for r in rows] == [("stuck-1", "fetching")]),
     "failures": (0, lambda rows: [(r["state"], r["jobs"]) for r in rows] == [("failed_fetch", 1)]
                  and rows[0]["error"].startswith("fetch: provider down")),
@@ -243,7 +256,8 @@ QUERIES = {
         "verify": (3, 3 * INSTANT_COST, 3, 0), "deliver": (3, 0, 0, 0)}),
     "alerts": (1, lambda alerts: alerts["oldest_unfinished"]["id"] == "stuck-1"
                and alerts["parked"] == [{"state": "failed_fetch", "jobs": 1}]
-               and alerts["dead_letters"] == [] and alerts["stuck"] == 1),
+               and alerts["dead_letters"] == [] and alerts["stuck"] == 1
+               and alerts["unsent"] == [] and alerts["unsent_after_s"] == 300),
 }
 
 
@@ -255,10 +269,37 @@ def test_the_operator_queries_report_the_database(query, operated):
     assert holds(json.loads(ran.stdout)), ran.stdout
 
 
-def test_status_prints_a_table_of_jobs_per_state(operated):
+def test_status_prints_a_table_of_jobs_per_state_and_one_of_the_outbox(operated):
     out = operated.ok("status").stdout
     assert re.search(r"^delivered\s+3\s", out, re.M), out
     assert out.splitlines()[0].split() == ["state", "jobs", "avg_age_s"]
+    jobs, outbox = out.split("\noutbox\n")
+    assert outbox.splitlines()[0].split() == ["state", "rows", "oldest_age_s"]
+    assert re.search(r"^pending\s+6\s+\d", outbox, re.M), out
+
+
+def test_alerts_flag_outbox_rows_unsent_past_the_threshold(operated):
+    ran = operated.run("alerts", "--unsent-after", "0.001")
+    assert ran.returncode == 1, str(ran)
+    unsent = json.loads(ran.stdout)["unsent"]
+    assert sorted((u["job_id"], u["kind"]) for u in unsent) == [
+        (f"doc-{i}", kind) for i in range(3) for kind in ("charge", "notify")]
+    ran = operated.run("alerts", "--unsent-after", "nan")
+    assert ran.returncode == 2 and "--unsent-after" in error_of(ran), str(ran)
+
+
+def test_failures_json_carries_the_whole_error_the_table_cuts_it_at_a_word(engine, db_path):
+    error = ("fetch: RetryableError: POST http://127.0.0.1:9/v1/chat/completions answered "
+             "503: the provider is down for maintenance (parked after 5 attempts)")
+    put(db_path, "job-1", "failed_fetch")
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("UPDATE job SET last_error=?", (error,))
+    assert json.loads(engine.ok("failures", "--json").stdout)[0]["error"] == error
+    engine.env["COLUMNS"] = "60"  # the width a terminal of 60 columns reports
+    table = engine.ok("failures").stdout.splitlines()
+    cell = table[1][table[0].index("error"):]
+    assert cell.endswith("…") and len(table[1]) <= 60, table
+    assert error.startswith(cell[:-1]) and error[len(cell) - 1] == " ", table
 
 
 # --- operator actions ---------------------------------------------------------------------------

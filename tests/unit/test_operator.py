@@ -4,13 +4,17 @@ queries and the alerts return the expected rows on a small hand-built database."
 from __future__ import annotations
 
 import json
+import os
 import random
+import sqlite3
+import tracemalloc
 from collections import Counter
 
 import pytest
 
-from engine import Worker
-from engine.steps import CallResult, InstantSteps
+from engine import Worker, cli
+from engine.retry import PoisonError
+from engine.steps import CallResult, DocumentSteps, InstantSteps
 from engine.store import LeaseLost, OperatorError, Spend
 
 NOW = 1_000_000.0
@@ -213,6 +217,11 @@ def operated(store):
                          " attempts, dead_at, last_error) VALUES (?, ?, '{}', ?, ?, ?, ?, ?)",
                          [("a", "charge", "a:charge", NOW - 400, 8, NOW - 5, "503 x8"),
                           ("a", "notify", "a:notify", NOW - 400, 1, None, None)])
+        # A row sent, and one a sender holds right now.
+        conn.executemany("INSERT INTO outbox (job_id, kind, payload, idempotency_key, created,"
+                         " attempts, sent_at, lease_until) VALUES (?, ?, '{}', ?, ?, 1, ?, ?)",
+                         [("b", "charge", "b:charge", NOW - 60, NOW - 50, 0),
+                          ("d", "notify", "d:notify", NOW - 20, None, NOW + 10)])
     for job_id, step, outcome, cost, started in SPEND:
         store.record_spend(Spend(job_id, step, "w1", 1, started, started + 1, outcome, cost))
     return store
@@ -235,9 +244,21 @@ def test_stuck_lists_only_expired_leases(operated):
     assert [r["id"] for r in operated.stuck(NOW + 31)] == ["c", "d"]
 
 
-def test_failures_group_parked_jobs_by_cause(operated, pipeline):
+def test_status_of_the_outbox_counts_rows_per_state_with_the_oldest_age(operated):
+    # Job a is delivered, yet one of its rows is unsent: status shows it beside the jobs.
+    assert operated.outbox_status(NOW) == [
+        {"state": "pending", "rows": 1, "oldest_age_s": 400.0},
+        {"state": "sending", "rows": 1, "oldest_age_s": 20.0},
+        {"state": "sent", "rows": 1, "oldest_age_s": 60.0},
+        {"state": "dead", "rows": 1, "oldest_age_s": 400.0},
+    ]
+    assert operated.outbox_status(NOW + 11)[0] == {  # the sender's lease ran out
+        "state": "pending", "rows": 2, "oldest_age_s": 411.0}
+
+
+def test_failures_group_parked_jobs_by_their_whole_error(operated, pipeline):
     assert operated.failures(pipeline.parked_states) == [
-        {"state": "failed_fetch", "error": POISON[:60], "jobs": 2},
+        {"state": "failed_fetch", "error": POISON, "jobs": 2},
         {"state": "needs_human", "error": "verify: flagged for review: x", "jobs": 1},
     ]
 
@@ -261,3 +282,158 @@ def test_alerts_report_the_oldest_unfinished_job_parked_rows_and_dead_letters(op
     assert [(d["job_id"], d["kind"], d["attempts"]) for d in alerts["dead_letters"]] == [
         ("a", "charge", 8)]
     assert alerts["stuck"] == 1
+    assert alerts["unsent_after_s"] == 300.0
+    assert [(u["job_id"], u["kind"], u["age_s"]) for u in alerts["unsent"]] == [
+        ("a", "notify", 400.0)]  # unsent long after its job was delivered
+
+
+def test_alerts_flag_unsent_outbox_rows_older_than_the_threshold(operated, pipeline):
+    def unsent(after):
+        alerts = operated.alerts(NOW, pipeline.terminal, pipeline.parked_states, after)
+        return [(u["job_id"], u["kind"]) for u in alerts["unsent"]]
+    assert unsent(10.0) == [("a", "notify"), ("d", "notify")]  # a sent row never counts
+    assert unsent(399.0) == [("a", "notify")]
+    assert unsent(401.0) == []
+
+
+# -- submit from the command line (in-process, so that a fault can be injected) -------------
+
+def jobs_file(path, n: int, body: str = "x" * 2000) -> str:
+    path.write_text("".join(json.dumps({"id": f"job-{i}", "payload": {"body": body}}) + "\n"
+                            for i in range(1, n + 1)))
+    return str(path)
+
+
+def job_ids(db_path) -> list[str]:
+    if not os.path.exists(db_path):
+        return []
+    conn = sqlite3.connect(db_path)
+    try:
+        return [r[0] for r in conn.execute("SELECT id FROM job ORDER BY created, rowid")]
+    finally:
+        conn.close()
+
+
+def submit(db_path, *argv: str) -> int:
+    return cli.main(["submit", "--db", db_path, "--synchronous", "NORMAL", *argv])
+
+
+@pytest.fixture
+def full_disk(monkeypatch):
+    """The CLI's database fills up `pages` pages past its size when opened: SQLite's own
+    `max_page_count` makes every write beyond that fail as on a full disk."""
+    def fill_after(pages: int) -> None:
+        def opened(config, read_only=False):
+            store = original(config, read_only)
+            size = store.conn.execute("PRAGMA page_count").fetchone()[0]
+            store.conn.execute(f"PRAGMA max_page_count={size + pages}")
+            return store
+        monkeypatch.setattr(cli, "open_for", opened)
+    original = cli.open_for
+    return fill_after
+
+
+def test_a_submit_cut_short_by_a_full_disk_says_what_committed_and_where_to_resume(
+        db_path, tmp_path, full_disk, capsys):
+    path = jobs_file(tmp_path / "jobs.jsonl", 40)
+    submit(db_path, "--id", "job-0", "--payload", json.dumps({"body": "first"}))
+    full_disk(pages=8)
+    assert submit(db_path, "--file", path) == 2
+    out, err = capsys.readouterr()
+    committed = job_ids(db_path)[1:]
+    assert 0 < len(committed) < 40
+    assert committed == [f"job-{i}" for i in range(1, len(committed) + 1)]  # in file order
+    line = len(committed) + 1
+    assert f"disk is full" in err and f"jobs.jsonl:{line}" in err
+    assert f"{len(committed)} of the file's 40 jobs are committed" in err
+    assert f"resume from line {line}" in err
+    assert f"submitted {len(committed)} new, 0 already present, 0 rejected, " \
+           f"{40 - len(committed)} not submitted" in out
+
+
+def test_the_same_file_submitted_again_after_a_full_disk_completes_it_once(
+        db_path, tmp_path, full_disk, monkeypatch, capsys):
+    path = jobs_file(tmp_path / "jobs.jsonl", 40)
+    full_disk(pages=8)
+    assert submit(db_path, "--file", path) == 2
+    before = len(job_ids(db_path))
+    monkeypatch.undo()  # room again
+    capsys.readouterr()
+    assert submit(db_path, "--file", path) == 0
+    assert f"submitted {40 - before} new, {before} already present, 0 rejected" in \
+        capsys.readouterr().out
+    assert job_ids(db_path) == [f"job-{i}" for i in range(1, 41)]
+
+
+def test_a_bad_line_in_the_middle_of_a_file_submits_nothing(db_path, tmp_path, capsys):
+    path = tmp_path / "jobs.jsonl"
+    jobs_file(path, 5)
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:3]) + '{"id": "odd", "payload": {"text": "no body"}}\n'
+                    + "".join(lines[3:]))
+    assert submit(db_path, "--file", str(path)) == 2
+    err = capsys.readouterr().err
+    assert "jobs.jsonl:4" in err and "'odd'" in err and "'body'" in err
+    assert "nothing was submitted" in err
+    assert job_ids(db_path) == []
+
+
+def test_a_line_over_the_payload_limit_is_refused_without_reading_it_whole(
+        db_path, tmp_path, capsys):
+    path = tmp_path / "jobs.jsonl"
+    huge = 8 * 1024 * 1024
+    with open(path, "w") as fh:
+        fh.write(json.dumps({"id": "small", "payload": {"body": "x"}}) + "\n")
+        fh.write('{"id": "huge", "payload": {"body": "' + "x" * huge + '"}}\n')
+    tracemalloc.start()
+    try:
+        code = submit(db_path, "--file", str(path), "--max-payload-bytes", "65536")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "jobs.jsonl:2" in err and "max_payload_bytes (65536 bytes" in err
+    assert peak < huge / 4, peak  # the 8 MiB line was never held in memory
+    assert job_ids(db_path) == []
+
+
+@pytest.mark.parametrize("payload, says", [
+    ("[1, 2]", "must be a JSON object, got list"),
+    ('{"title": "t"}', "'body' must be a string, it is missing"),
+    ('{"body": 7}', "'body' must be a string, got int"),
+    ('{"body": "b", "title": ["t"]}', "'title' must be a string, got list"),
+    ('{"body": NaN}', "NaN is not JSON"),
+])
+def test_a_payload_the_document_pipeline_cannot_run_is_refused_at_submit(
+        db_path, capsys, payload, says):
+    assert submit(db_path, "--id", "j", "--payload", payload) == 2
+    assert says in capsys.readouterr().err
+    assert job_ids(db_path) == []
+
+
+def test_a_pipeline_of_ones_own_steps_takes_any_json_payload(db_path, capsys):
+    assert submit(db_path, "--id", "j", "--payload", "[1, 2]",
+                  "--steps", "tests.unit.test_operator:CountingSteps") == 0
+    assert job_ids(db_path) == ["j"]
+
+
+def test_the_fetch_step_checks_the_same_shape_as_submit():
+    # A job stored without the CLI (through the store) is still parked at once, as poison.
+    with pytest.raises(PoisonError, match="fetch: payload field 'body' must be a string"):
+        DocumentSteps(client=None).call("fetch", {"title": "no body"}, None)
+
+
+# -- the terminal view of a table --------------------------------------------------------------
+
+def test_a_long_error_is_cut_at_a_word_boundary_with_an_ellipsis_and_json_keeps_it(capsys):
+    error = "fetch: RetryableError: HTTP 503 from the provider (parked after 5 attempts)"
+    rows = [{"state": "failed_fetch", "jobs": 2, "error": error}]
+    cli.print_rows(rows, False, width=50)
+    out = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 50 for line in out), out
+    cell = out[1][out[0].index("error"):]
+    assert cell.endswith("…") and error.startswith(cell[:-1].rstrip())
+    assert error[len(cell) - 1] == " "  # the cut fell between two words
+    cli.print_rows(rows, True)
+    assert json.loads(capsys.readouterr().out) == rows
