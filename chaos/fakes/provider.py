@@ -38,6 +38,7 @@ import hashlib
 import json
 import math
 import string
+import threading
 import time
 from functools import partial
 
@@ -225,6 +226,37 @@ class FakeProvider(FakeServer):
         with self._counts_lock:
             self._completions += 1
             return self._completions
+
+
+class TimedOutage:
+    """A fault policy for a provider that is down for a while: every call from `start` (the
+    machine's clock, time.time(); None: the first call asked about) for `seconds` is refused
+    with `status` (503, no Retry-After unless given), as a real provider's outage answers;
+    outside that window `inner`'s faults apply (None: none). Raises ValueError for a negative
+    or non-finite duration."""
+
+    def __init__(self, seconds: float, start: float | None = None, inner=None,
+                 status: int = 503, retry_after: float | None = None):
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ValueError(f"an outage lasts a finite number of seconds >= 0, not {seconds!r}")
+        self.seconds, self.start = seconds, start
+        self.inner, self.status, self.retry_after = inner, status, retry_after
+        self._lock = threading.Lock()
+
+    def down(self, now: float | None = None) -> bool:
+        """Whether the outage holds at `now` (default: the clock now); the first question
+        starts an outage that was given no start."""
+        now = time.time() if now is None else now
+        with self._lock:
+            if self.start is None:
+                self.start = now
+        return self.start <= now < self.start + self.seconds
+
+    def provider_fault(self, job: str, step: str, n: int) -> dict | None:
+        """The refusal while down, else the inner policy's fault for this call."""
+        if self.down():
+            return {"kind": "status", "status": self.status, "retry_after": self.retry_after}
+        return self.inner.provider_fault(job, step, n) if self.inner is not None else None
 
 
 class _ProviderHandler(JsonHandler):

@@ -3,6 +3,8 @@ completion each outcome maps to."""
 
 import hashlib
 import json
+import math
+import time
 
 import pytest
 
@@ -100,3 +102,22 @@ def test_provider_outcomes_map_to_completions(outcome, completion):
 ])
 def test_receiver_outcomes_map_to_completions(outcome, fault, completion):
     assert effect_completion(outcome, fault) == completion
+
+
+def test_a_timed_outage_refuses_every_call_in_its_window_and_defers_outside_it():
+    from chaos.fakes import ScriptedFaults
+    from chaos.fakes.provider import TimedOutage
+    inner = ScriptedFaults(provider={("j", "fetch", 2): {"kind": "reset"}})
+    now = time.time()
+    down = TimedOutage(60.0, start=now - 1.0, inner=inner)
+    assert down.down() and not down.down(now + 60.0) and not down.down(now - 2.0)
+    assert down.provider_fault("j", "fetch", 2) == {"kind": "status", "status": 503,
+                                                    "retry_after": None}
+    over = TimedOutage(1.0, start=now - 2.0, inner=inner)
+    assert over.provider_fault("j", "fetch", 1) is None
+    assert over.provider_fault("j", "fetch", 2) == {"kind": "reset"}
+    first = TimedOutage(5.0)  # no start: down from the first call on
+    assert first.down(now + 100.0) and first.down(now + 104.0) and not first.down(now + 105.0)
+    for seconds in (-1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="outage"):
+            TimedOutage(seconds)
