@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from engine import Worker, cli
-from engine.retry import PoisonError
+from engine.retry import PoisonError, RetryableError
 from engine.steps import CallResult, DocumentSteps, InstantSteps
 from engine.store import LeaseLost, OperatorError, Spend
 
@@ -437,3 +437,33 @@ def test_a_long_error_is_cut_at_a_word_boundary_with_an_ellipsis_and_json_keeps_
     assert error[len(cell) - 1] == " "  # the cut fell between two words
     cli.print_rows(rows, True)
     assert json.loads(capsys.readouterr().out) == rows
+
+
+# -- the retry defaults ----------------------------------------------------------------------
+
+class DownFor(InstantSteps):
+    """InstantSteps behind a provider that answers 503 until `until` on `clock`."""
+
+    def __init__(self, clock, until: float) -> None:
+        self.clock, self.until = clock, until
+
+    def call(self, step, data, ctx):
+        if step != "deliver" and self.clock.now() < self.until:
+            raise RetryableError("HTTP 503 from the provider")
+        return super().call(step, data, ctx)
+
+
+def test_the_default_retries_ride_out_a_five_minute_provider_outage(store, config, clock,
+                                                                    pipeline):
+    assert (config.max_attempts, config.backoff_cap) == (25, 60.0)  # the defaults, not set
+    for i in range(20):
+        store.submit(f"job-{i}", pipeline, {"body": f"document {i}"}, clock.now())
+    worker = Worker(store, config, runner=DownFor(clock, clock.now() + 300.0), clock=clock,
+                    rng=random.Random(3))
+    while store.active_jobs(pipeline.name):
+        if not worker.run_once():  # nothing due: on to the next retry
+            due = store.query("SELECT MIN(next_run_at) AS t FROM job"
+                              " WHERE next_run_at IS NOT NULL")[0]["t"]
+            clock.advance(due - clock.now())
+    states = Counter(row["state"] for row in store.query("SELECT state FROM job"))
+    assert states == {"delivered": 20}, states
