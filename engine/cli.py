@@ -215,7 +215,8 @@ def stopped(exc: Exception, path: str, line: int, counts: Counter, total: int) -
             f"are committed ({counts['new']} new, {counts['already present']} already "
             f"present), all from lines before {line}; the {total - counts.total()} from line "
             f"{line} on are not. Once the cause is fixed, submit the same file again (ids "
-            f"already committed are skipped as already present) or resume from line {line}")
+            f"already committed are skipped as already present) or resume from line {line} "
+            f"(tail -n +{line} {path})")
 
 
 #: The narrowest a table's last column is cut to, however narrow the terminal.
