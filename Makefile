@@ -8,11 +8,17 @@ PYTEST_ARGS ?=
 
 .PHONY: run test bench clean browser
 
+PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+LOG    := $(VENV)/install.log
+
+# The install's chatter (a build backend's notices, an index's warnings) goes to a log,
+# shown whole only when the install fails.
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
+	@$(PYTHON) -m venv $(VENV)
+	@echo "installing ninelives and its test tools into $(VENV) (log: $(LOG))"
+	@{ $(PIP) --upgrade pip && $(PIP) -e '.[test]'; } >$(LOG) 2>&1 \
+	  || { cat $(LOG); echo "error: the install failed; the log above is in $(LOG)"; exit 1; }
+	@touch $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/ninelives run $(SCENARIO)
