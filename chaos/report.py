@@ -15,7 +15,10 @@ import time
 from collections import Counter
 from typing import Any, Iterable
 
+from rich.console import Console
+
 from .checkers import Verdict
+from .console import AUTO, Column, table
 from .history import Event, of
 from .plan import FaultPlan
 from .progress import progress_latency
@@ -238,19 +241,21 @@ def write_report(run_dir: str, report: dict) -> str:
     return path
 
 
-def verdict_table(report: dict) -> str:
-    """The verdicts as a terminal table, failures first."""
+VERDICT_COLUMNS = (Column("invariant"), Column("verdict"), Column("checked", "right"),
+                   Column("errors", "right"), Column("reason", wraps=True))
+
+
+def verdict_table(report: dict, console: Console | str | None = AUTO) -> str:
+    """The verdicts as a table, failures first: on a terminal (see chaos.console.table for
+    `console`) drawn by rich with the reason wrapped; plain lines otherwise, the reason
+    shortened at a word."""
     rows = sorted(report["verdicts"], key=lambda v: (v["verdict"] == "pass", v["name"]))
     if not rows:
         return "(no verdicts)"
-    width = max(len(v["name"]) for v in rows)
-    lines = [f"{'invariant':<{width}}  verdict  checked  errors  reason"]
-    for v in rows:
-        mark = {"pass": "pass", "fail": "FAIL", "unknown": "UNKNOWN"}[v["verdict"]]
-        reason = (v["reason"] or "")[:100]
-        lines.append(f"{v['name']:<{width}}  {mark:<7}  {v['checked']:>7}  "
-                     f"{v['error_count']:>6}  {reason}")
-    return "\n".join(lines)
+    marks = {"pass": "pass", "fail": "FAIL", "unknown": "UNKNOWN"}
+    return table(VERDICT_COLUMNS, ([v["name"], marks[v["verdict"]], v["checked"],
+                                    v["error_count"], v["reason"] or ""] for v in rows),
+                 console=console)
 
 
 def _progress_line(progress: dict | None) -> list[str]:
@@ -266,8 +271,8 @@ def _progress_line(progress: dict | None) -> list[str]:
     return lines
 
 
-def summary(report: dict) -> str:
-    """What the terminal shows at the end of a run."""
+def summary(report: dict, console: Console | str | None = AUTO) -> str:
+    """What the terminal shows at the end of a run (`console`: see verdict_table)."""
     m = report["metrics"]
     applied = ", ".join(f"{k} {v}" for k, v in report["faults_applied"].items()) or "none"
     lines = [
@@ -278,7 +283,7 @@ def summary(report: dict) -> str:
         f"kills {m['kills']} ({m['kills_per_minute']}/min), provider calls "
         f"{m['provider_calls']}, billed {m['billed']}, wasted {m['wasted']}",
         *_progress_line(m.get("progress_latency")),
-        "", verdict_table(report), "",
+        "", verdict_table(report, console), "",
     ]
     if report["faults_unfired"]:
         lines.append(("ERROR" if report["result"] == "error" else "also")

@@ -47,6 +47,9 @@ import tomllib
 from collections import Counter, defaultdict
 from typing import Any
 
+from .console import Column
+from .console import table as table_of
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: The engine's safety code, the modules the issue names.
 MODULES = ("engine/store/sqlite.py", "engine/worker.py", "engine/outbox.py", "engine/retry.py",
@@ -458,13 +461,13 @@ def print_report(summary: dict, session: str) -> None:
                "pending")
 
     def table(title: str, groups: dict[str, Counter]) -> None:
-        width = max([len(title)] + [len(k) for k in groups])
-        print(f"{title:<{width}}  " + "  ".join(f"{c:>11}" for c in columns) + "  score")
+        rows = []
         for name, counts in sorted(groups.items()):
             judged = counts["killed"] + counts["survived"] + counts["timeout"]
             score = f"{(counts['killed'] + counts['timeout']) / judged:.1%}" if judged else "-"
-            print(f"{name:<{width}}  " + "  ".join(f"{counts[c]:>11}" for c in columns)
-                  + f"  {score}")
+            rows.append([name, *(counts[c] for c in columns), score])
+        print(table_of([Column(title), *(Column(c, "right") for c in columns),
+                        Column("score", "right")], rows))
 
     table("module", summary["by_module"])
     print()

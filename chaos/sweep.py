@@ -16,6 +16,10 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
+from rich.console import Console
+
+from .console import AUTO, Column
+from .console import table as table_of
 from .contract import load_engine
 from .checkers.ops import is_job, takes_lease
 from .history import Event, of, read_history
@@ -220,20 +224,23 @@ def plot(sweep: dict) -> str:
             f'font-family="sans-serif" font-size="12">{left}{right}</svg>')
 
 
-def table(sweep: dict) -> str:
-    """The grid as a terminal table."""
-    head = (f"{'lease':>6} {'heartbeat':>9} {'dup calls':>9} {'dup spend':>10} "
-            f"{'recovery p50':>12} {'p99':>6} {'jobs/s':>7} {'stuck':>5}  invariants")
-    lines = [head]
+SWEEP_COLUMNS = tuple(Column(head, "right") for head in (
+    "lease", "heartbeat", "dup calls", "dup spend", "recovery p50", "p99", "jobs/s",
+    "stuck")) + (Column("invariants", wraps=True),)
+
+
+def table(sweep: dict, console: Console | str | None = AUTO) -> str:
+    """The grid as a table (see chaos.console.table for `console`)."""
+    rows = []
     for r in sweep["cells"]:
         p50 = "-" if r["recovery_p50"] is None else f"{r['recovery_p50']:.2f}"
         p99 = "-" if r["recovery_p99"] is None else f"{r['recovery_p99']:.2f}"
-        verdict = "all pass" if not r["failing_invariants"] else "FAIL " + ",".join(
+        verdict = "all pass" if not r["failing_invariants"] else "FAIL " + ", ".join(
             r["failing_invariants"])
-        lines.append(f"{r['lease']:>6g} {'on' if r['heartbeat'] else 'off':>9} "
-                     f"{r['duplicate_calls']:>9} {r['duplicate_spend']:>10.6f} {p50:>12} "
-                     f"{p99:>6} {r['throughput']:>7} {r['stuck']:>5}  {verdict}")
-    return "\n".join(lines)
+        rows.append([f"{r['lease']:g}", "on" if r["heartbeat"] else "off",
+                     r["duplicate_calls"], f"{r['duplicate_spend']:.6f}", p50, p99,
+                     r["throughput"], r["stuck"], verdict])
+    return table_of(SWEEP_COLUMNS, rows, console=console)
 
 
 def page(sweep: dict, svg: str) -> str:
@@ -247,4 +254,4 @@ def page(sweep: dict, svg: str) -> str:
             f"<p>latency {escape(sweep['latency'])}, {sweep['seeds']} seed(s) per cell, "
             f"profile {escape(sweep['profile'])}, engine {escape(sweep['engine'])}</p>"
             f"<h2>Recommendation</h2><ul>{recs}</ul>{svg}"
-            f"<h2>Grid</h2><pre>{escape(table(sweep))}</pre>")
+            f"<h2>Grid</h2><pre>{escape(table(sweep, console=None))}</pre>")

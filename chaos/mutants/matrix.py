@@ -24,7 +24,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
+from rich.console import Console
+
 from ..checkers import INVARIANTS
+from ..console import AUTO, Column, table
 from ..reference.mutants.catalog import BY_NAME, CATALOG, Mutant
 from ..supervisor import OwnedPool, evidence_in
 
@@ -180,28 +183,42 @@ def cell(invariant: str, expect: Iterable[str], failed: Iterable[str]) -> str:
     return {(True, True): "X", (False, True): "x", (True, False): "o"}.get((expected, did), ".")
 
 
-def render_text(matrix: dict[str, Any]) -> str:
-    """The detection matrix for the terminal."""
-    width = max([len("mutant")] + [len(m["name"]) for m in matrix["mutants"]])
-    swidth = max([len("scenario")] + [len(m["scenario"]) for m in matrix["mutants"]])
-    heads = " ".join(SHORT[i] for i in matrix["invariants"])
-    lines = [f"{'mutant':<{width}}  {'scenario':<{swidth}}  {heads}  caught  seed  seconds"]
+def render_text(matrix: dict[str, Any], console: Console | str | None = AUTO) -> str:
+    """The detection matrix for the terminal (see chaos.console.table for `console`), with
+    its legend."""
+    rows = []
     for m in matrix["mutants"]:
-        run = next((r for r in m["runs"] if r["seed"] == m["seed"]), m["runs"][-1] if m["runs"]
-                   else {"failed": []})
+        run = detecting_run(m)
         cells = "  ".join(cell(i, m["expect"], run["failed"]) for i in matrix["invariants"])
-        seconds = f"{m['seconds']:.1f}" if m["seconds"] is not None else "-"
-        lines.append(f"{m['name']:<{width}}  {m['scenario']:<{swidth}}  {cells}   "
-                     f"{'yes' if m['caught'] else 'NO':<6}  {m['seed'] or '-':>4}  {seconds:>7}")
-    names = [f"{SHORT[i]} {i}" for i in matrix["invariants"]]
-    lines += ["", "X expected invariant failed   x another invariant failed   "
-              "o expected but held   . neither"]
-    lines += ["  ".join(names[i:i + 5]) for i in range(0, len(names), 5)] + [""]
+        rows.append([m["name"], m["scenario"], cells, "yes" if m["caught"] else "NO",
+                     m["seed"] or "-", "-" if m["seconds"] is None else f"{m['seconds']:.1f}"])
+    heads = " ".join(SHORT[i] for i in matrix["invariants"])
+    columns = [Column("mutant"), Column("scenario"), Column(heads), Column("caught"),
+               Column("seed", "right"), Column("seconds", "right")]
+    lines = [table(columns, rows, console=console), "", *legend(matrix), ""]
     lines += reference_lines(matrix)
     lines.append(f"{matrix['caught']}/{matrix['total']} mutants caught; reference "
                  f"{'clean' if matrix['reference_clean'] else 'NOT clean'}: "
                  f"{'OK' if matrix['ok'] else 'FAILED'}")
     return "\n".join(lines)
+
+
+#: What a cell of the matrix says.
+CELLS = {"X": "an expected invariant failed", "x": "another invariant failed",
+         "o": "expected, but it held", ".": "neither expected nor failed"}
+
+
+def legend(matrix: dict[str, Any]) -> list[str]:
+    """The legend of the matrix as text lines: the cells, then the column heads."""
+    names = [f"{SHORT[i]} {i}" for i in matrix["invariants"]]
+    return (["   ".join(f"{c} {what}" for c, what in CELLS.items())]
+            + ["  ".join(names[i:i + 5]) for i in range(0, len(names), 5)])
+
+
+def detecting_run(m: dict[str, Any]) -> dict[str, Any]:
+    """The run a mutant's row shows: the one that caught it, else its last."""
+    return next((r for r in m["runs"] if r["seed"] == m["seed"]),
+                m["runs"][-1] if m["runs"] else {"failed": []})
 
 
 def reference_lines(matrix: dict[str, Any]) -> list[str]:
@@ -224,8 +241,7 @@ def render_markdown(matrix: dict[str, Any]) -> str:
              f"| mutant | removes | scenario | {heads} | caught | seed | seconds |",
              "|---|---|---|" + "---|" * len(matrix["invariants"]) + "---|--:|--:|"]
     for m in matrix["mutants"]:
-        run = next((r for r in m["runs"] if r["seed"] == m["seed"]), m["runs"][-1] if m["runs"]
-                   else {"failed": []})
+        run = detecting_run(m)
         cells = " | ".join(cell(i, m["expect"], run["failed"]) for i in matrix["invariants"])
         lines.append(f"| `{m['name']}` | {m['removes']} | `{m['scenario']}` | {cells} | "
                      f"{'yes' if m['caught'] else '**NO**'} | {m['seed'] or '-'} | "
@@ -247,8 +263,7 @@ def render_html(matrix: dict[str, Any], out: str) -> str:
     heads = "".join(f'<th title="{i}">{SHORT[i]}</th>' for i in matrix["invariants"])
     body = []
     for m in matrix["mutants"]:
-        run = next((r for r in m["runs"] if r["seed"] == m["seed"]), m["runs"][-1] if m["runs"]
-                   else {"failed": []})
+        run = detecting_run(m)
         cells = "".join(f'<td style="background:{colours[c]}">{c}</td>' for c in (
             cell(i, m["expect"], run["failed"]) for i in matrix["invariants"]))
         body.append(f"<tr><td><code>{m['name']}</code></td><td>{html.escape(m['removes'])}</td>"

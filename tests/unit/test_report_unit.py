@@ -179,9 +179,11 @@ def test_verdict_table_lists_failures_first():
     assert names.index("c-fail") < names.index("m-fail")
 
 
-def test_verdict_table_shows_counts_and_a_short_reason():
-    long_reason = "x" * 300
-    _, row = verdict_table({"verdicts": [verdict("lease-exclusive", "fail",
-                                                 long_reason)]}).splitlines()
+def test_verdict_table_shows_counts_and_a_reason_shortened_at_a_word():
+    long_reason = " ".join(f"word{i}" for i in range(60))
+    _, row = verdict_table({"verdicts": [verdict("lease-exclusive", "fail", long_reason)]},
+                           console=None).splitlines()
     assert row.split()[:4] == ["lease-exclusive", "FAIL", "3", "1"]
-    assert "x" * 100 in row and "x" * 101 not in row
+    reason = row.split("  ")[-1]
+    assert reason.endswith(" ...") and len(reason) <= 100
+    assert long_reason.startswith(reason[:-4]) and long_reason[len(reason) - 4] == " "
