@@ -17,6 +17,7 @@ from typing import Any
 
 from . import history as hist
 from .checkers import run_checkers
+from .console import Progress, plural
 from .contract import Command, Engine, ProcessContext, has
 from .expect import harness_snapshot, process_context, settled
 from .fakes import FakeProvider, FakeReceiver, read_ledger
@@ -29,6 +30,8 @@ from .supervisor import Supervisor, evidence_in
 from .writers import attribute_writes
 
 POLL = 0.02
+#: Seconds between two looks at the engine's progress for the progress line.
+LOOK = 1.0
 
 
 class HarnessError(RuntimeError):
@@ -156,6 +159,10 @@ class Campaign:
         interpreters can take longer than a short chaos phase."""
         initial = self.engine.pipeline.initial
         deadline, looked = time.time() + timeout, 0.0
+        with Progress("starting", enabled=self.progress) as shown:
+            shown.update(detail=f"{plural(self.scenario.run.workers, 'worker')} and "
+                                f"{plural(self.scenario.run.senders, 'sender')} started, "
+                                "waiting for the first claim")
         while time.time() < deadline:
             states = self.engine.progress(self.db)["states"]
             if set(states) - {initial}:
@@ -175,46 +182,67 @@ class Campaign:
         now = time.time()
         self.phases[f"{name}_start"] = now
         self.record({"t": now, "src": "runner", "type": "phase", "phase": name})
-        if self.progress:
-            print(f"  {name} phase", file=sys.stderr, flush=True)
 
     def _loop(self, sup: Supervisor, counts: dict[str, int], until: float, phase: str,
               until_settled: bool = False) -> bool:
-        """Reap, check integrity after kills, respawn; True once settled (if asked)."""
-        last = 0.0
-        while time.time() < until:
-            for child in sup.reap():
-                if child.proc.returncode == -9 and has(self.engine, "integrity"):
-                    self.integrity.append({"t": time.time(), "after": f"kill of {child.name}",
-                                           "result": self.engine.integrity(self.db)})
-            sup.keep(counts)
-            if until_settled and self._settled():
-                return True
-            if self.progress and time.time() - last > 2.0:
-                last = time.time()
-                self._print_progress(phase, until)
-            time.sleep(POLL)
+        """Reap, check integrity after kills, respawn; True once settled (if asked). The
+        progress line shows the phase's seconds, or for the drain what it waits for."""
+        looked = 0.0
+        total, unit = ((len(self.plan.jobs), "jobs settled") if until_settled
+                       else (until - time.time(), "s"))
+        with Progress(phase, total, unit=unit, enabled=self.progress) as shown:
+            while time.time() < until:
+                for child in sup.reap():
+                    if child.proc.returncode == -9 and has(self.engine, "integrity"):
+                        self.integrity.append({"t": time.time(),
+                                               "after": f"kill of {child.name}",
+                                               "result": self.engine.integrity(self.db)})
+                sup.keep(counts)
+                if until_settled or (self.progress and time.time() - looked > LOOK):
+                    looked, state = time.time(), self.engine.progress(self.db)
+                    if until_settled and settled(self.engine, state):
+                        shown.update(sum(state["states"].values()), detail="all settled")
+                        return True
+                    self._show(shown, state, until, until_settled)
+                time.sleep(POLL)
         return until_settled and self._settled()
 
     def _settled(self) -> bool:
         return settled(self.engine, self.engine.progress(self.db))
 
-    def _print_progress(self, phase: str, until: float) -> None:
-        states = self.engine.progress(self.db)["states"]
-        summary = ", ".join(f"{s} {n}" for s, n in sorted(states.items()))
-        print(f"    [{phase}, {max(0.0, until - time.time()):.0f} s left] {summary}",
-              file=sys.stderr, flush=True)
+    def _show(self, shown: Progress, state: dict[str, Any], until: float, drain: bool) -> None:
+        """Update a phase's progress from the engine's own count of jobs per state and of
+        unsent outbox rows (the contract's `progress`)."""
+        states, left = state["states"], max(0.0, until - time.time())
+        if not drain:
+            shown.update(shown.total - left,
+                         detail=", ".join(f"{s} {n}" for s, n in sorted(states.items())))
+            return
+        done = self.engine.pipeline.terminal | self.engine.pipeline.parked_states
+        finished = sum(n for s, n in states.items() if s in done)
+        waiting = [f"{plural(sum(states.values()) - finished, 'job')} not finished"] if \
+            sum(states.values()) > finished else []
+        if state["unsent"]:
+            waiting.append(f"{plural(state['unsent'], 'outbox row')} unsent")
+        shown.update(finished, total=sum(states.values()),
+                     detail=", ".join(waiting + [f"{left:.0f} s to the deadline"]))
 
     # -- set-up ------------------------------------------------------------------------------
 
     def _submit_all(self) -> None:
-        for job_id, payload in documents_for(self.plan):
-            result = self.engine.submit(self.db, job_id, payload)
-            self.record({"t": time.time(), "src": "runner", "type": "submit", "job": job_id,
-                         "payload_hash": hist.payload_hash(payload),
-                         "result": result, "duplicate": False})
-            if result != "created":
-                raise HarnessError(f"submitting {job_id} to a fresh database gave {result!r}")
+        with Progress("starting", len(self.plan.jobs), unit="jobs submitted",
+                      enabled=self.progress) as shown:
+            for n, (job_id, payload) in enumerate(documents_for(self.plan), 1):
+                self._submit(job_id, payload)
+                shown.update(n)
+
+    def _submit(self, job_id: str, payload: Any) -> None:
+        result = self.engine.submit(self.db, job_id, payload)
+        self.record({"t": time.time(), "src": "runner", "type": "submit", "job": job_id,
+                     "payload_hash": hist.payload_hash(payload),
+                     "result": result, "duplicate": False})
+        if result != "created":
+            raise HarnessError(f"submitting {job_id} to a fresh database gave {result!r}")
 
     def _command(self, role: str, slot: int, n: int) -> Command:
         """The adapter's command for one process, from this run's settings for `slot`, with
@@ -306,9 +334,12 @@ def run_campaign(scenario: Scenario, seed: int, engine: Engine, out: str, *,
             snapshot = campaign.run()
     finally:
         campaign.record.close()
-    events = campaign.history()
-    hist.write_history(os.path.join(run_dir, "history.jsonl"), events)
-    verdicts = run_checkers(events, snapshot)
+    with Progress("check", enabled=progress) as shown:
+        shown.update(detail="merging the history")
+        events = campaign.history()
+        hist.write_history(os.path.join(run_dir, "history.jsonl"), events)
+        shown.update(detail=f"the invariants over {len(events)} events")
+        verdicts = run_checkers(events, snapshot)
     applied = faults_applied(plan, events, campaign.nemesis.applied)
     report = build_report(scenario, plan, engine, engine_spec, run_dir, verdicts, applied,
                           events, snapshot, started)

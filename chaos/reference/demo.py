@@ -7,13 +7,13 @@ then prints the operator queries and what the ledgers saw.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from datetime import datetime, timezone
 
 from engine import DOCUMENT, open_store
 from engine.cli import print_rows
 
+from ..console import Progress, plural
 from ..contract import ProcessContext
 from ..documents import make_documents
 from ..fakes import FakeProvider, FakeReceiver
@@ -28,8 +28,10 @@ def run_demo(jobs: int = 300, workers: int = 2, seed: int = 1, out: str = "repor
     os.makedirs(run_dir, exist_ok=True)
     db = os.path.join(run_dir, "engine.db")
     store = open_store(db)
-    for job_id, payload in make_documents(jobs, seed):
-        store.submit(job_id, DOCUMENT, payload, time.time())
+    with Progress("submitting", jobs, unit="jobs") as shown:
+        for n, (job_id, payload) in enumerate(make_documents(jobs, seed), 1):
+            store.submit(job_id, DOCUMENT, payload, time.time())
+            shown.update(n)
     with evidence_in(run_dir), \
             FakeProvider(os.path.join(run_dir, "provider.jsonl")) as provider, \
             FakeReceiver(os.path.join(run_dir, "receiver.jsonl")) as receiver, \
@@ -37,7 +39,8 @@ def run_demo(jobs: int = 300, workers: int = 2, seed: int = 1, out: str = "repor
                 db, provider.url, receiver.url, {"lease": 10, "call_timeout": 5}, slot)),
                 log_dir=run_dir) as sup:
         sup.keep({"worker": workers, "sender": 1})
-        done = wait_delivered(store, sup, time.monotonic() + deadline)
+        with Progress("delivering", jobs, unit="jobs done") as shown:
+            done = wait_delivered(store, sup, time.monotonic() + deadline, shown)
         print(f"ran {jobs} jobs with {workers} worker processes and 1 sender: "
               f"{'all delivered' if done else 'NOT all delivered before the deadline'}\n")
         applied = receiver.applied()
@@ -59,17 +62,22 @@ def run_demo(jobs: int = 300, workers: int = 2, seed: int = 1, out: str = "repor
     return 0 if ok else 1
 
 
-def wait_delivered(store, sup: Supervisor, deadline: float) -> bool:
-    """Wait until no job waits for a worker and the outbox is empty, or the deadline.
+def wait_delivered(store, sup: Supervisor, deadline: float, shown: Progress) -> bool:
+    """Wait until no job waits for a worker and the outbox is empty, or the deadline;
+    `shown` counts the jobs done and says what is still awaited.
 
     Returns False at once if every process died (their logs are in the run folder).
     """
     while time.monotonic() < deadline:
-        if store.active_jobs(DOCUMENT.name) == 0 and store.unsent_rows() == 0:
+        active, unsent = store.active_jobs(DOCUMENT.name), store.unsent_rows()
+        waiting = [f"{plural(n, what)} {state}" for n, what, state in (
+            (active, "job", "waiting for a worker"), (unsent, "outbox row", "unsent")) if n]
+        shown.update(shown.total - active, detail=", ".join(waiting) or "all done")
+        if active == 0 and unsent == 0:
             return True
         for child in sup.reap():
-            print(f"{child.name} (pid {child.pid}) exited with {child.proc.returncode}; "
-                  f"log: {child.log_path}", file=sys.stderr)
+            shown.say(f"{child.name} (pid {child.pid}) exited with {child.proc.returncode}; "
+                      f"log: {child.log_path}")
         if not sup.alive():
             return False
         time.sleep(0.2)
