@@ -1,6 +1,7 @@
 """A simulated run's folder: the same files as a real run's, plus its replayable schedule.
 
-`report.json` (schema "ninelives.report/1", built by chaos.report.build_report), then
+`report.json` (schema "ninelives.report/1", built by chaos.report.build_report) with
+`report.html`, `junit.xml` and `summary.md` beside it, as a real run renders them; then
 `history.jsonl`, `snapshot.json`, `plan.json`, `scenario.json`, `events.jsonl`, the ledgers
 `provider.jsonl` and `receiver.jsonl`, `engine.db`; and `schedule.json` (replays with
 `ninelives sim --replay`) and, for a failing run, `story.txt`.
@@ -21,6 +22,7 @@ from typing import Any
 
 from .. import history as hist
 from ..report import build_report, faults_applied, write_report
+from ..runner import render_reports
 from .spec import SimResult
 from .shrink import save_schedule
 from .story import headline, tell
@@ -47,7 +49,8 @@ def sim_command(result: SimResult) -> str:
 
 def write_run(result: SimResult, run_dir: str, *, db: str | None = None,
               target: tuple[str, str] | None = None, **schedule_extra: Any) -> dict:
-    """Write every file of the run into `run_dir`; returns the report. `db`: the finished
+    """Write every file of the run into `run_dir`, the rendered reports too (a rendering
+    failure is a warning: report.json stays); returns the report. `db`: the finished
     database file to move in as engine.db; `target`: the failure the run is about
     (invariant, error type), when not its first."""
     spec = result.spec
@@ -69,6 +72,7 @@ def write_run(result: SimResult, run_dir: str, *, db: str | None = None,
             fh.write("\n".join(tell(result.history, result.verdicts, name)) + "\n")
     report = report_for(result, run_dir, schedule)
     write_report(run_dir, report)
+    render_reports(run_dir)
     return report
 
 
