@@ -111,8 +111,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     want = [(v["name"], v["verdict"]) for v in report["verdicts"]]
     same = 0
     for i in range(args.tries):
+        print(f"try {i + 1}/{args.tries}: {scenario.name}, seed {plan.seed}", file=sys.stderr,
+              flush=True)
         result = run_campaign(scenario, plan.seed, engine, out, plan=plan,
-                              engine_spec=report["engine"], progress=False)
+                              engine_spec=report["engine"])
         got = [(v["name"], v["verdict"]) for v in result.report["verdicts"]]
         same += got == want
         differing = [f"{n}: {a} -> {b}" for (n, a), (_, b) in zip(want, got) if a != b]

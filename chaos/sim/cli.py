@@ -13,6 +13,7 @@ import shutil
 import sys
 import time
 
+from ..console import Progress
 from ..report import verdict_table
 from .choices import SeededChoices
 from .output import run_dir_for, write_run
@@ -74,7 +75,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         f"{scenario.run.workers} workers")
     if len(seeds) == 1:
         return _one(SimSpec(scenario, seeds.start, engine, args.engine), args)
-    return _explore(scenario, engine, seeds, args, say)
+    return _explore(scenario, engine, seeds, args)
 
 
 def _one(spec: SimSpec, args: argparse.Namespace) -> int:
@@ -85,8 +86,27 @@ def _one(spec: SimSpec, args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def _explore(scenario, engine, seeds: range, args: argparse.Namespace, say) -> int:
-    started, failing, crashed = time.perf_counter(), [], []
+def _explore(scenario, engine, seeds: range, args: argparse.Namespace) -> int:
+    """Run every seed's schedule, counting them on a progress line; a failing one is run
+    again to keep its folder, and with --shrink the first is shrunk and ends the search."""
+    started = time.perf_counter()
+    with Progress("sim", len(seeds), unit="schedules", enabled=not args.quiet) as shown:
+        failing, crashed, first_failure = _explore_seeds(scenario, engine, seeds, args, shown)
+    if first_failure is not None:
+        _shrink(*first_failure, args)  # after the count's line: one progress line at a time
+    took = time.perf_counter() - started
+    done = seeds.index(failing[-1]) + 1 if failing and args.shrink else len(seeds)
+    print(f"{done} schedules in {took:.1f} s ({done / took * 60:.0f}/min): "
+          + (f"{len(failing)} failed (seeds {', '.join(map(str, failing))})" if failing
+             else "no invariant failed in any schedule"))
+    return 1 if failing else (2 if crashed else 0)
+
+
+def _explore_seeds(scenario, engine, seeds: range, args: argparse.Namespace, shown: Progress
+                   ) -> tuple[list[int], list[int], tuple[SimResult, str] | None]:
+    """(failing seeds, seeds whose checker crashed, the first failure's result and folder
+    when --shrink asks for it, which stops the search)."""
+    failing, crashed = [], []
     for i, seed in enumerate(seeds, 1):
         spec = SimSpec(scenario, seed, engine, args.engine)
         result = simulate(spec, SeededChoices(seed))
@@ -104,16 +124,9 @@ def _explore(scenario, engine, seeds: range, args: argparse.Namespace, say) -> i
             failing.append(seed)
             print(f"seed {seed}: FAIL {headline(result.verdicts)}\n  {run_dir}", flush=True)
             if args.shrink:
-                _shrink(result, run_dir, args)
-                break
-        if i % 25 == 0:
-            say(f"  {i}/{len(seeds)} schedules, {len(failing)} failed")
-    took = time.perf_counter() - started
-    done = seeds.index(failing[-1]) + 1 if failing and args.shrink else len(seeds)
-    print(f"{done} schedules in {took:.1f} s ({done / took * 60:.0f}/min): "
-          + (f"{len(failing)} failed (seeds {', '.join(map(str, failing))})" if failing
-             else "no invariant failed in any schedule"))
-    return 1 if failing else (2 if crashed else 0)
+                return failing, crashed, (result, run_dir)
+        shown.update(i, detail=f"{len(failing)} failed")
+    return failing, crashed, None
 
 
 def _run_and_write(spec: SimSpec, out: str, label: str = "") -> tuple[SimResult, str]:
@@ -151,13 +164,10 @@ def _print_result(result: SimResult, run_dir: str, target: str | None = None) ->
 
 def _shrink(result: SimResult, run_dir: str, args: argparse.Namespace) -> None:
     started = time.perf_counter()
-
-    def progress(runs: int, _: SimResult) -> None:
-        if not args.quiet and runs % 50 == 0:
-            print(f"  shrinking: {runs}/{args.budget} simulations", file=sys.stderr,
-                  flush=True)
-
-    shrunk = shrink(result, budget=args.budget, progress=progress)
+    with Progress("shrinking", args.budget, unit="simulations at most",
+                  enabled=not args.quiet) as shown:
+        shrunk = shrink(result, budget=args.budget,
+                        progress=lambda runs, _: shown.update(runs))
     small = shrunk.result
     extra = {"shrunk_from": shrunk.original_choices, "shrink_runs": shrunk.runs}
     folder = os.path.join(run_dir, "shrunk")
