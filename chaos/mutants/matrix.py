@@ -9,7 +9,9 @@ a full campaign with real processes. Exit 0 when every mutant was caught by one 
 expected invariants and the reference failed nothing; 1 otherwise.
 
 Written to DIR/<id>/: matrix.json, matrix.md, matrix.html (linking each run's report.html
-when chaos.render is there), and the run folders under runs/.
+when chaos.render is there, with a legend), and the run folders, one folder per engine:
+runs/<mutant or reference>/<scenario>/, each with its `latest` (for a mutant, the run that
+caught it). DIR/latest points at the newest matrix.
 """
 from __future__ import annotations
 
@@ -42,6 +44,9 @@ SHORT = {"legal-transitions": "LT", "no-rebill-after-commit": "NR", "outbox-boun
          "operator-moves": "OM",
          "fenced-writes": "FW", "cost-accounted": "CA", "db-intact": "DB",
          "processes-survive": "PS", "claims-prompt": "CP"}
+#: What a cell of the matrix says.
+CELLS = {"X": "an expected invariant failed", "x": "another invariant failed",
+         "o": "expected, but it held", ".": "neither expected nor failed"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,13 @@ class Task:
     def spec(self) -> str:
         return REFERENCE if self.engine == REFERENCE else BY_NAME[self.engine].spec
 
+    @property
+    def folder(self) -> str:
+        """Where its run folder goes: one folder per engine (`runs/<engine>/<scenario>/`),
+        so that a mutant's failing run and the reference's passing run on the same scenario
+        never share one, nor its `latest` link."""
+        return os.path.join(self.out, self.engine)
+
 
 def run_task(task: Task) -> dict[str, Any]:
     """Run one campaign (in a pool process); returns what the matrix needs of its report.
@@ -72,7 +84,7 @@ def run_task(task: Task) -> dict[str, Any]:
     row: dict[str, Any] = {**asdict(task), "spec": task.spec}
     try:
         scenario = load_scenario(task.scenario, task.profile)
-        result = run_campaign(scenario, task.seed, load_engine(task.spec), task.out,
+        result = run_campaign(scenario, task.seed, load_engine(task.spec), task.folder,
                               engine_spec=task.spec, progress=False)
     except (HarnessError, ValueError, OSError) as exc:
         return {**row, "result": "harness-error", "error": f"{type(exc).__name__}: {exc}",
@@ -203,11 +215,6 @@ def render_text(matrix: dict[str, Any], console: Console | str | None = AUTO) ->
     return "\n".join(lines)
 
 
-#: What a cell of the matrix says.
-CELLS = {"X": "an expected invariant failed", "x": "another invariant failed",
-         "o": "expected, but it held", ".": "neither expected nor failed"}
-
-
 def legend(matrix: dict[str, Any]) -> list[str]:
     """The legend of the matrix as text lines: the cells, then the column heads."""
     names = [f"{SHORT[i]} {i}" for i in matrix["invariants"]]
@@ -246,7 +253,8 @@ def render_markdown(matrix: dict[str, Any]) -> str:
         lines.append(f"| `{m['name']}` | {m['removes']} | `{m['scenario']}` | {cells} | "
                      f"{'yes' if m['caught'] else '**NO**'} | {m['seed'] or '-'} | "
                      f"{m['seconds'] if m['seconds'] is not None else '-'} |")
-    lines += ["", "X expected invariant failed · x another failed · o expected but held",
+    lines += ["", " · ".join(f"{c} {what}" for c, what in CELLS.items()), "",
+              " · ".join(f"{SHORT[i]} `{i}`" for i in matrix["invariants"]),
               "", "\n".join(f"- {line}" for line in reference_lines(matrix)), ""]
     return "\n".join(lines)
 
@@ -274,14 +282,26 @@ def render_html(matrix: dict[str, Any], out: str) -> str:
                    f"{html.escape(r['result'])}</li>" for r in matrix["reference"])
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>ninelives mutants</title>
 <style>body{{font:14px sans-serif;margin:2em}}td,th{{border:1px solid #ccc;padding:3px 6px}}
-table{{border-collapse:collapse}}td{{text-align:center}}td:nth-child(2){{text-align:left}}</style>
+table{{border-collapse:collapse}}td{{text-align:center}}td:nth-child(2){{text-align:left}}
+.legend{{display:flex;gap:2em;align-items:flex-start}}.legend td{{text-align:left}}</style>
 </head><body><h1>ninelives mutants: {matrix['caught']}/{matrix['total']} caught, reference
 {'clean' if matrix['reference_clean'] else 'NOT clean'}</h1>
 <table><tr><th>mutant</th><th>removes</th><th>scenario</th>{heads}<th>caught</th><th>seed</th>
 <th>seconds</th></tr>{''.join(body)}</table>
-<p>X expected invariant failed · x another failed · o expected but held</p>
+{html_legend(matrix, colours)}
 <h2>Reference engine, same scenarios and seeds</h2><ul>{refs}</ul></body></html>
 """
+
+
+def html_legend(matrix: dict[str, Any], colours: dict[str, str]) -> str:
+    """The page's legend: what each cell's mark and colour say, and each column head's
+    invariant."""
+    cells = "".join(f'<tr><td style="background:{colours[c]}">{c}</td><td>{html.escape(what)}'
+                    "</td></tr>" for c, what in CELLS.items())
+    heads = "".join(f"<tr><th>{SHORT[i]}</th><td><code>{html.escape(i)}</code></td></tr>"
+                    for i in matrix["invariants"])
+    return (f'<h2>Legend</h2><div class="legend"><table id="legend-cells">{cells}</table>'
+            f'<table id="legend-heads">{heads}</table></div>')
 
 
 def write_outputs(matrix: dict[str, Any], out: str) -> list[str]:
@@ -308,6 +328,19 @@ def write_outputs(matrix: dict[str, Any], out: str) -> list[str]:
     with open(paths[2], "w", encoding="utf-8") as fh:
         fh.write(render_html(matrix, out))
     return paths
+
+
+def point_latest(folder: str) -> None:
+    """`latest` beside `folder` points at it: the newest matrix. (Each engine's own
+    `runs/<engine>/<scenario>/latest` points at its last run there: a mutant's is the run
+    that caught it, the matrix stopping at the first.)"""
+    latest = os.path.join(os.path.dirname(folder), "latest")
+    try:
+        if os.path.islink(latest):
+            os.unlink(latest)
+        os.symlink(os.path.basename(folder), latest)
+    except OSError:
+        pass  # a concurrent matrix took the link; the folder is what counts
 
 
 # -- the command ---------------------------------------------------------------------------------
@@ -346,6 +379,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
                         note=lambda line: print(line, file=sys.stderr, flush=True))
     matrix["id"] = os.path.basename(out)
     paths = write_outputs(matrix, out)
+    point_latest(out)
     print(render_text(matrix))
     print(f"matrix: {', '.join(paths)}")
     return 0 if matrix["ok"] else 1
