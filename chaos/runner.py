@@ -232,9 +232,10 @@ class Campaign:
     def _submit_all(self) -> None:
         with Progress("starting", len(self.plan.jobs), unit="jobs submitted",
                       enabled=self.progress) as shown:
+            shown.update(0, detail=f"making {plural(len(self.plan.jobs), 'document')}")
             for n, (job_id, payload) in enumerate(documents_for(self.plan), 1):
                 self._submit(job_id, payload)
-                shown.update(n)
+                shown.update(n, detail="")
 
     def _submit(self, job_id: str, payload: Any) -> None:
         result = self.engine.submit(self.db, job_id, payload)
@@ -325,7 +326,11 @@ def run_campaign(scenario: Scenario, seed: int, engine: Engine, out: str, *,
                  progress: bool = True) -> RunResult:
     """Run one scenario end to end and write its reports. Raises HarnessError when the run
     itself could not be carried out."""
-    plan = plan or make_plan(scenario, seed, engine.pipeline)
+    if plan is None:
+        with Progress("planning", enabled=progress) as shown:
+            shown.update(detail=f"the fault plan of {plural(scenario.run.jobs, 'job')}, "
+                                f"seed {seed}")
+            plan = make_plan(scenario, seed, engine.pipeline)
     run_dir = run_dir_for(out, scenario, seed)
     campaign = Campaign(scenario, plan, engine, run_dir, progress=progress)
     started = time.time()
