@@ -164,7 +164,7 @@ def _print_result(result: SimResult, run_dir: str, target: str | None = None) ->
 
 def _shrink(result: SimResult, run_dir: str, args: argparse.Namespace) -> None:
     started = time.perf_counter()
-    with Progress("shrinking", args.budget, unit="simulations at most",
+    with Progress("shrinking", args.budget, unit="simulations",
                   enabled=not args.quiet) as shown:
         shrunk = shrink(result, budget=args.budget,
                         progress=lambda runs, _: shown.update(runs))
