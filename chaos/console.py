@@ -124,7 +124,8 @@ class Progress:
             counted = (BarColumn(), TextColumn("{task.fields[count]}"), TimeRemainingColumn()) \
                 if self.counted else (SpinnerColumn(),)
             self._bar = RichProgress(TextColumn("[bold]{task.description}"), *counted,
-                                     TextColumn("{task.fields[detail]}"), console=console)
+                                     TextColumn("{task.fields[detail]}", markup=False),
+                                     console=console)
 
     def __enter__(self) -> "Progress":
         if self._bar is not None:
