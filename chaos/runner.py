@@ -205,6 +205,8 @@ class Campaign:
                         return True
                     self._show(shown, state, until, until_settled)
                 time.sleep(POLL)
+            if self.progress:  # the phase as it ended, not as it was a second before
+                self._show(shown, self.engine.progress(self.db), until, until_settled)
         return until_settled and self._settled()
 
     def _settled(self) -> bool:
