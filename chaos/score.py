@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import filecmp
-import functools
 import json
 import os
 import shutil
@@ -81,7 +80,7 @@ def kill(seeds: int, deep: int, run: int, out: str) -> int:
     killed), 0 when every stage passed. Prints which stage, scenario and seed caught it."""
     from .scenario import load_scenario
     from .sim import SeededChoices, SimSpec, simulate
-    from .supervisor import die_with_parent
+    from .supervisor import die_with_parent, run_owned
     die_with_parent()  # a mutant's test ends with the campaign that started it
     stages = [("smoke", SIM_SCENARIOS, seeds), ("ci", DEEP_SCENARIOS, deep)]
     for profile, names, count in stages:
@@ -98,10 +97,9 @@ def kill(seeds: int, deep: int, run: int, out: str) -> int:
                     return 1
     for seed in range(1, run + 1):  # a kill or a pause may take a fault's evidence away
         for name in RUN_SCENARIOS:
-            done = subprocess.run([sys.executable, "-m", "chaos.cli", "run", name, "--profile",
-                                   "smoke", "--seed", str(seed), "--out", out, "--quiet"],
-                                  capture_output=True, text=True,
-                                  preexec_fn=functools.partial(die_with_parent, os.getpid()))
+            done = run_owned([sys.executable, "-m", "chaos.cli", "run", name, "--profile",
+                              "smoke", "--seed", str(seed), "--out", out, "--quiet"],
+                             capture_output=True, text=True)
             if done.returncode == 1:
                 print(f"killed: run {name} seed {seed}")
                 return 1
@@ -260,7 +258,7 @@ def serve_worker(port: int) -> None:
 def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: bool) -> str:
     """Initialise (unless resuming), filter and execute the session over `args.jobs`
     workers; returns its path. Every worker and test command dies with this one."""
-    from .supervisor import die_with_parent
+    from .supervisor import run_owned, start_owned
     tools = os.path.dirname(sys.executable)
     session = os.path.join(workdir, "session.sqlite")
     copies = [os.path.join(workdir, f"worker-{i + 1}") for i in range(args.jobs)]
@@ -294,10 +292,9 @@ def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: 
     try:
         for copy, port in zip(copies, ports):
             env = {**os.environ, "PYTHONPATH": copy}  # the copy's engine, in every process
-            workers.append(subprocess.Popen(
+            workers.append(start_owned(
                 [sys.executable, "-m", "chaos.score", "worker", "--port", str(port)], cwd=copy,
-                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                preexec_fn=functools.partial(die_with_parent, os.getpid())))
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         for port, proc in zip(ports, workers):
             _wait_listening(port, proc, time.monotonic() + 60)
         steps = []
@@ -306,9 +303,8 @@ def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: 
                       [os.path.join(tools, "cr-filter-operators"), session, config]]
         steps.append([os.path.join(tools, "cosmic-ray"), "exec", config, session])
         for argv in steps:
-            subprocess.run(argv, cwd=copies[0], env={**os.environ, "PYTHONPATH": copies[0]},
-                           check=True,
-                           preexec_fn=functools.partial(die_with_parent, os.getpid()))
+            run_owned(argv, cwd=copies[0], env={**os.environ, "PYTHONPATH": copies[0]},
+                      check=True)
     finally:
         for proc in workers:
             proc.terminate()

@@ -71,9 +71,8 @@ class Supervisor:
         log_path = os.path.join(self.log_dir, f"{name}.log") if self.log_dir else None
         out = open(log_path, "ab") if log_path else subprocess.DEVNULL
         try:
-            proc = subprocess.Popen(command.argv, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=out, env={**os.environ, **command.env},
-                                    preexec_fn=functools.partial(die_with_parent, os.getpid()))
+            proc = start_owned(command.argv, stdin=subprocess.DEVNULL, stdout=out,
+                               stderr=out, env={**os.environ, **command.env})
         finally:
             if log_path:
                 out.close()
@@ -145,6 +144,33 @@ class Supervisor:
         self.close()
 
 
+def start_owned(argv: list[str], **popen: Any) -> subprocess.Popen:
+    """subprocess.Popen(argv, **popen) for a child that dies with this process
+    (die_with_parent). A stop signal arriving meanwhile is raised once the child is started:
+    with a preexec_fn, Python runs its at-fork hooks in this process, and an interrupt raised
+    inside one of those is printed as "Exception ignored" and lost."""
+    with signals_deferred():
+        return subprocess.Popen(argv, preexec_fn=functools.partial(die_with_parent, os.getpid()),
+                                **popen)
+
+
+def run_owned(argv: list[str], check: bool = False, **popen: Any) -> subprocess.CompletedProcess:
+    """subprocess.run for a child started by start_owned: waits for it, and kills it if this
+    process is interrupted meanwhile."""
+    if popen.pop("capture_output", False):
+        popen.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = start_owned(argv, **popen)
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    if check and proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, argv, out, err)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
 def die_with_parent(parent: int | None = None) -> None:
     """In the child before exec: ask Linux to SIGKILL it when the runner dies, whatever
     engine it becomes (PR_SET_PDEATHSIG survives exec), so no engine process is orphaned.
@@ -172,6 +198,30 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
+# A stop signal that arrived while the main thread started a child, raised after it.
+_deferring = 0
+_deferred: int | None = None
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """On the main thread: a SIGINT or SIGTERM (under stop_on_signals) arriving in the block is
+    raised when the block ends rather than inside it. Elsewhere: nothing (the handler runs on
+    the main thread, never inside another thread's fork)."""
+    global _deferring, _deferred
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+        if not _deferring and _deferred is not None:
+            signum, _deferred = _deferred, None
+            _raise_stopped(signum, None)
+
+
 def stop_on_signals() -> Callable[[], None]:
     """From now on SIGTERM raises Stopped in the main thread, and SIGINT KeyboardInterrupt
     (as Python does by default). Returns what puts the previous handlers back. Off the main
@@ -180,7 +230,7 @@ def stop_on_signals() -> Callable[[], None]:
         return lambda: None
     before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     signal.signal(signal.SIGTERM, _raise_stopped)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, _raise_stopped)
 
     def restore() -> None:
         for sig, handler in before.items():
@@ -189,7 +239,11 @@ def stop_on_signals() -> Callable[[], None]:
 
 
 def _raise_stopped(signum: int, frame: Any) -> None:
-    raise Stopped(signum)
+    global _deferred
+    if _deferring:
+        _deferred = signum
+        return
+    raise Stopped(signum) if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
 def exit_code_of(interrupt: KeyboardInterrupt) -> int:
@@ -241,7 +295,8 @@ class OwnedPool:
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Any]:
         """`fn` over `items` in the workers, results in order (ProcessPoolExecutor.map);
         `fn` must be a module-level function."""
-        return self.pool.map(functools.partial(_owned_task, fn), items)
+        with signals_deferred():  # the pool forks its workers here: see start_owned
+            return self.pool.map(functools.partial(_owned_task, fn), items)
 
     def __exit__(self, exc_type: Any, *exc: object) -> None:
         if exc_type is None:
