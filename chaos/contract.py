@@ -16,7 +16,10 @@ controls   `submit(db, job, payload)` -> "created" | "exists" | "rejected";
            "refused: why"; `expire_leases(db)` -> how many; `hold_write_lock(db)` a context
            manager holding the store's write lock; `integrity(db)` -> "ok" or the problems.
 
-Optional: `pid_of(worker_id) -> int | None`, the process id inside the engine's own worker
+Optional: `secret_settings`, names of settings whose values are secrets besides those whose
+names say key, token, secret or password (`chaos.runfiles.is_secret`): the harness redacts
+them in every record it writes, and the adapter passes them to processes by environment;
+`pid_of(worker_id) -> int | None`, the process id inside the engine's own worker
 ids, so that calls and effects in the fakes' ledgers (which name only the worker id) are
 tied to their processes; and `write_points`, the probe points after which a process writes to the job it names
 (with crash_points), for an engine whose rows do not say who wrote: the harness traces every

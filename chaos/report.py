@@ -6,7 +6,6 @@ not run the scenario as written (a fault that never fired, a checker that crashe
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shlex
@@ -22,6 +21,7 @@ from .console import AUTO, Column, table
 from .history import Event, of
 from .plan import FaultPlan
 from .progress import progress_latency
+from .runfiles import scenario_record, write_json
 from .scenario import Scenario, crash_points_for
 
 REPORT_SCHEMA = "ninelives.report/1"
@@ -216,7 +216,7 @@ def build_report(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str |
         "schema": REPORT_SCHEMA,
         "run_id": os.path.basename(run_dir), "run_dir": run_dir,
         "started": started, "finished": time.time(),
-        "scenario": scenario.to_json(), "seed": plan.seed, "profile": scenario.profile,
+        "scenario": scenario_record(scenario, engine), "seed": plan.seed, "profile": scenario.profile,
         "engine": engine_spec or "reference", "engine_name": getattr(engine, "name", "?"),
         "plan": plan.to_json(),
         "versions": {"ninelives": VERSION, "python": platform.python_version(),
@@ -235,10 +235,8 @@ def build_report(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str |
 
 
 def write_report(run_dir: str, report: dict) -> str:
-    path = os.path.join(run_dir, "report.json")
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(report, fh, indent=2, sort_keys=True)
-    return path
+    """Write report.json into `run_dir` atomically; returns its path."""
+    return write_json(os.path.join(run_dir, "report.json"), report)
 
 
 VERDICT_COLUMNS = (Column("invariant"), Column("verdict"), Column("checked", "right"),

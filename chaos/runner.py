@@ -25,6 +25,7 @@ from .nemesis import FaultPolicy, Nemesis
 from .plan import FaultPlan, documents_for, make_plan
 from .render import render_run
 from .report import build_report, faults_applied, write_report
+from .runfiles import scenario_record, write_json
 from .scenario import Scenario, ScenarioError, check_for_engine, crash_points_for
 from .supervisor import Supervisor, evidence_in
 from .writers import attribute_writes
@@ -104,7 +105,7 @@ class Campaign:
 
     def run(self) -> dict[str, Any]:
         """Carry out every phase; returns the snapshot the checkers need."""
-        self._write_json("scenario.json", self.scenario.to_json())
+        self._write_json("scenario.json", scenario_record(self.scenario, self.engine))
         self._write_json("plan.json", self.plan.to_json())
         self.engine.install(self.db)
         self._submit_all()
@@ -285,8 +286,7 @@ class Campaign:
         return env
 
     def _write_json(self, name: str, data: Any) -> None:
-        with open(os.path.join(self.run_dir, name), "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
+        write_json(os.path.join(self.run_dir, name), data)
 
     # -- collecting --------------------------------------------------------------------------
 

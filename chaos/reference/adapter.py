@@ -22,12 +22,11 @@ from .. import sqlite
 from ..contract import Command, EngineSettings, ProcessContext
 from ..history import Event, fingerprint
 from ..pipeline import Pipeline, Step
+from ..runfiles import is_secret, secret_names
 from . import audit, observer
 
 #: The reference engine's CLI names the outbox role "send".
 ROLE_COMMANDS = {"worker": "worker", "sender": "send"}
-#: Settings whose values are secrets: they travel in the environment, never in argv.
-SECRET_SETTINGS = ("provider_key",)
 #: The effect kinds of the built-in document pipeline's delivery step.
 DOCUMENT_EFFECTS = ("charge", "notify")
 
@@ -93,14 +92,16 @@ class ReferenceEngine:
     # -- processes ---------------------------------------------------------------------------
 
     def command(self, role: str, ctx: ProcessContext) -> Command:
-        """`python -m engine worker|send --exit-with-parent --setting value ...`; the provider
-        key goes in NINELIVES_PROVIDER_KEY."""
+        """`python -m engine worker|send --exit-with-parent --setting value ...`; a secret
+        setting (`chaos.runfiles.is_secret`: the provider key) goes in the environment as
+        NINELIVES_<SETTING>, never on the command line, which any user can read."""
         if role not in ROLE_COMMANDS:
             raise ValueError(f"role must be one of {sorted(ROLE_COMMANDS)}, got {role!r}")
         settings = {"poll_interval": ctx.poll_interval, **ctx.engine, "db": ctx.db,
                     "provider_url": ctx.provider_url, "receiver_url": ctx.receiver_url}
-        env = {f"NINELIVES_{k.upper()}": str(settings.pop(k)) for k in SECRET_SETTINGS
-               if k in settings}
+        secret = secret_names(self)
+        env = {f"NINELIVES_{k.upper()}": _flag(settings.pop(k)) for k in list(settings)
+               if is_secret(k, secret)}
         argv = [sys.executable, "-m", self.module, ROLE_COMMANDS[role], "--exit-with-parent"]
         if role == "worker":
             if ctx.clock_skew:

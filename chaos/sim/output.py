@@ -23,6 +23,7 @@ from typing import Any
 from .. import history as hist
 from ..report import build_report, faults_applied, write_report
 from ..runner import render_reports
+from ..runfiles import scenario_record
 from .spec import SimResult
 from .shrink import save_schedule
 from .story import headline, tell
@@ -54,7 +55,7 @@ def write_run(result: SimResult, run_dir: str, *, db: str | None = None,
     database file to move in as engine.db; `target`: the failure the run is about
     (invariant, error type), when not its first."""
     spec = result.spec
-    _json(run_dir, "scenario.json", spec.scenario.to_json())
+    _json(run_dir, "scenario.json", scenario_record(spec.scenario, spec.engine))
     _json(run_dir, "plan.json", result.plan.to_json())
     hist.write_history(os.path.join(run_dir, "history.jsonl"), result.history)
     _json(run_dir, "snapshot.json", result.snapshot)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from ..contract import load_engine
+from ..runfiles import scenario_record
 from ..scenario import Expect, Faults, Run, Scenario
 from .choices import DrawnChoices, ReplayChoices
 from .run import simulate
@@ -161,7 +162,7 @@ def schedule_json(result: SimResult, target: tuple[str, str] | None = None,
         kind = target[1] if target and target[0] == name else next(iter(verdict.by_type),
                                                                     "unknown")
         fails = {"invariant": name, "type": kind, "message": verdict.reason}
-    return {"format": SCHEDULE_FORMAT, "scenario": result.spec.scenario.to_json(),
+    return {"format": SCHEDULE_FORMAT, "scenario": scenario_record(result.spec.scenario, result.spec.engine),
             "seed": result.spec.seed, "engine": result.spec.engine_spec,
             "choices": result.choices, "fails": fails, **extra}
 

@@ -1,0 +1,43 @@
+"""The run folder's records: secrets redacted at any depth, JSON written atomically."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from chaos.runfiles import REDACTED, redact, scenario_record, write_json
+from chaos.scenario import load_scenario
+
+
+def test_every_setting_named_for_a_secret_is_redacted_at_any_depth_in_any_case():
+    table = {"provider_key": "sk-1", "API_TOKEN": "t-2", "nested": {"db_Password": "p-3",
+             "list": [{"client_secret": "s-4", "lease": 2.0}]}, "lease": 2.0, "model": "m"}
+    assert redact(table) == {"provider_key": REDACTED, "API_TOKEN": REDACTED,
+                             "nested": {"db_Password": REDACTED,
+                                        "list": [{"client_secret": REDACTED, "lease": 2.0}]},
+                             "lease": 2.0, "model": "m"}
+    assert table["provider_key"] == "sk-1"  # a copy: the run itself still has the key
+
+
+def test_an_adapter_names_more_secrets_and_an_empty_key_stays_visible():
+    assert redact({"credentials": "c", "provider_key": ""}, ["credentials"]) == {
+        "credentials": REDACTED, "provider_key": ""}
+
+
+def test_the_scenario_record_redacts_the_engine_table(tmp_path):
+    scenario = tmp_path / "keyed.toml"
+    scenario.write_text('name = "keyed"\n[engine]\nprovider_key = "sk-secret"\n')
+    loaded = load_scenario(str(scenario))
+    assert loaded.engine["provider_key"] == "sk-secret"
+    assert scenario_record(loaded)["engine"]["provider_key"] == REDACTED
+
+
+def test_write_json_replaces_the_file_whole_and_leaves_no_temporary(tmp_path, monkeypatch):
+    path = tmp_path / "report.json"
+    write_json(path, {"a": 1})
+    monkeypatch.setattr(json, "dump", lambda *a, **k: (_ for _ in ()).throw(OSError("full")))
+    with pytest.raises(OSError):
+        write_json(path, {"a": 2})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert os.listdir(tmp_path) == ["report.json"]
