@@ -13,7 +13,6 @@ Exit codes: 0 every invariant with evidence holds, 1 an invariant failed, 2 the 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Sequence
@@ -87,40 +86,50 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def load_report(run: str) -> dict:
-    path = os.path.join(run, "report.json")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        raise ValueError(f"{path} does not exist: is {run!r} a run folder?") from None
-    except ValueError as exc:
-        raise ValueError(f"{path} is not valid JSON: {exc}") from None
+    """report.json of a run folder (a partial one, of a killed run, marked so); raises
+    ValueError naming the file."""
+    from .saved import load_report as load
+    return load(run)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from .contract import load_engine
     from .plan import FaultPlan
+    from .report import RESULTS
     from .runner import run_campaign
     from .scenario import load_scenario
+    if args.tries < 1:
+        raise ValueError(f"--tries must be at least 1, got {args.tries}")
     report = load_report(args.run)
     engine = load_engine(report["engine"])
     scenario = load_scenario(report["scenario"]["path"], report["profile"], engine)
     plan = FaultPlan.from_json(report["plan"])
     out = args.out or os.path.join(os.path.dirname(os.path.dirname(args.run.rstrip("/"))),
                                    "replays")
-    want = [(v["name"], v["verdict"]) for v in report["verdicts"]]
-    same = 0
+    # A partial run (killed before its checks) has no verdicts to reproduce: its plan is
+    # rerun, and the tries' own verdicts decide the exit code.
+    want = None if report.get("partial") else [(v["name"], v["verdict"])
+                                               for v in report["verdicts"]]
+    same, codes = 0, []
     for i in range(args.tries):
         print(f"try {i + 1}/{args.tries}: {scenario.name}, seed {plan.seed}", file=sys.stderr,
               flush=True)
         result = run_campaign(scenario, plan.seed, engine, out, plan=plan,
                               engine_spec=report["engine"])
         got = [(v["name"], v["verdict"]) for v in result.report["verdicts"]]
+        codes.append(result.exit_code)
         same += got == want
-        differing = [f"{n}: {a} -> {b}" for (n, a), (_, b) in zip(want, got) if a != b]
+        differing = [f"{n}: {a} -> {b}" for (n, a), (_, b) in zip(want or [], got) if a != b]
         print(f"try {i + 1}: {result.report['result']}"
-              + (f" (differs: {'; '.join(differing)})" if differing else " (same verdicts)")
+              + (f" (differs: {'; '.join(differing)})" if differing else
+                 " (same verdicts)" if want is not None else "")
               + f"  {result.run_dir}")
+    if want is None:
+        worst = 1 if 1 in codes else max(codes)
+        print(f"{args.run} is a partial run (it ended before its checks): nothing to "
+              f"reproduce; its saved plan was replayed {args.tries} time(s), "
+              f"{RESULTS[worst]}")
+        return worst
     print(f"reproduced {same}/{args.tries}: the plan is replayed exactly; the operating "
           "system's scheduling is not (use `ninelives sim` for exact replays)")
     return 0 if same == args.tries else 1
@@ -128,22 +137,30 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from .checkers import run_checkers
-    from .history import read_history
-    from .report import verdict_table, write_report
+    from .checkers.verdict import judge_incomplete
+    from .report import RESULTS, exit_code_for, incomplete_lines, result_line, verdict_table
+    from .report import write_report
     from .runner import render_reports
-    report = load_report(args.run)
-    history = read_history(os.path.join(args.run, "history.jsonl"))
-    with open(os.path.join(args.run, "snapshot.json"), encoding="utf-8") as fh:
-        snapshot = json.load(fh)
-    verdicts = run_checkers(history, snapshot)
+    from .saved import keep_rebuilt, load_run
+    saved = load_run(args.run)
+    report = saved.report
+    if saved.partial:  # what a killed run never wrote, rebuilt: `report` draws from them
+        keep_rebuilt(saved)
+    verdicts = run_checkers(saved.history, saved.snapshot)
+    why = saved.incomplete()
+    if why:  # the missing end may hold a violation, or what excuses an error found
+        verdicts = judge_incomplete(verdicts, why)
     report["verdicts"] = [v.to_json() for v in verdicts]
-    failed = any(v.valid is False for v in verdicts)  # an unknown is reported, not failed
-    if report.get("exit_code") != EXIT_ERROR:
-        report["exit_code"] = 1 if failed else 0
-        report["result"] = "fail" if failed else "pass"
+    report["torn"] = saved.tear.describe() if saved.tear else None
+    # A simulation's exit code follows its verdicts alone (chaos.sim.output).
+    unfired = [] if "sim" in report else report.get("faults_unfired", [])
+    report["exit_code"] = exit_code_for(report["verdicts"], unfired)
+    report["result"] = RESULTS[report["exit_code"]]
     write_report(args.run, report)
     render_reports(args.run)
     print(verdict_table(report))
+    for line in incomplete_lines(report) + [result_line(report)]:
+        print(line)
     return report["exit_code"]
 
 
@@ -176,8 +193,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from .render import parse_formats, render_run
-    for path in render_run(args.run, parse_formats(args.format)):
+    from .report import incomplete_lines
+    formats = parse_formats(args.format)
+    report = load_report(args.run)
+    for path in render_run(args.run, formats):
         print(path)
+    for line in incomplete_lines(report):
+        print(line)
     return 0
 
 

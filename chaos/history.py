@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
 Event = dict[str, Any]
@@ -120,21 +121,68 @@ def write_history(path: str | os.PathLike, events: Iterable[Event]) -> int:
     return n
 
 
+@dataclass(frozen=True)
+class Tear:
+    """Where a history file stops short of its run: `line`, the record cut mid-way (None
+    when the file ends at a record's end); `last_t`, the time of the last complete record;
+    `end`, when the run ended (None if unknown)."""
+
+    path: str
+    line: int | None
+    last_t: float | None
+    end: float | None
+
+    def describe(self) -> str:
+        """One sentence for the report and the terminal."""
+        where = (f"line {self.line} is cut mid-record" if self.line is not None
+                 else "it ends at a complete record")
+        last = "no complete record" if self.last_t is None else \
+            f"the last complete record is at {self.last_t:.3f}"
+        end = "" if self.end is None else (
+            f", {self.end - (self.last_t or self.end):.3f} s before the run's end at "
+            f"{self.end:.3f}")
+        return f"the history {self.path} is torn: {where}; {last}{end}"
+
+
 def read_history(path: str | os.PathLike) -> list[Event]:
-    """Read history.jsonl back; a torn last line (a run killed mid-write) is skipped."""
-    events = []
-    with open(path, encoding="utf-8") as fh:
-        lines = fh.read().split("\n")
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            if i >= len(lines) - 2:
-                break
-            raise ValueError(f"{path}:{i + 1}: not a JSON event") from None
-    return events
+    """Read history.jsonl back; a torn last line (a run killed mid-write) is skipped. Raises
+    ValueError naming the file and line of a record that is not UTF-8 JSON."""
+    return load_history(path)[0]
+
+
+def load_history(path: str | os.PathLike, end: float | None = None
+                 ) -> tuple[list[Event], Tear | None]:
+    """(the events of history.jsonl, where it is torn or None), read a line at a time.
+
+    The history is torn when its last line is cut mid-record (no newline, not JSON), or
+    when `end` (the time the run ended, if known) comes after its last record: histories
+    are written in time order, and a complete one reaches the run's end. Raises ValueError
+    naming the file and the line of any other record that is not a UTF-8 JSON event."""
+    events: list[Event] = []
+    cut: int | None = None
+    with open(path, "rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                event = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}:{n}: not UTF-8 text ({exc.reason} at byte "
+                                 f"{exc.start})") from None
+            except ValueError:
+                if not raw.endswith(b"\n") and fh.read(1) == b"":
+                    cut = n  # the last line, its write interrupted
+                    break
+                raise ValueError(f"{path}:{n}: not a JSON event") from None
+            if not isinstance(event, dict) or not isinstance(event.get("t"), (int, float)):
+                raise ValueError(f"{path}:{n}: not a history event (an object with a time "
+                                 "'t')")
+            events.append(event)
+    last_t = max((e["t"] for e in events), default=None)
+    # (an empty history is not torn: it holds nothing, and checkers say so)
+    short = end is not None and last_t is not None and last_t < end
+    tear = Tear(os.fspath(path), cut, last_t, end) if cut is not None or short else None
+    return events, tear
 
 
 def of(events: Iterable[Event], src: str, type_: str | None = None) -> Iterator[Event]:

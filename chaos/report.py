@@ -198,39 +198,64 @@ def run_command(scenario: Scenario, seed: int, engine_spec: str | None) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
-def build_report(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str | None,
-                 run_dir: str, verdicts: list[Verdict], applied: dict[str, int],
-                 events: list[Event], snapshot: dict[str, Any], started: float) -> dict:
-    """The report dict; `exit_code` and `result` follow from verdicts and fault evidence:
-    1 when any invariant failed (even if a configured fault also never fired: the report
-    says both), else 2 when a configured fault never fired or a checker crashed, else 0.
-    An `unknown` verdict is reported with its reason and does not fail the run."""
-    skip = not_applicable(scenario, engine)
-    missing = unfired(scenario, applied, skip)
-    taken = prevented(plan, events, missing)
-    missing = [m for m in missing if m not in taken]
-    failed = [v.name for v in verdicts if v.valid is False]
-    crashed = [v.name for v in verdicts if "traceback" in v.metrics]
-    exit_code = 1 if failed else (2 if missing or crashed else 0)
+def exit_code_for(verdicts: Iterable[dict], unfired: Iterable[str] = ()) -> int:
+    """The exit code of a run's verdicts (as in report.json): 1 when any invariant failed;
+    else 2 when a configured fault never fired (`unfired`), a checker crashed, or no
+    invariant had evidence (every verdict unknown: a check that examined nothing is no
+    pass); else 0. Some unknown verdicts beside passes do not change it."""
+    verdicts = list(verdicts)
+    if any(v["verdict"] == "fail" for v in verdicts):
+        return 1
+    crashed = any("traceback" in (v.get("metrics") or {}) for v in verdicts)
+    if list(unfired) or crashed or all(v["verdict"] == "unknown" for v in verdicts):
+        return 2
+    return 0
+
+
+RESULTS = {0: "pass", 1: "fail", 2: "error"}
+
+
+def start_record(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str | None,
+                 run_dir: str, started: float) -> dict:
+    """What report.json says from a run's start: what runs, with which plan, and how to
+    rerun and replay it; `partial` until the run's end replaces it with the whole report,
+    so that a run killed halfway can still be checked, replayed and rendered."""
     return {
-        "schema": REPORT_SCHEMA,
-        "run_id": os.path.basename(run_dir), "run_dir": run_dir,
-        "started": started, "finished": time.time(),
-        "scenario": scenario_record(scenario, engine), "seed": plan.seed, "profile": scenario.profile,
+        "schema": REPORT_SCHEMA, "partial": True, "result": "partial", "exit_code": None,
+        "run_id": os.path.basename(run_dir), "run_dir": run_dir, "started": started,
+        "scenario": scenario_record(scenario, engine), "seed": plan.seed,
+        "profile": scenario.profile,
         "engine": engine_spec or "reference", "engine_name": getattr(engine, "name", "?"),
         "plan": plan.to_json(),
         "versions": {"ninelives": VERSION, "python": platform.python_version(),
                      "sqlite": sqlite3.sqlite_version, "platform": platform.platform()},
+        "capabilities": sorted(getattr(engine, "capabilities", ())),
+        "run_command": run_command(scenario, plan.seed, engine_spec),
+        "replay_command": replay_command(run_dir),
+    }
+
+
+def build_report(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str | None,
+                 run_dir: str, verdicts: list[Verdict], applied: dict[str, int],
+                 events: list[Event], snapshot: dict[str, Any], started: float) -> dict:
+    """The report dict; `exit_code` and `result` follow from verdicts and fault evidence
+    (see `exit_code_for`). An `unknown` verdict is reported with its reason."""
+    skip = not_applicable(scenario, engine)
+    missing = unfired(scenario, applied, skip)
+    taken = prevented(plan, events, missing)
+    missing = [m for m in missing if m not in taken]
+    verdicts_json = [v.to_json() for v in verdicts]
+    exit_code = exit_code_for(verdicts_json, missing)
+    return {
+        **start_record(scenario, plan, engine, engine_spec, run_dir, started),
+        "partial": False, "finished": time.time(),
         "faults_applied": applied, "faults_unfired": missing, "faults_not_applicable": skip,
         "faults_prevented": taken,
         "crash_points_not_declared": list(crash_points_for(scenario, engine)[1]),
-        "capabilities": sorted(getattr(engine, "capabilities", ())),
         "crashpoint_coverage": crashpoint_coverage(getattr(engine, "crashpoints", ()), events),
-        "verdicts": [v.to_json() for v in verdicts],
+        "verdicts": verdicts_json,
         "metrics": metrics(scenario, events, snapshot, applied),
-        "result": {0: "pass", 1: "fail", 2: "error"}[exit_code], "exit_code": exit_code,
-        "run_command": run_command(scenario, plan.seed, engine_spec),
-        "replay_command": replay_command(run_dir),
+        "result": RESULTS[exit_code], "exit_code": exit_code,
     }
 
 
@@ -269,6 +294,32 @@ def _progress_line(progress: dict | None) -> list[str]:
     return lines
 
 
+def incomplete_lines(report: dict) -> list[str]:
+    """Why the report judges less than a whole run: a killed run, a torn history."""
+    lines = []
+    if report.get("partial"):
+        lines.append("PARTIAL: the run ended before its checks (killed?); verdicts come from "
+                     "the evidence its folder holds, and no pass stands on part of a run")
+    if report.get("torn"):
+        lines.append(f"TORN: {report['torn']}")
+    return lines
+
+
+def result_line(report: dict) -> str:
+    """The last word on a run: PASS, FAIL or ERROR, and why."""
+    verdicts = report.get("verdicts") or []
+    if report["result"] == "error" and all(v["verdict"] == "unknown" for v in verdicts):
+        if report.get("partial") or report.get("torn"):
+            return ("ERROR: no invariant failed in the part of the run there is, and no pass "
+                    "stands on part of one")
+        return "ERROR: no invariant had evidence either way: nothing was checked"
+    return {"pass": "PASS: every invariant with evidence holds",
+            "fail": "FAIL: an invariant was violated",
+            "error": "ERROR: the run did not exercise what the scenario asked",
+            "partial": "PARTIAL: the run has not been checked (ninelives check RUN)"
+            }[report["result"]]
+
+
 def summary(report: dict, console: Console | str | None = AUTO) -> str:
     """What the terminal shows at the end of a run (`console`: see verdict_table)."""
     m = report["metrics"]
@@ -300,10 +351,7 @@ def summary(report: dict, console: Console | str | None = AUTO) -> str:
     unknown = [v["name"] for v in report["verdicts"] if v["verdict"] == "unknown"]
     if unknown:
         lines.append(f"unknown (no evidence either way): {', '.join(unknown)}")
-    verdict = {"pass": "PASS: every invariant with evidence holds",
-               "fail": "FAIL: an invariant was violated",
-               "error": "ERROR: the run did not exercise what the scenario asked"}
-    lines += [verdict[report["result"]],
+    lines += [*incomplete_lines(report), result_line(report),
               f"report: {os.path.join(report['run_dir'], 'report.json')}",
               f"rerun this seed: {report['run_command']}",
               f"replay the saved plan: {report['replay_command']}"]

@@ -24,7 +24,7 @@ from .fakes import FakeProvider, FakeReceiver, read_ledger
 from .nemesis import FaultPolicy, Nemesis
 from .plan import FaultPlan, documents_for, make_plan
 from .render import render_run
-from .report import build_report, faults_applied, write_report
+from .report import build_report, faults_applied, start_record, write_report
 from .runfiles import scenario_record, write_json
 from .scenario import Scenario, ScenarioError, check_for_engine, crash_points_for
 from .supervisor import Supervisor, evidence_in
@@ -303,24 +303,32 @@ class Campaign:
 
     def history(self) -> list[hist.Event]:
         """Every source merged into one time-ordered history."""
-        provider = [{**e, "t": e["t_start"], "src": "provider", "type": "call"}
-                    for e in read_ledger(os.path.join(self.run_dir, "provider.jsonl"))]
-        receiver = [{**e, "t": e["t_start"], "src": "receiver", "type": "request"}
-                    for e in read_ledger(os.path.join(self.run_dir, "receiver.jsonl"))]
-        crashes = [{**e, "src": "process", "type": "crashpoint"}
-                   for e in read_ledger(os.path.join(self.run_dir, "crashes.jsonl"))]
-        trace = [{**e, "src": "process", "type": "point"}
-                 for e in read_ledger(os.path.join(self.run_dir, "trace.jsonl"))]
-        pid_of = getattr(self.engine, "pid_of", None)
-        for e in provider + receiver:
-            e.pop("server", None)
-            if pid_of is not None and e.get("worker"):
-                e["pid"] = pid_of(e["worker"])  # the ledgers name the worker, not its process
-        events = hist.merge(self.engine.operations(self.db), provider, receiver, crashes,
-                            trace, self.record.events)
-        if trace:
-            attribute_writes(events, self.engine.write_points)
-        return events
+        return collect_history(self.run_dir, self.engine, self.record.events)
+
+
+def collect_history(run_dir: str, engine: Engine, recorded: list[hist.Event]) -> list[hist.Event]:
+    """The history of the run in `run_dir`: the engine's operations from its database, the
+    fakes' ledgers, the crash log and trace, and the runner's `recorded` events (lifecycle,
+    nemesis, phases), merged in time order. Works on a finished run and on one killed
+    halfway (every source is appended to as the run goes)."""
+    provider = [{**e, "t": e["t_start"], "src": "provider", "type": "call"}
+                for e in read_ledger(os.path.join(run_dir, "provider.jsonl"))]
+    receiver = [{**e, "t": e["t_start"], "src": "receiver", "type": "request"}
+                for e in read_ledger(os.path.join(run_dir, "receiver.jsonl"))]
+    crashes = [{**e, "src": "process", "type": "crashpoint"}
+               for e in read_ledger(os.path.join(run_dir, "crashes.jsonl"))]
+    trace = [{**e, "src": "process", "type": "point"}
+             for e in read_ledger(os.path.join(run_dir, "trace.jsonl"))]
+    pid_of = getattr(engine, "pid_of", None)
+    for e in provider + receiver:
+        e.pop("server", None)
+        if pid_of is not None and e.get("worker"):
+            e["pid"] = pid_of(e["worker"])  # the ledgers name the worker, not its process
+    events = hist.merge(engine.operations(os.path.join(run_dir, "engine.db")), provider,
+                        receiver, crashes, trace, recorded)
+    if trace:
+        attribute_writes(events, engine.write_points)
+    return events
 
 
 def run_campaign(scenario: Scenario, seed: int, engine: Engine, out: str, *,
@@ -334,8 +342,10 @@ def run_campaign(scenario: Scenario, seed: int, engine: Engine, out: str, *,
                                 f"seed {seed}")
             plan = make_plan(scenario, seed, engine.pipeline)
     run_dir = run_dir_for(out, scenario, seed)
-    campaign = Campaign(scenario, plan, engine, run_dir, progress=progress)
     started = time.time()
+    # First of all, what runs and how to replay it: a run killed halfway stays usable.
+    write_report(run_dir, start_record(scenario, plan, engine, engine_spec, run_dir, started))
+    campaign = Campaign(scenario, plan, engine, run_dir, progress=progress)
     try:
         with evidence_in(run_dir):
             snapshot = campaign.run()

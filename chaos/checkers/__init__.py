@@ -65,17 +65,47 @@ def _load() -> None:
         CHECKERS.update(importlib.import_module(f"{__name__}.{module}").CHECKS)
 
 
+class MissingEvidence(KeyError):
+    """A checker asked the snapshot for a key it does not hold."""
+
+
+class Snapshot(dict):
+    """The snapshot as checkers read it: a missing key, at the top or in one of its tables
+    (`phases`, `settings`, ...), raises MissingEvidence naming it."""
+
+    def __init__(self, data: dict[str, Any], where: str = "") -> None:
+        super().__init__(data)
+        self.where = where
+        if not where:
+            for key, value in data.items():
+                if isinstance(value, dict):
+                    self[key] = Snapshot(value, f"{key}.")
+
+    def __missing__(self, key: str) -> Any:
+        raise MissingEvidence(f"{self.where}{key}")
+
+
 def run_checkers(history: list[Event], snapshot: dict[str, Any],
                  only: list[str] | None = None) -> list[Verdict]:
-    """Every invariant's verdict, in INVARIANTS order. A checker that raises is `unknown`."""
+    """Every invariant's verdict, in INVARIANTS order. A checker that raises is `unknown`;
+    so is every checker of an empty history (nothing was recorded), and one that needs a
+    key the snapshot lacks (the reason names it)."""
     if not CHECKERS:
         _load()
+    snapshot = Snapshot(snapshot)
     verdicts = []
     for name in INVARIANTS:
         if only and name not in only:
             continue
+        if not history:
+            verdicts.append(Verdict(name).unknown(
+                "the history is empty: nothing was recorded, so no evidence either way"))
+            continue
         try:
             verdict = CHECKERS[name](history, snapshot)
+        except MissingEvidence as exc:
+            verdict = Verdict(name).unknown(f"the snapshot lacks {exc.args[0]!r}, which this "
+                                            "check needs: no evidence either way")
         except Exception as exc:  # a broken checker must not abort the run
             verdict = Verdict(name).unknown(
                 f"checker crashed: {type(exc).__name__}: {exc}")

@@ -71,3 +71,30 @@ class Verdict:
                    error_count=data.get("error_count", 0),
                    by_type=dict(data.get("errors_by_type", {})),
                    metrics=dict(data.get("metrics", {})), reason=data.get("reason", ""))
+
+
+#: Invariants a failure of which, found in the first part of a history, is a failure of the
+#: whole: each error is a bad event among those present (an illegal edge, a call after a
+#: commit, a write after a lost lease), excused by nothing that can come later. The others
+#: wait for something (a job settling, a spend record after a call, a client's next write)
+#: that a missing tail may hold.
+PREFIX_CLOSED = frozenset({
+    "legal-transitions", "no-rebill-after-commit", "submissions-idempotent", "memo-consistent",
+    "lease-exclusive", "fenced-writes", "db-intact"})
+
+
+def judge_incomplete(verdicts: list[Verdict], why: str) -> list[Verdict]:
+    """The verdicts of a history whose end is missing (`why`: a torn file, a killed run).
+    No pass stands (the missing part may hold a violation); a failure of a PREFIX_CLOSED
+    invariant stands; any other failure becomes unknown, its errors kept: the missing part
+    may excuse them. Changes the verdicts in place and returns them."""
+    for v in verdicts:
+        if v.valid is True:
+            v.unknown(f"{why}: a pass needs the whole history")
+        elif v.valid is False and v.name not in PREFIX_CLOSED:
+            v.valid = None
+            v.reason = (f"{why}: {v.error_count} error(s) in the part present may be excused "
+                        f"by the part missing; the first: {v.reason}")
+        elif v.valid is None and why not in v.reason:
+            v.reason = f"{why}; {v.reason}" if v.reason else why
+    return verdicts

@@ -30,7 +30,8 @@ def render_run(run_dir: str, formats: Iterable[str] = FORMATS) -> list[str]:
     """
     formats = tuple(formats)
     parse_formats(",".join(formats))
-    report = load_json(run_dir, "report.json", required=True)
+    report = readable_report(load_json(run_dir, "report.json", required=True),
+                             os.path.join(run_dir, "report.json"))
     renderers: dict[str, Callable[[], str]] = {
         "html": lambda: _html(run_dir, report),
         "junit": lambda: _junit(report, history_origin(run_dir, report)),
@@ -44,6 +45,37 @@ def render_run(run_dir: str, formats: Iterable[str] = FORMATS) -> list[str]:
             fh.write(text)
         paths.append(path)
     return paths
+
+
+#: What every report.json holds from the run's start (chaos.report.start_record).
+REQUIRED = ("scenario", "seed", "profile", "engine", "run_dir")
+#: What a whole report adds, and what a partial one is rendered with in its place.
+LATER: dict[str, Callable[[], Any]] = {
+    "verdicts": list, "metrics": dict, "faults_applied": dict, "faults_unfired": list,
+    "faults_prevented": dict, "faults_not_applicable": list, "crashpoint_coverage": dict,
+    "versions": dict, "run_command": str, "replay_command": str, "run_id": str}
+
+
+def readable_report(report: Any, path: str) -> dict:
+    """`report` (report.json's content) ready to render: a report without verdicts (a run
+    killed before its checks, or a file cut short) is marked partial, with empty sections
+    where the rest would be. Raises ValueError naming the file and what it lacks."""
+    if not isinstance(report, dict):
+        raise ValueError(f"{path} is not a report: a JSON object was expected")
+    missing = [k for k in REQUIRED if k not in report]
+    if not isinstance(report.get("scenario", {}), dict) or "name" not in report.get("scenario", {}):
+        missing.append("scenario.name")
+    if missing:
+        raise ValueError(f"{path} is not a run's report: it lacks {', '.join(missing)}")
+    report = dict(report)
+    if not isinstance(report.get("verdicts"), list):
+        report["partial"] = True
+    if report.get("partial") and report.get("result") in (None, "pass"):
+        report["result"] = "partial"  # no pass stands on part of a run
+    report.setdefault("result", "partial")
+    for key, empty in LATER.items():
+        report.setdefault(key, empty())
+    return report
 
 
 def load_json(run_dir: str, name: str, required: bool = False) -> Any:
@@ -88,4 +120,4 @@ def _markdown(report: dict) -> str:
     return render_markdown(report)
 
 
-__all__ = ["FILES", "FORMATS", "parse_formats", "render_run"]
+__all__ = ["FILES", "FORMATS", "parse_formats", "readable_report", "render_run"]

@@ -28,6 +28,11 @@ def render_junit(report: dict[str, Any], t0: float | None = None) -> str:
                              time="0")
         ET.SubElement(case, "error", message="configured faults never fired: "
                       + ", ".join(report["faults_unfired"]), type="unfired-faults")
+    for flag, case_name, what in (("partial", "run-complete", "the run ended before its checks"),
+                                  ("torn", "history-complete", report.get("torn"))):
+        if report.get(flag):
+            case = ET.SubElement(suite, "testcase", classname=name, name=case_name, time="0")
+            ET.SubElement(case, "error", message=str(what), type=flag)
     cases = suite.findall("testcase")
     counts = {"tests": len(cases), "failures": sum(c.find("failure") is not None for c in cases),
               "errors": sum(c.find("error") is not None for c in cases), "skipped": 0}

@@ -6,7 +6,7 @@ from typing import Any
 
 from .evidence import ordered
 
-ICON = {"pass": "✅", "fail": "❌", "unknown": "❓", "error": "⚠️"}
+ICON = {"pass": "✅", "fail": "❌", "unknown": "❓", "error": "⚠️", "partial": "⚠️"}
 MAX_REASON = 160
 
 
@@ -19,6 +19,7 @@ def render_markdown(report: dict[str, Any]) -> str:
              f"profile `{report['profile']}` · seed `{report['seed']}` · engine "
              f"`{report['engine']}` · {m.get('jobs', '?')} jobs · {m.get('kills', '?')} kills"
              f" · {m.get('run_seconds', '?')} s", "",
+             *_incomplete(report),
              "| invariant | verdict | checked | errors | reason |",
              "|---|---|--:|--:|---|"]
     for v in ordered(report["verdicts"]):
@@ -35,6 +36,17 @@ def render_markdown(report: dict[str, Any]) -> str:
               f"Replay: `{report['replay_command']}`  ",
               f"Report: `{os.path.join(report['run_dir'], 'report.html')}`", ""]
     return "\n".join(lines)
+
+
+def _incomplete(report: dict[str, Any]) -> list[str]:
+    """The warning lines of a partial run or a torn history (none for a whole one)."""
+    lines = []
+    if report.get("partial"):
+        lines += ["> **Partial run:** it ended before its checks; verdicts come from the "
+                  "evidence its folder holds, and no pass stands on part of a run.", ""]
+    if report.get("torn"):
+        lines += [f"> **Torn history:** {report['torn']}", ""]
+    return lines
 
 
 def _cell(text: str) -> str:
