@@ -1,0 +1,82 @@
+"""A run SIGKILLed halfway leaves a folder that `check`, `report` and `replay` work on, marked
+partial: its history and snapshot rebuilt from what the run appended as it went."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def ninelives(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "chaos.cli", *args], cwd=ROOT, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def wait_for(condition, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+def killed_in_chaos(out) -> str:
+    """Start `ninelives run smoke`, SIGKILL it once its chaos phase began, wait until its
+    engine processes are gone; returns the run folder."""
+    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "run", "smoke", "--profile",
+                             "smoke", "--out", str(out), "--quiet"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def in_chaos():
+            for folder, _, files in os.walk(out):
+                if "events.jsonl" in files:
+                    with open(os.path.join(folder, "events.jsonl"), encoding="utf-8") as fh:
+                        if '"phase": "chaos"' in fh.read():
+                            return folder
+            return None
+        run = wait_for(in_chaos, 120, "the run's chaos phase")
+        time.sleep(0.5)  # some chaos, not all of it
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    wait_for(lambda: not any(run in " ".join(p.info["cmdline"] or ())
+                             for p in psutil.process_iter(["cmdline"])), 30,
+             "the killed run's engine processes ending")
+    return run
+
+
+def test_a_killed_run_is_checked_rendered_and_replayed_marked_partial(tmp_path):
+    run = killed_in_chaos(tmp_path / "reports")
+    assert not os.path.exists(os.path.join(run, "history.jsonl"))
+    with open(os.path.join(run, "report.json"), encoding="utf-8") as fh:
+        start = json.load(fh)
+    assert start["partial"] is True and start["result"] == "partial"
+
+    checked = ninelives("check", run)
+    assert checked.returncode in (1, 2), checked.stdout + checked.stderr
+    assert "PARTIAL" in checked.stdout and "Traceback" not in checked.stderr
+    with open(os.path.join(run, "report.json"), encoding="utf-8") as fh:
+        report = json.load(fh)
+    assert report["partial"] is True and report["verdicts"]
+    assert "pass" not in {v["verdict"] for v in report["verdicts"]}
+    assert sum(v["checked"] for v in report["verdicts"]) > 0  # the evidence was read
+
+    rendered = ninelives("report", run)
+    assert rendered.returncode == 0, rendered.stderr
+    with open(os.path.join(run, "report.html"), encoding="utf-8") as fh:
+        assert "Partial run" in fh.read()
+    with open(os.path.join(run, "summary.md"), encoding="utf-8") as fh:
+        assert "Partial run" in fh.read()
+
+    replayed = ninelives("replay", run, "--out", str(tmp_path / "replays"))
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "partial run" in replayed.stdout and "try 1: pass" in replayed.stdout
