@@ -200,7 +200,7 @@ def cmd_submit(args: argparse.Namespace, config: EngineConfig) -> int:
             print(f"{submitted(counts)}, {total - counts.total()} not submitted")
             raise DatabaseError(stopped(exc, args.file, line, counts, total)) from None
     print(submitted(counts))
-    return 1 if counts["rejected"] else 0
+    return 2 if counts["rejected"] else 0  # an id reused with another payload is bad input
 
 
 def submitted(counts: Counter) -> str:

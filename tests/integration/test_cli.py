@@ -174,7 +174,7 @@ def test_bad_input_exits_2_naming_the_culprit_and_changes_nothing(
 def test_the_same_id_with_another_payload_is_rejected_and_the_original_kept(
         engine, kept, db_path):
     ran = engine.run("submit", "--id", KEPT, "--payload", document(KEPT, title="Other"))
-    assert ran.returncode == 1, str(ran)
+    assert ran.returncode == 2, str(ran)
     assert f"'{KEPT}'" in error_of(ran)
     assert "1 rejected" in ran.stdout
     assert dump(db_path) == kept
