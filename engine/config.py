@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
@@ -93,6 +94,8 @@ class EngineConfig:
 
 FIELDS = {f.name: f for f in fields(EngineConfig)}
 ENV_PREFIX = "NINELIVES_"
+#: A setting whose name says this holds a secret: no message shows its value.
+SECRET = re.compile(r"key|token|secret|password", re.IGNORECASE)
 
 
 def _coerce(name: str, value: Any, source: str) -> Any:
@@ -119,7 +122,8 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             raise ValueError(value)
         return value
     except (TypeError, ValueError):
-        raise ConfigError(f"{source}: setting {name!r} must be a {kind}, got {value!r}") from None
+        shown = "a value not shown (a secret)" if SECRET.search(name) else repr(value)
+        raise ConfigError(f"{source}: setting {name!r} must be a {kind}, got {shown}") from None
 
 
 def load_config(file: str | None = None, env: Mapping[str, str] | None = None,

@@ -41,3 +41,14 @@ def test_write_json_replaces_the_file_whole_and_leaves_no_temporary(tmp_path, mo
         write_json(path, {"a": 2})
     assert json.loads(path.read_text()) == {"a": 1}
     assert os.listdir(tmp_path) == ["report.json"]
+
+
+def test_an_engine_setting_error_never_shows_a_secrets_value(tmp_path):
+    from engine.config import ConfigError, load_config
+    config = tmp_path / "engine.toml"
+    config.write_text("[engine]\nprovider_key = 912873465\n")
+    for attempt in (lambda: load_config(str(config), env={}),
+                    lambda: load_config(env={}, overrides={"provider_key": 912873465})):
+        with pytest.raises(ConfigError) as error:
+            attempt()
+        assert "provider_key" in str(error.value) and "912873465" not in str(error.value)
