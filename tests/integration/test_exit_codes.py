@@ -102,6 +102,15 @@ def test_each_row_of_the_exit_code_table(row, tmp_path):
         assert "Traceback" not in done.stderr
 
 
+def spawned(out) -> bool:
+    """Whether the run under `out` has started an engine process (events.jsonl says so)."""
+    for folder, _, files in os.walk(out):
+        if "events.jsonl" in files:
+            with open(os.path.join(folder, "events.jsonl"), encoding="utf-8") as fh:
+                return '"type": "spawn"' in fh.read()
+    return False
+
+
 def test_ctrl_c_of_a_run_exits_130_leaving_its_evidence(tmp_path):
     """Row 130: a real SIGINT to a real `ninelives run`'s process group, as Ctrl-C sends."""
     out = tmp_path / "reports"
@@ -112,10 +121,9 @@ def test_ctrl_c_of_a_run_exits_130_leaving_its_evidence(tmp_path):
                             start_new_session=True)
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not any(
-                "events.jsonl" in files for _, _, files in os.walk(out)):
+        while time.monotonic() < deadline and not spawned(out):
             time.sleep(0.05)
-        time.sleep(1.0)  # into the run, with engine processes working
+        assert spawned(out), "no engine process started within 120 s"
         os.killpg(proc.pid, signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=60)
     finally:

@@ -44,7 +44,6 @@ def killed_in_chaos(out) -> str:
                             return folder
             return None
         run = wait_for(in_chaos, 120, "the run's chaos phase")
-        time.sleep(0.5)  # some chaos, not all of it
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
