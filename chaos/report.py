@@ -1,8 +1,9 @@
 """report.json: the canonical, versioned record of a run, and the verdict table on the terminal.
 
-Exit codes: 0 every invariant with evidence holds, 1 an invariant failed, 2 the harness could
-not run the scenario as written (a fault that never fired, a checker that crashed). An
-`unknown` verdict says why it has no evidence and does not change the exit code.
+Exit codes (`exit_code_for`): 0 every invariant with evidence holds, 1 an invariant failed, 2
+the harness could not run or judge the scenario as written (a fault that never fired, a
+checker that crashed, no invariant with evidence at all). An `unknown` verdict beside others
+says why it has no evidence and does not change the exit code.
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """A chaos run, phase by phase: set up, chaos, heal, drain, collect, check, report.
 
-The scenario and the plan are saved before anything starts, lifecycle and nemesis events are
-appended to `events.jsonl` as they happen, the audit lives in the engine database and the
-ledgers on disk: a run killed halfway still leaves its evidence.
+report.json's start record (`chaos.report.start_record`), the scenario and the plan are saved
+before anything starts, lifecycle and nemesis events are appended to `events.jsonl` as they
+happen, the audit lives in the engine database and the ledgers on disk: a run killed halfway
+still leaves its evidence, which `chaos.saved` reads back.
 """
 from __future__ import annotations
 
