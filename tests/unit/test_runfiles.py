@@ -52,3 +52,17 @@ def test_an_engine_setting_error_never_shows_a_secrets_value(tmp_path):
         with pytest.raises(ConfigError) as error:
             attempt()
         assert "provider_key" in str(error.value) and "912873465" not in str(error.value)
+
+
+def test_the_scenario_record_redacts_the_secrets_an_adapter_names(tmp_path):
+    import dataclasses
+    scenario = tmp_path / "plain.toml"
+    scenario.write_text('name = "plain"\n')
+    loaded = dataclasses.replace(load_scenario(str(scenario)),
+                                 engine={"credentials": "c-1", "lease": 2.0})
+
+    class Adapter:
+        secret_settings = ("credentials",)
+    assert scenario_record(loaded, Adapter())["engine"] == {"credentials": REDACTED,
+                                                           "lease": 2.0}
+    assert scenario_record(loaded)["engine"]["credentials"] == "c-1"
