@@ -139,9 +139,14 @@ def partial_snapshot(run: str, report: dict[str, Any], engine: Any) -> dict[str,
             seen[e["effect_id"]] += 1
             applied.append({"id": e["effect_id"], "key": e.get("key"), "job": e.get("job"),
                             "kind": e.get("kind"), "t": e.get("t_start")})
-    phases = {f"{e['phase']}_start": e["t"] for e in _recorded(run)
+    recorded = _recorded(run)
+    phases = {f"{e['phase']}_start": e["t"] for e in recorded
               if e.get("src") == "runner" and e.get("type") == "phase"}
+    # The jobs the runner got to submit before it was killed (or that are in the store: a
+    # kill can fall between a submit and its record), not every job the plan meant to.
+    submitted = {e.get("job") for e in recorded if e.get("src") == "runner"
+                 and e.get("type") == "submit"} | set(snapshot.get("jobs") or {})
     snapshot.update(harness_snapshot(scenario, plan, engine, settings, integrity=[],
                                      receiver_applied=applied, phases=phases,
-                                     jobs=plan.jobs))
+                                     jobs=[j for j in plan.jobs if j in submitted]))
     return snapshot

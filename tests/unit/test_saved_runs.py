@@ -170,3 +170,25 @@ def test_report_names_what_a_report_json_lacks(copy, capsys):
     assert main(["report", str(folder)]) == 2
     err = capsys.readouterr().err
     assert "report.json" in err and "scenario" in err and "Traceback" not in err
+
+
+def test_a_partial_snapshot_holds_only_the_jobs_the_killed_runner_submitted(copy):
+    from chaos.reference.adapter import ReferenceEngine
+    from chaos.saved import partial_snapshot
+    folder = copy("pass")
+    report = json.loads((folder / "report.json").read_text())
+    first, second, third, *_ = report["plan"]["jobs"]
+    with open(folder / "events.jsonl", "w", encoding="utf-8") as fh:
+        for i, job in enumerate((first, second)):  # killed before the third was recorded
+            fh.write(json.dumps({"t": 1.0 + i, "src": "runner", "type": "submit", "job": job,
+                                 "result": "created"}) + "\n")
+        fh.write(json.dumps({"t": 3.0, "src": "runner", "type": "phase", "phase": "chaos"})
+                 + "\n")
+
+    class Killed(ReferenceEngine):
+        def snapshot(self, db):  # the store: the third job made it in, its record did not
+            return {"jobs": {j: {"state": "pending"} for j in (first, second, third)},
+                    "memos": [], "outbox": [], "spend": [], "orphans": {}}
+    snapshot = partial_snapshot(str(folder), report, Killed())
+    assert snapshot["submitted"] == [first, second, third]
+    assert snapshot["phases"] == {"chaos_start": 3.0}
