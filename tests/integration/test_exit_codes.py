@@ -53,6 +53,10 @@ def harness_bad_scenario(tmp_path):
     return ninelives("run", str(scenario), "--out", str(tmp_path / "out"))
 
 
+def harness_no_tries(tmp_path):
+    return ninelives("replay", fixture_run(tmp_path, "pass"), "--tries", "0")
+
+
 def harness_nothing_to_judge(tmp_path):
     run = fixture_run(tmp_path, "pass")
     open(os.path.join(run, "history.jsonl"), "w").close()
@@ -87,6 +91,7 @@ ROWS = {
     ("1", "harness: an invariant failed"): (harness_fail, 1),
     ("1", "engine: alerts found a parked job"): (engine_alerts, 1),
     ("2", "harness: bad input"): (harness_bad_scenario, 2),
+    ("2", "harness: replay --tries 0"): (harness_no_tries, 2),
     ("2", "harness: no invariant had evidence"): (harness_nothing_to_judge, 2),
     ("2", "engine: the same id with another payload"): (engine_conflicting_submit, 2),
     ("2", "engine: bad input"): (engine_bad_payload, 2),
