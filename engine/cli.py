@@ -16,7 +16,7 @@ import threading
 from collections import Counter
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from .config import FIELDS, ConfigError, EngineConfig, load_config
+from .config import DEFAULT_WORDS, FIELDS, MEANING, ConfigError, EngineConfig, load_config
 from .hooks import SkewedClock, SystemClock, arm_from_env
 from .outbox import Sender
 from .retry import PoisonError, SchemaError, StepError
@@ -29,18 +29,45 @@ from .worker import Worker
 OPERATOR = f"operator:{os.environ.get('USER', 'unknown')}"
 
 
-def add_settings(parser: argparse.ArgumentParser) -> None:
-    """One flag per engine setting (--lease, --call-timeout, ...), plus --config and --db."""
+#: The settings of a database, which every command opens.
+STORE_SETTINGS = ("db", "pipeline", "synchronous", "busy_timeout")
+#: The settings of the provider's client, for the commands that call the model.
+CLIENT_SETTINGS = ("steps", "call_timeout", "provider_url", "provider_key", "model",
+                   "price_prompt_per_1k", "price_completion_per_1k")
+#: The settings each command uses, shown in its help. Every command accepts every setting
+#: (a shared config file or environment sets them all), but shows only its own.
+COMMAND_SETTINGS = {
+    "worker": STORE_SETTINGS + CLIENT_SETTINGS + (
+        "lease", "heartbeat", "heartbeat_interval", "max_attempts", "max_claims",
+        "backoff_base", "backoff_cap", "keep_job", "poll_interval", "seed",
+        "unsafe_long_calls"),
+    "send": STORE_SETTINGS + ("receiver_url", "send_timeout", "outbox_lease",
+                              "outbox_max_attempts", "backoff_base", "backoff_cap",
+                              "poll_interval", "seed"),
+    "rerun-step": STORE_SETTINGS + CLIENT_SETTINGS,
+}
+
+
+def add_settings(parser: argparse.ArgumentParser, command: str) -> None:
+    """One flag per engine setting (--lease, --call-timeout, ...), plus --config; the help
+    lists only the settings `command` uses (the rest are accepted, and hidden)."""
     group = parser.add_argument_group("settings (flags override NINELIVES_* and --config)")
     group.add_argument("--config", help="TOML file of settings (top level or [engine])")
+    shown = COMMAND_SETTINGS.get(command, STORE_SETTINGS)
     for name, field in FIELDS.items():
-        group.add_argument(f"--{name.replace('_', '-')}", dest=f"set_{name}", metavar=field.type.upper(),
-                           help=f"default {field.default!r}")
+        default = DEFAULT_WORDS.get(name, field.default)
+        if isinstance(default, bool):
+            default = "on" if default else "off"
+        text = f"{MEANING[name]} (default {default})" if name in shown else argparse.SUPPRESS
+        group.add_argument(f"--{name.replace('_', '-')}", dest=f"set_{name}",
+                           metavar="on|off" if field.type == "bool" else field.type.upper(),
+                           help=text)
 
 
 def settings(args: argparse.Namespace) -> EngineConfig:
-    overrides = {name: getattr(args, f"set_{name}") for name in FIELDS}
-    return load_config(args.config, overrides=overrides)
+    """The command's EngineConfig: --config, then NINELIVES_*, then the flags (text, parsed)."""
+    flags = {name: getattr(args, f"set_{name}") for name in FIELDS}
+    return load_config(args.config, flags=flags)
 
 
 def open_for(config: EngineConfig, read_only: bool = False) -> SQLiteStore:
@@ -363,21 +390,56 @@ SUBMIT_HELP = (
     "submit says how many jobs are committed and the line to resume from.")
 
 
+WITH_PARENT = "die when the parent process dies (how the harness starts its processes)"
+
+
+def finite(text: str) -> float:
+    """A flag's finite number (argparse names the flag when this raises)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def positive(text: str) -> float:
+    """A flag's finite number above 0."""
+    value = finite(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return value
+
+
+def count(text: str) -> int:
+    """A flag's whole number, at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ninelives engine", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("worker", help="claim jobs and run their steps")
-    p.add_argument("--max-jobs", type=int)
+    p.add_argument("--max-jobs", type=count, metavar="N", help="exit after this many jobs (default: no limit)")
     p.add_argument("--exit-when-idle", action="store_true",
                    help="exit once no job waits for a worker")
-    p.add_argument("--exit-with-parent", action="store_true")
-    p.add_argument("--clock-skew", type=float, default=0.0, help="seconds added to the clock")
+    p.add_argument("--exit-with-parent", action="store_true", help=WITH_PARENT)
+    p.add_argument("--clock-skew", type=finite, default=0.0, metavar="SECONDS",
+                   help="seconds added to the clock (default 0)")
     p = sub.add_parser("send", help="deliver outbox rows to the receiver")
-    p.add_argument("--exit-when-idle", action="store_true")
-    p.add_argument("--exit-with-parent", action="store_true")
+    p.add_argument("--exit-when-idle", action="store_true",
+                   help="exit once no outbox row is pending and no job is active")
+    p.add_argument("--exit-with-parent", action="store_true", help=WITH_PARENT)
     p = sub.add_parser("submit", help="submit jobs (idempotent on the id)",
                        description=SUBMIT_HELP)
-    p.add_argument("--id")
+    p.add_argument("--id", help="the job's id (with --payload)")
     p.add_argument("--payload", help="the job's JSON payload")
     p.add_argument("--file", help="JSON lines of {id, payload}")
     for name, text in (("status", "jobs per state and their age"),
@@ -386,27 +448,28 @@ def build_parser() -> argparse.ArgumentParser:
                        ("costs", "cost per step, committed and wasted"),
                        ("alerts", "oldest unfinished job, parked rows, dead letters")):
         p = sub.add_parser(name, help=text)
-        p.add_argument("--json", action="store_true")
+        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
         if name == "costs":
-            p.add_argument("--window", type=float, default=86400.0, help="seconds back")
+            p.add_argument("--window", type=positive, default=86400.0, metavar="SECONDS",
+                           help="seconds back (default 86400)")
         if name == "alerts":
-            p.add_argument("--unsent-after", type=float, default=300.0, metavar="SECONDS",
+            p.add_argument("--unsent-after", type=positive, default=300.0, metavar="SECONDS",
                            help="flag outbox rows still unsent this long after they were "
                                 "written (default 300: longer than the default retries take)")
     for name, text in (("cancel", "cancel a ready or parked job"),
                        ("requeue", "send a parked job back to its step"),
                        ("resolve", "settle a parked step by hand")):
         p = sub.add_parser(name, help=text)
-        p.add_argument("job")
+        p.add_argument("job", help="the job's id")
         if name == "resolve":
             p.add_argument("--output", help="JSON to record as the step's result")
             p.add_argument("--approve", action="store_true",
                            help="document pipeline: record the verify step as approved")
     p = sub.add_parser("rerun-step", help="rerun one step on its memoized input; print the diff")
-    p.add_argument("job")
-    p.add_argument("step")
-    for action in sub.choices.values():
-        add_settings(action)
+    p.add_argument("job", help="the job's id")
+    p.add_argument("step", help="the step's name, e.g. extract")
+    for command, action in sub.choices.items():
+        add_settings(action, command)
     return parser
 
 

@@ -6,6 +6,7 @@ unnoticed is refused with an error naming the settings involved.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import tomllib
@@ -61,6 +62,13 @@ class EngineConfig:
 
     def validate(self) -> "EngineConfig":
         """Return self if every setting is usable, else raise ConfigError naming it."""
+        for f in fields(self):  # nan passes every comparison below, inf makes a lease endless
+            if f.type == "float" and not math.isfinite(getattr(self, f.name)):
+                raise ConfigError(f"setting {f.name!r} must be a finite number, "
+                                  f"got {getattr(self, f.name)}")
+        for name in ("heartbeat_interval", "price_prompt_per_1k", "price_completion_per_1k"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"setting {name!r} must be >= 0, got {getattr(self, name)}")
         for name in ("lease", "call_timeout", "backoff_base", "backoff_cap", "busy_timeout",
                      "poll_interval", "send_timeout", "outbox_lease"):
             if getattr(self, name) <= 0:
@@ -93,46 +101,112 @@ class EngineConfig:
 
 
 FIELDS = {f.name: f for f in fields(EngineConfig)}
+#: What each setting means, for the help of the flags.
+MEANING = {
+    "db": "the SQLite file",
+    "pipeline": "the pipeline: a built-in name or a TOML file",
+    "steps": "step implementations: document, instant, or module:object",
+    "lease": "seconds a claim lasts without a heartbeat",
+    "heartbeat": "extend the lease during calls",
+    "heartbeat_interval": "seconds between heartbeats",
+    "call_timeout": "hard deadline of every provider call, in seconds",
+    "max_attempts": "failed attempts per step before the job parks",
+    "max_claims": "claims per step before the job parks (the crash-loop cap)",
+    "backoff_base": "seconds: the first retry waits up to this (full jitter)",
+    "backoff_cap": "seconds: no retry waits longer",
+    "keep_job": "move on to the next step under the same lease",
+    "synchronous": "FULL (committed means durable) or NORMAL (faster)",
+    "busy_timeout": "seconds a write waits for the database lock",
+    "poll_interval": "seconds an idle worker or sender sleeps between polls",
+    "provider_url": "the OpenAI-compatible endpoint",
+    "provider_key": "the provider's API key (better in NINELIVES_PROVIDER_KEY: flags show in ps)",
+    "model": "the model to ask",
+    "price_prompt_per_1k": "price per 1,000 prompt tokens, when an answer has no usage.cost",
+    "price_completion_per_1k": "price per 1,000 completion tokens, likewise",
+    "receiver_url": "where the outbox posts effects",
+    "send_timeout": "hard deadline of every post to the receiver, in seconds",
+    "outbox_lease": "seconds a sender holds an outbox row",
+    "outbox_max_attempts": "posts of an outbox row before it is dead-lettered",
+    "seed": "seed of the random source (jitter)",
+    "unsafe_long_calls": "measurement only: allow calls to outlive the lease",
+    "max_payload_bytes": "bytes: submit refuses a longer payload or file line",
+}
+#: Defaults whose stored value is a stand-in, as the help says them.
+DEFAULT_WORDS = {"heartbeat_interval": "lease/3", "seed": "from the OS",
+                 "provider_key": "none"}
 ENV_PREFIX = "NINELIVES_"
 #: A setting whose name says this holds a secret: no message shows its value.
 SECRET = re.compile(r"key|token|secret|password", re.IGNORECASE)
 
 
-def _coerce(name: str, value: Any, source: str) -> Any:
+#: What each kind of setting must be, as an error message says it.
+KINDS = {"bool": "a boolean", "int": "an integer", "float": "a finite number", "str": "a string"}
+#: The words a boolean setting may be written as in text (the environment, a flag).
+TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _coerce(name: str, value: Any, source: str | None, text: bool) -> Any:
+    """`value` as setting `name` holds it. Text (an environment variable, a flag) is parsed;
+    a typed value (a TOML file, a table given in code) must already be of the setting's
+    kind: `lease = "2"` is a string there, not a number. A number must be finite. Raises
+    ConfigError naming the setting and `source`."""
     kind = FIELDS[name].type
     try:
-        if kind == "bool":
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in ("1", "true", "yes", "on"):
-                return True
-            if text in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(value)
-        if kind == "int":
-            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                raise ValueError(value)
-            return int(value)
-        if kind == "float":
-            if isinstance(value, bool):
-                raise ValueError(value)
-            return float(value)
-        if not isinstance(value, str):
-            raise ValueError(value)
-        return value
-    except (TypeError, ValueError):
+        if text and isinstance(value, str):
+            return _parse(kind, value)
+        return _typed(kind, value)
+    except (TypeError, ValueError, OverflowError):
+        words = (f" ({', '.join(w for pair in zip(TRUE_WORDS, FALSE_WORDS) for w in pair)})"
+                 if kind == "bool" and text else
+                 " (written without quotes)" if isinstance(value, str) else "")
+        where = f"{source}: " if source else ""
         shown = "a value not shown (a secret)" if SECRET.search(name) else repr(value)
-        raise ConfigError(f"{source}: setting {name!r} must be a {kind}, got {shown}") from None
+        raise ConfigError(f"{where}setting {name!r} must be {KINDS[kind]}{words}, "
+                          f"got {shown}") from None
+
+
+def _parse(kind: str, text: str) -> Any:
+    """A setting of `kind` from its text; raises ValueError if it is not one."""
+    if kind == "bool":
+        word = text.strip().lower()
+        if word in TRUE_WORDS or word in FALSE_WORDS:
+            return word in TRUE_WORDS
+        raise ValueError(text)
+    if kind == "int":
+        return int(text.strip())
+    if kind == "float":
+        return _typed(kind, float(text))
+    return text
+
+
+def _typed(kind: str, value: Any) -> Any:
+    """`value` if it is of `kind` (an int for a float too; never a bool for a number, and
+    never nan or infinity: a lease of nan compares false with everything and passes every
+    check); raises TypeError otherwise."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "bool" and isinstance(value, bool):
+        return value
+    if kind == "int" and number and isinstance(value, int):
+        return value
+    if kind == "float" and number and math.isfinite(value):
+        return float(value)
+    if kind == "str" and isinstance(value, str):
+        return value
+    raise TypeError(value)
 
 
 def load_config(file: str | None = None, env: Mapping[str, str] | None = None,
-                overrides: Mapping[str, Any] | None = None) -> EngineConfig:
-    """Build a validated EngineConfig from a TOML file, the environment and flag overrides.
+                overrides: Mapping[str, Any] | None = None,
+                flags: Mapping[str, Any] | None = None) -> EngineConfig:
+    """Build a validated EngineConfig from a TOML file, the environment, typed overrides and
+    command-line flags, each later source winning.
 
     The file may hold settings at top level or under an [engine] table; unknown keys are
-    errors. Environment variables are NINELIVES_<SETTING> (e.g. NINELIVES_LEASE). Flag
-    overrides whose value is None are ignored. Raises ConfigError naming the setting.
+    errors, and its values must have the setting's type. Environment variables are
+    NINELIVES_<SETTING> (e.g. NINELIVES_LEASE), parsed from text. `overrides` are typed
+    values (a scenario's table, a caller's settings) and must have the setting's type;
+    `flags` are text from a command line and are parsed. An override or flag whose value is
+    None is ignored. Raises ConfigError naming the setting and where it came from.
     """
     values: dict[str, Any] = {}
     if file:
@@ -141,13 +215,15 @@ def load_config(file: str | None = None, env: Mapping[str, str] | None = None,
     for name in FIELDS:
         key = ENV_PREFIX + name.upper()
         if key in environ:
-            values[name] = _coerce(name, environ[key], f"environment variable {key}")
-    for name, value in (overrides or {}).items():
-        if value is None:
-            continue
-        if name not in FIELDS:
-            raise ConfigError(f"unknown setting {name!r}")
-        values[name] = _coerce(name, value, f"flag --{name.replace('_', '-')}")
+            values[name] = _coerce(name, environ[key], f"environment variable {key}", True)
+    for given, text in ((overrides, False), (flags, True)):
+        for name, value in (given or {}).items():
+            if value is None:
+                continue
+            if name not in FIELDS:
+                raise ConfigError(f"unknown setting {name!r}")
+            source = f"flag --{name.replace('_', '-')}" if text else None
+            values[name] = _coerce(name, value, source, text)
     return dataclasses.replace(EngineConfig(), **values).validate()
 
 
@@ -167,5 +243,5 @@ def _from_file(path: str) -> dict[str, Any]:
         if name not in FIELDS:
             raise ConfigError(f"config file {path}: unknown setting {name!r} "
                               f"(known: {', '.join(sorted(FIELDS))})")
-        out[name] = _coerce(name, value, f"config file {path}")
+        out[name] = _coerce(name, value, f"config file {path}", False)
     return out

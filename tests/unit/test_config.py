@@ -103,8 +103,82 @@ def test_wrong_type_in_the_environment_names_the_variable(var, value, setting):
                                              ("max_attempts", True, "--max-attempts")])
 def test_wrong_type_in_a_flag_names_the_flag(name, value, flag):
     with pytest.raises(ConfigError) as err:
-        load_config(env={}, overrides={name: value})
+        load_config(env={}, flags={name: value})
     assert f"flag {flag}" in str(err.value)
+
+
+def test_flags_and_the_environment_are_text_and_are_parsed():
+    cfg = load_config(env={"NINELIVES_HEARTBEAT": "off", "NINELIVES_LEASE": "40"},
+                      flags={"max_attempts": "3", "call_timeout": "2.5", "keep_job": "no"})
+    assert (cfg.heartbeat, cfg.lease, cfg.max_attempts, cfg.call_timeout, cfg.keep_job) == (
+        False, 40.0, 3, 2.5, False)
+
+
+# -- typed values (a TOML file, a scenario's table) are not coerced -------------------------
+
+@pytest.mark.parametrize("name,value,kind", [
+    ("lease", "2", "a finite number"), ("heartbeat", "yes", "a boolean"),
+    ("heartbeat", 1, "a boolean"), ("max_attempts", 3.0, "an integer"),
+    ("max_attempts", "3", "an integer"), ("synchronous", 1, "a string"),
+    ("lease", True, "a finite number")])
+def test_a_typed_value_of_the_wrong_type_is_refused_not_coerced(tmp_path, name, value, kind):
+    with pytest.raises(ConfigError) as err:
+        load_config(env={}, overrides={name: value})
+    assert f"setting {name!r} must be {kind}" in str(err.value) and repr(value) in str(err.value)
+    toml = f"{name} = {value!r}\n".replace("'", '"').replace("True", "true")
+    with pytest.raises(ConfigError, match=f"config file .*: setting {name!r} must be {kind}"):
+        load_config(file=write_toml(tmp_path, toml), env={})
+
+
+def test_an_integer_is_a_number_for_a_float_setting():
+    assert load_config(env={}, overrides={"lease": 40}).lease == 40.0
+
+
+# -- nan and infinity, from every source ----------------------------------------------------
+# nan compares false with every bound (lease nan passed `<= 0`, then failed in SQLite), and an
+# infinite lease or timeout never ends.
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "NaN", "infinity"])
+@pytest.mark.parametrize("name", ["lease", "call_timeout", "heartbeat_interval", "backoff_cap"])
+def test_nan_and_infinity_are_refused_from_the_environment_and_flags(name, text):
+    var = f"NINELIVES_{name.upper()}"
+    with pytest.raises(ConfigError, match=f"environment variable {var}: setting {name!r} "
+                                          "must be a finite number"):
+        load_config(env={var: text})
+    flag = "--" + name.replace("_", "-")
+    with pytest.raises(ConfigError, match=f"flag {flag}: setting {name!r} must be a finite"):
+        load_config(env={}, flags={name: text})
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf"])
+def test_nan_and_infinity_are_refused_from_a_file_and_a_table(tmp_path, text):
+    path = write_toml(tmp_path, f"[engine]\nlease = {text}\n")
+    with pytest.raises(ConfigError, match=f"config file {path}: setting 'lease' must be a "
+                                          "finite number"):
+        load_config(file=path, env={})
+    with pytest.raises(ConfigError, match="setting 'lease' must be a finite number"):
+        load_config(env={}, overrides={"lease": float(text)})
+
+
+@pytest.mark.parametrize("text", ["inf", "1e400"])
+def test_an_infinite_integer_setting_is_refused_not_raised(tmp_path, text):
+    path = write_toml(tmp_path, f"max_claims = {text}\n")
+    with pytest.raises(ConfigError, match="'max_claims' must be an integer"):
+        load_config(file=path, env={})
+    with pytest.raises(ConfigError, match="'max_claims' must be an integer"):
+        load_config(env={"NINELIVES_MAX_CLAIMS": text})
+
+
+@pytest.mark.parametrize("name", ["lease", "send_timeout", "price_prompt_per_1k"])
+def test_a_config_built_directly_is_checked_for_finite_numbers(name):
+    with pytest.raises(ConfigError, match=f"{name!r} must be a finite number"):
+        EngineConfig(**{name: float("nan")}).validate()
+
+
+@pytest.mark.parametrize("name", ["heartbeat_interval", "price_completion_per_1k"])
+def test_a_negative_interval_or_price_is_refused(name):
+    with pytest.raises(ConfigError, match=f"{name!r} must be >= 0"):
+        load_config(env={}, overrides={name: -1.0})
 
 
 def test_unknown_flag_is_named():
