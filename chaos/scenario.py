@@ -205,8 +205,17 @@ def _table(where: str, name: str, cls: type, raw: Any):
     return cls(**values)
 
 
+#: What a field of each type must be, as an error message says it.
+KINDS = {"bool": "a boolean (true or false)", "int": "an integer", "str": "a string",
+         "tuple[str, ...]": "a list of strings",
+         "tuple[tuple[float, float], ...]": "a list of [start, end] pairs of finite numbers"}
+
+
 def _typed(where: str, field_name: str, kind: str, value: Any) -> Any:
-    bad = ScenarioError(f"{where}: field '{field_name}' must be {kind}, got {value!r}")
+    """`value` as a field of type `kind` holds it; raises ScenarioError naming the field
+    (TOML values have types: "2" is not a number, nor "yes" a boolean)."""
+    bad = ScenarioError(f"{where}: field '{field_name}' must be {KINDS.get(kind, kind)}, "
+                        f"got {value!r}")
     if kind == "bool":
         if not isinstance(value, bool):
             raise bad
@@ -215,9 +224,10 @@ def _typed(where: str, field_name: str, kind: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             raise bad
         return value
-    if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad
+    if kind == "float":  # nan or inf would hang the planner (a rate of inf, a phase of nan)
+        if not _finite(value):
+            raise ScenarioError(f"{where}: field '{field_name}' must be a finite number, "
+                                f"got {value!r}")
         return float(value)
     if kind == "tuple[str, ...]":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -225,15 +235,19 @@ def _typed(where: str, field_name: str, kind: str, value: Any) -> Any:
         return tuple(value)
     if kind == "tuple[tuple[float, float], ...]":
         ok = isinstance(value, list) and all(
-            isinstance(w, list) and len(w) == 2 and all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) for x in w)
-            for w in value)
+            isinstance(w, list) and len(w) == 2 and all(_finite(x) for x in w) for w in value)
         if not ok:
             raise bad
         return tuple((float(a), float(b)) for a, b in value)
     if not isinstance(value, str):
         raise bad
     return value
+
+
+def _finite(value: Any) -> bool:
+    """Whether `value` is a finite number (a bool is not a number here)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
 
 
 def _engine(where: str, raw: Any) -> dict[str, Any]:
@@ -254,22 +268,28 @@ def _check(where: str, s: Scenario) -> None:
     for name in ("jobs", "workers"):
         if getattr(r, name) < 1:
             raise ScenarioError(f"{where}: field 'run.{name}' must be >= 1")
-    if r.senders < 0 or r.chaos < 0 or r.heal < 0 or r.drain <= 0:
-        raise ScenarioError(f"{where}: run.senders, run.chaos, run.heal must be >= 0 and "
-                            "run.drain > 0")
+    for name in ("senders", "chaos", "heal"):
+        if getattr(r, name) < 0:
+            raise ScenarioError(f"{where}: field 'run.{name}' must be >= 0, "
+                                f"got {getattr(r, name)}")
+    if r.drain <= 0:
+        raise ScenarioError(f"{where}: field 'run.drain' must be > 0, got {r.drain}")
     for name in SHARES:
         if not 0.0 <= getattr(f, name) <= 1.0:
-            raise ScenarioError(f"{where}: field 'faults.{name}' is a share and must be in [0, 1]")
+            raise ScenarioError(f"{where}: field 'faults.{name}' is a share and must be in "
+                                f"[0, 1], got {getattr(f, name)}")
     if not 0.0 <= r.needs_review <= 1.0:
         raise ScenarioError(f"{where}: field 'run.needs_review' must be in [0, 1]")
     for name in RATES:
         if getattr(f, name) < 0:
-            raise ScenarioError(f"{where}: field 'faults.{name}' is a rate and must be >= 0")
+            raise ScenarioError(f"{where}: field 'faults.{name}' is a rate and must be >= 0, "
+                                f"got {getattr(f, name)}")
     for name in ("pause_seconds", "skew_seconds", "slow_seconds", "retry_after", "hang_seconds",
                  "contention_seconds", "contention_seconds_max", "skewed_workers",
                  "heartbeat_off_workers"):
         if getattr(f, name) < 0:
-            raise ScenarioError(f"{where}: field 'faults.{name}' must be >= 0")
+            raise ScenarioError(f"{where}: field 'faults.{name}' must be >= 0, "
+                                f"got {getattr(f, name)}")
     if f.contention_seconds_max and f.contention_seconds_max < f.contention_seconds:
         raise ScenarioError(f"{where}: field 'faults.contention_seconds_max' "
                             f"({f.contention_seconds_max}) is below faults.contention_seconds "
@@ -305,13 +325,22 @@ def _check(where: str, s: Scenario) -> None:
 
 
 def load_profiles() -> dict[str, dict[str, float]]:
+    """The profiles, each a table of scale factors (jobs, duration, rates: finite numbers
+    >= 0) and a description. Raises ScenarioError naming the field."""
     path = os.path.join(SCENARIO_DIR, "profiles.toml")
+    where = os.path.relpath(path)
     data = _read_toml(path)
     for name, table in data.items():
+        if not isinstance(table, dict):
+            raise ScenarioError(f"{where}: [{name}] must be a table")
         unknown = set(table) - {"jobs", "duration", "rates", "description"}
         if unknown:
-            raise ScenarioError(f"{os.path.relpath(path)}: unknown field "
+            raise ScenarioError(f"{where}: unknown field "
                                 f"'{name}.{sorted(unknown)[0]}' (known: jobs, duration, rates)")
+        for factor in ("jobs", "duration", "rates"):
+            if factor in table and not (_finite(table[factor]) and table[factor] >= 0):
+                raise ScenarioError(f"{where}: field '{name}.{factor}' must be a finite "
+                                    f"number >= 0, got {table[factor]!r}")
     return data
 
 
@@ -330,4 +359,8 @@ def apply_profile(s: Scenario, profile: str) -> Scenario:
     faults = dataclasses.replace(
         s.faults, **scaled,
         outages=tuple((a * duration, b * duration) for a, b in s.faults.outages))
+    for name, value in (("run.chaos", run.chaos), *((f"faults.{n}", v) for n, v in scaled.items())):
+        if not math.isfinite(value):  # a huge value the profile scaled past a float's range
+            raise ScenarioError(f"{os.path.relpath(s.path)}: field '{name}' is too large for "
+                                f"profile {profile!r} ({value})")
     return dataclasses.replace(s, profile=profile, run=run, faults=faults)

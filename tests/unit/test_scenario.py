@@ -4,6 +4,7 @@ field and the reason."""
 from __future__ import annotations
 
 import pathlib
+import re
 import tomllib
 
 import pytest
@@ -85,10 +86,27 @@ BAD = [
     ("unsafe-engine-longer-call", 'name = "x"\n[engine]\nheartbeat = false\n'
      'call_timeout = 3.0\nlease = 2.0\n', ["[engine]", "call_timeout", "lease", "heartbeat"]),
     ("string-for-float", 'name = "x"\n[faults]\nkill = "fast"\n',
-     ["faults.kill", "must be float", "'fast'"]),
-    ("float-for-int", 'name = "x"\n[run]\njobs = 2.5\n', ["run.jobs", "must be int", "2.5"]),
-    ("bool-for-float", 'name = "x"\n[faults]\nslow = true\n', ["faults.slow", "must be float"]),
-    ("bool-for-int", 'name = "x"\n[run]\nworkers = true\n', ["run.workers", "must be int"]),
+     ["faults.kill", "must be a finite number", "'fast'"]),
+    ("float-for-int", 'name = "x"\n[run]\njobs = 2.5\n', ["run.jobs", "must be an integer", "2.5"]),
+    ("bool-for-float", 'name = "x"\n[faults]\nslow = true\n',
+     ["faults.slow", "must be a finite number"]),
+    ("bool-for-int", 'name = "x"\n[run]\nworkers = true\n', ["run.workers", "must be an integer"]),
+    # nan and inf compare false with every bound: they would hang the planner
+    ("nan-chaos", 'name = "x"\n[run]\nchaos = nan\n', ["run.chaos", "finite", "nan"]),
+    ("inf-chaos", 'name = "x"\n[run]\nchaos = inf\n', ["run.chaos", "finite", "inf"]),
+    ("inf-kill", 'name = "x"\n[faults]\nkill = inf\n', ["faults.kill", "finite", "inf"]),
+    ("nan-share", 'name = "x"\n[faults]\nslow = nan\n', ["faults.slow", "finite"]),
+    ("nan-outage", 'name = "x"\n[faults]\noutages = [[1.0, nan]]\n',
+     ["faults.outages", "finite"]),
+    ("nan-engine", 'name = "x"\n[engine]\nlease = nan\n', ["engine.lease", "finite"]),
+    ("string-engine-number", 'name = "x"\n[engine]\nlease = "2"\n',
+     ["[engine]", "'lease'", "finite number", "'2'", "without quotes"]),
+    ("string-engine-boolean", 'name = "x"\n[engine]\nheartbeat = "yes"\n',
+     ["[engine]", "'heartbeat'", "boolean", "'yes'"]),
+    ("float-engine-integer", 'name = "x"\n[engine]\nmax_attempts = 3.0\n',
+     ["[engine]", "'max_attempts'", "integer", "3.0"]),
+    ("number-engine-string", 'name = "x"\n[engine]\nsynchronous = 1\n',
+     ["[engine]", "'synchronous'", "string"]),
     ("outages-flat-list", 'name = "x"\n[faults]\noutages = [1.0, 2.0]\n', ["faults.outages"]),
     ("outages-short-window", 'name = "x"\n[faults]\noutages = [[1.0]]\n', ["faults.outages"]),
     ("outages-string-bound", 'name = "x"\n[faults]\noutages = [[1.0, "2"]]\n',
@@ -101,6 +119,11 @@ BAD = [
     ("negative-rate", 'name = "x"\n[faults]\nkill = -1.0\n', ["faults.kill", "rate", ">= 0"]),
     ("negative-operator-rate", 'name = "x"\n[faults]\noperator = -0.5\n',
      ["faults.operator", "rate"]),
+    ("negative-heal", 'name = "x"\n[run]\nheal = -1.0\n', ["run.heal", ">= 0", "-1.0"]),
+    ("negative-senders", 'name = "x"\n[run]\nsenders = -1\n', ["run.senders", ">= 0"]),
+    ("zero-drain", 'name = "x"\n[run]\ndrain = 0.0\n', ["run.drain", "> 0"]),
+    ("negative-pause-seconds", 'name = "x"\n[faults]\npause_seconds = -2.0\n',
+     ["faults.pause_seconds", ">= 0", "-2.0"]),
     ("too-many-unhappy-jobs", 'name = "x"\n[run]\nneeds_review = 0.2\n[faults]\npoison = 0.2\n'
      'crash_loop = 0.2\n', ["faults.poison", "faults.crash_loop", "run.needs_review", "half"]),
     ("crash-points-never-fire", 'name = "x"\n[faults]\ncrash_points = ["*"]\n',
@@ -138,6 +161,44 @@ def test_bad_scenario_is_refused_naming_file_field_and_reason(tmp_path, case, bo
     message = load_bad(tmp_path, case, body)
     for fragment in fragments:
         assert fragment in message, f"{fragment!r} missing from: {message}"
+
+
+#: Every duration field of [run] and [faults]: a message about one names no other.
+DURATIONS = ("run.chaos", "run.heal", "run.drain", "faults.pause_seconds",
+             "faults.skew_seconds", "faults.slow_seconds", "faults.retry_after",
+             "faults.hang_seconds", "faults.contention_seconds",
+             "faults.contention_seconds_max")
+
+
+@pytest.mark.parametrize("field", DURATIONS)
+def test_a_negative_duration_names_that_field_and_no_other(tmp_path, field):
+    table, name = field.split(".")
+    message = load_bad(tmp_path, f"negative-{name}", f'name = "x"\n[{table}]\n{name} = -1.0\n')
+    named = [d for d in DURATIONS if re.search(rf"(?<![\w.]){re.escape(d)}(?!\w)", message)]
+    assert named == [field], message
+
+
+@pytest.mark.parametrize("body,field", [
+    ("jobs = nan", "jobs"), ("rates = inf", "rates"), ("duration = -1.0", "duration"),
+    ('rates = "2"', "rates")])
+def test_a_profile_factor_must_be_a_finite_number_at_least_zero(tmp_path, monkeypatch, body,
+                                                                 field):
+    (tmp_path / "profiles.toml").write_text(f"[hot]\n{body}\n")
+    monkeypatch.setattr(chaos.scenario, "SCENARIO_DIR", str(tmp_path))
+    with pytest.raises(ScenarioError, match=rf"profiles.toml: field 'hot.{field}' must be a "
+                                            "finite number >= 0"):
+        chaos.scenario.load_profiles()
+
+
+def test_a_value_a_profile_scales_past_a_float_is_refused(tmp_path, monkeypatch):
+    path = tmp_path / "big.toml"
+    path.write_text('name = "x"\n[faults]\nkill = 1e308\n')
+    base = chaos.scenario.load_profiles
+    monkeypatch.setattr(chaos.scenario, "load_profiles",
+                        lambda: {**base(), "hot": {"rates": 10.0}})
+    with pytest.raises(ScenarioError, match=r"big.toml: field 'faults.kill' is too large for "
+                                            "profile 'hot'"):
+        load_scenario(str(path), "hot")
 
 
 def test_the_bad_cases_differ_from_a_loadable_file_only_in_their_fault(tmp_path):
