@@ -1,21 +1,31 @@
 """`ninelives`: one command for the engine (`ninelives engine ...`) and the harness.
 
-    ninelives run SCENARIO [--seed N] [--profile P] [--engine E] [--out DIR]
-    ninelives replay RUN [--tries K]
+    ninelives run SCENARIO [--seed N] [--profile P] [--engine E] [--out DIR] [--quiet]
+    ninelives replay RUN [--tries K] [--out DIR]
     ninelives check RUN
     ninelives report RUN [--format html,junit,md]
-    ninelives sim SCENARIO [--seeds A..B] [--engine E] [--shrink] | ninelives sim --replay FILE
-    ninelives mutants [--seeds N] [--profile P] [--only NAME,...] [--out DIR]
+    ninelives sweep [SCENARIO] [--lease 0.5,1,2,4] [--heartbeat on,off] [--latency DIST]
+                    [--seeds N|A..B] [--profile P] [--engine E] [--out DIR]
+    ninelives sim SCENARIO [--seed N | --seeds N|A..B] [--engine E] [--shrink]
+    ninelives sim --replay FILE
+    ninelives mutants [--seeds N|A..B] [--profile P] [--only NAME,...] [--out DIR]
+    ninelives score [--modules M,...] [--seeds N|A..B] [--deep N] [--run [--run-seeds N|A..B]]
+    ninelives demo [--jobs N] [--workers N] [--seed N] [--out DIR]
     ninelives engine ...        (see `ninelives engine --help`)
 
-Exit codes: 0 every invariant with evidence holds, 1 an invariant failed, 2 the harness could not run.
+--seed N is one seed; --seeds N is seeds 1..N and --seeds A..B seeds A to B, in every command.
+Exit codes: 0 every invariant with evidence holds, 1 an invariant failed, 2 the harness could
+not run (bad input included).
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from typing import Sequence
+
+from .flags import SEEDS_HELP, at_least, seeds
 
 EXIT_ERROR = 2
 
@@ -27,14 +37,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("engine", help="the reference engine: worker, send, submit, status, ...")
     p = sub.add_parser("run", help="run a chaos scenario against an engine")
     p.add_argument("scenario", help="a scenario file, or a name from scenarios/")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1, help="the seed of the fault plan (default 1)")
     p.add_argument("--profile", default=None, help="smoke, ci (default) or soak")
     p.add_argument("--engine", default="reference", help="reference, or module:object")
-    p.add_argument("--out", default="reports", help="where run folders go")
+    p.add_argument("--out", default="reports", help="where run folders go (default reports)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p = sub.add_parser("replay", help="rerun a saved run's plan and say how often it reproduces")
     p.add_argument("run", help="a run folder (with report.json)")
-    p.add_argument("--tries", type=int, default=1)
+    p.add_argument("--tries", type=at_least(1), default=1,
+                   help="how many times to replay the plan (default 1)")
     p.add_argument("--out", default=None, help="where replay runs go (default: beside it)")
     p = sub.add_parser("check", help="rerun the checkers on a saved run's history")
     p.add_argument("run", help="a run folder (with history.jsonl and snapshot.json)")
@@ -42,20 +53,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="a run folder (with report.json)")
     p.add_argument("--format", default="html,junit,md", help="any of html,junit,md")
     p = sub.add_parser("sweep", help="measure duplicate spend and recovery across lease settings")
-    p.add_argument("scenario", nargs="?", default="lease-sweep")
-    p.add_argument("--lease", default="0.5,1,2,4", help="lease lengths in seconds")
-    p.add_argument("--heartbeat", default="on,off", help="on, off or on,off")
+    p.add_argument("scenario", nargs="?", default="lease-sweep",
+                   help="a scenario file, or a name from scenarios/ (default lease-sweep)")
+    p.add_argument("--lease", default="0.5,1,2,4",
+                   help="lease lengths in seconds, separated by commas (default 0.5,1,2,4)")
+    p.add_argument("--heartbeat", default="on,off", help="on, off or on,off (default on,off)")
     p.add_argument("--latency", default=None,
                    help="fixed:S | uniform:A:B | lognormal:P50:P99 | file:PATH (seconds)")
-    p.add_argument("--seeds", type=int, default=1, help="seeds per cell")
-    p.add_argument("--profile", default=None)
-    p.add_argument("--engine", default="reference")
-    p.add_argument("--out", default="reports")
+    p.add_argument("--seeds", type=seeds, default="1",
+                   help=f"the seeds every cell runs: {SEEDS_HELP} (default 1)")
+    p.add_argument("--profile", default=None, help="smoke, ci (default) or soak")
+    p.add_argument("--engine", default="reference", help="reference, or module:object")
+    p.add_argument("--out", default="reports", help="where the sweep folder goes")
     p = sub.add_parser("demo", help="the engine end to end against the fakes, no faults")
-    p.add_argument("--jobs", type=int, default=300)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--out", default="reports/demo")
+    p.add_argument("--jobs", type=at_least(1), default=300,
+                   help="documents to submit (default 300)")
+    p.add_argument("--workers", type=at_least(1), default=2,
+                   help="worker processes (default 2)")
+    p.add_argument("--seed", type=int, default=1, help="the seed of the documents (default 1)")
+    p.add_argument("--out", default="reports/demo", help="where the demo's folder goes")
     from .sim.cli import add_parser as add_sim_parser
     add_sim_parser(sub)
     from .mutants.matrix import add_parser as add_mutants_parser
@@ -173,12 +189,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except ValueError:
         raise ValueError(f"--lease must be seconds separated by commas, got {args.lease!r}") from None
     words = {"on": True, "off": False}
-    if not leases or min(leases) <= 0:
-        raise ValueError("--lease needs at least one positive number of seconds")
+    if not leases or not all(math.isfinite(x) and x > 0 for x in leases):
+        raise ValueError(f"--lease needs finite positive numbers of seconds, got {args.lease!r}")
     if not set(args.heartbeat.split(",")) <= set(words):
         raise ValueError(f"--heartbeat must be on, off or on,off, got {args.heartbeat!r}")
     if args.latency:
-        parse_latency(args.latency)
+        try:
+            parse_latency(args.latency)
+        except ValueError as exc:
+            raise ValueError(f"--latency: {exc}") from None
     base = load_scenario(args.scenario, args.profile)
     sweep = run_sweep(base, leases, [words[w] for w in args.heartbeat.split(",")], args.latency,
                       args.seeds, args.engine, args.out)

@@ -1,8 +1,8 @@
 """The mutation score of the harness: how many one-line bugs in the reference engine's safety
 code it catches, measured with cosmic-ray, the harness itself as the test suite.
 
-    ninelives score [--modules engine/retry.py,...] [--seeds 2] [--deep 1]
-                    [--run [--run-seeds 3]] [--jobs N] [--workdir DIR [--again]]
+    ninelives score [--modules engine/retry.py,...] [--seeds N|A..B] [--deep 1]
+                    [--run [--run-seeds N|A..B]] [--jobs N] [--workdir DIR [--again]]
 
 Why cosmic-ray: it applies each mutation to the module's file on disk, so every process the
 harness starts (real workers and senders under `--run`, not only the simulation in the
@@ -48,6 +48,8 @@ from typing import Any
 
 from .console import Column
 from .console import table as table_of
+from .flags import SEEDS_HELP, at_least, seeds, seeds_text
+from .flags import seconds as flag_seconds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: The engine's safety code, the modules the issue names.
@@ -75,18 +77,18 @@ HARNESS = ("chaos", "scenarios", "examples")
 
 # -- the test command: is this mutant caught? ------------------------------------------------
 
-def kill(seeds: int, deep: int, run: int, out: str) -> int:
+def kill(seeds: range, deep: int, run: range, out: str) -> int:
     """Exit 1 when any invariant fails for the engine as it is on disk now (the mutant is
     killed), 0 when every stage passed. Prints which stage, scenario and seed caught it."""
     from .scenario import load_scenario
     from .sim import SeededChoices, SimSpec, simulate
     from .supervisor import die_with_parent, run_owned
     die_with_parent()  # a mutant's test ends with the campaign that started it
-    stages = [("smoke", SIM_SCENARIOS, seeds), ("ci", DEEP_SCENARIOS, deep)]
-    for profile, names, count in stages:
+    stages = [("smoke", SIM_SCENARIOS, seeds), ("ci", DEEP_SCENARIOS, range(1, deep + 1))]
+    for profile, names, chosen in stages:
         for name in names:
             scenario = load_scenario(name, profile)
-            for seed in range(1, count + 1):
+            for seed in chosen:
                 result = simulate(SimSpec(scenario, seed), SeededChoices(seed))
                 # A thread outside the simulation's actors (no process) is the simulation's
                 # failure, not the engine's: it kills nothing.
@@ -95,7 +97,7 @@ def kill(seeds: int, deep: int, run: int, out: str) -> int:
                     print(f"killed: sim {name} --profile {profile} seed {seed}: "
                           f"{', '.join(why)}")
                     return 1
-    for seed in range(1, run + 1):  # a kill or a pause may take a fault's evidence away
+    for seed in run:  # a kill or a pause may take a fault's evidence away
         for name in RUN_SCENARIOS:
             done = run_owned([sys.executable, "-m", "chaos.cli", "run", name, "--profile",
                               "smoke", "--seed", str(seed), "--out", out, "--quiet"],
@@ -121,8 +123,10 @@ def copy_checkout(dst: str, names: tuple[str, ...] = COPIED) -> None:
             shutil.copy(src, target)
 
 
-def test_command(seeds: int, deep: int, run: int) -> str:
-    return f"{sys.executable} -m chaos.score kill --seeds {seeds} --deep {deep} --run {run}"
+def test_command(seeds: range, deep: int, run: range | None) -> str:
+    """The command cosmic-ray runs for each mutant (`run`: the real-process seeds, if any)."""
+    return (f"{sys.executable} -m chaos.score kill --seeds {seeds_text(seeds)} --deep {deep}"
+            + (f" --run {seeds_text(run)}" if run else ""))
 
 
 def write_config(workdir: str, modules: list[str], command: str, timeout: float,
@@ -281,7 +285,7 @@ def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: 
     ports = [_free_port() for _ in copies]
     urls = [f"http://127.0.0.1:{port}" for port in ports]
     config = write_config(workdir, modules, test_command(args.seeds, args.deep,
-                                                         args.run_seeds if args.run else 0),
+                                                         args.run_seeds if args.run else None),
                           args.timeout, urls)
     if args.again and not fresh:
         keep = argued_jobs(session, workdir, equivalents())
@@ -492,11 +496,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ninelives score", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command")
     k = sub.add_parser("kill", help="(the test command cosmic-ray runs in its work folder)")
-    k.add_argument("--seeds", type=int, default=2)
-    k.add_argument("--deep", type=int, default=1)
-    k.add_argument("--run", type=int, default=0, help="real-process seeds (0: none)")
+    k.add_argument("--seeds", type=seeds, default="2", help=f"sim seeds: {SEEDS_HELP}")
+    k.add_argument("--deep", type=at_least(0), default=1, help="deep sim seeds 1..N (0: none)")
+    k.add_argument("--run", type=seeds, default=range(0), help=f"real-process seeds: "
+                   f"{SEEDS_HELP} (default none)")
     w = sub.add_parser("worker", help="(a cosmic-ray worker on 127.0.0.1, in its copy)")
-    w.add_argument("--port", type=int, required=True)
+    w.add_argument("--port", type=at_least(1), required=True, help="the port to serve on")
     add_arguments(parser)
     args = parser.parse_args(argv)
     if args.command == "kill":
@@ -511,19 +516,21 @@ def main(argv: list[str] | None = None) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modules", default=",".join(MODULES),
                         help="comma-separated engine files to mutate (default: the safety code)")
-    parser.add_argument("--seeds", type=int, default=2,
-                        help="sim seeds per scenario at the smoke profile (the fast stage)")
-    parser.add_argument("--deep", type=int, default=1,
-                        help="sim seeds per deep scenario at the ci profile, for survivors")
+    parser.add_argument("--seeds", type=seeds, default="2",
+                        help=f"sim seeds of every scenario at the smoke profile (the fast "
+                             f"stage): {SEEDS_HELP} (default 2)")
+    parser.add_argument("--deep", type=at_least(0), default=1,
+                        help="sim seeds 1..N of each deep scenario at the ci profile, for "
+                             "survivors (default 1; 0: none)")
     parser.add_argument("--run", action="store_true",
                         help="also run real processes for mutants the simulation missed")
-    parser.add_argument("--run-seeds", type=int, default=3,
-                        help="with --run: seeds of each real-process scenario (a kill or a "
-                             "pause can take one seed's evidence away)")
-    parser.add_argument("--timeout", type=float, default=None,
+    parser.add_argument("--run-seeds", type=seeds, default="3",
+                        help=f"with --run: seeds of each real-process scenario, {SEEDS_HELP} "
+                             "(default 3: a kill or a pause can take one seed's evidence away)")
+    parser.add_argument("--timeout", type=flag_seconds, default=None,
                         help="seconds per mutant before it counts as caught by a timeout "
                              "(default: 180, and 150 more per real run with --run)")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+    parser.add_argument("--jobs", type=at_least(1), default=os.cpu_count() or 1,
                         help="mutants judged at once, each in its own copy (default: cores)")
     parser.add_argument("--workdir", help="a work folder to use, or to resume if it has a session")
     parser.add_argument("--again", action="store_true",
@@ -532,15 +539,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def score(args: argparse.Namespace) -> int:
     """Run (or resume) a campaign and print its report; exit 0 when the score meets TARGET."""
-    for name, low in (("seeds", 1), ("deep", 0), ("jobs", 1), ("run_seeds", 1)):
-        if getattr(args, name) < low:
-            print(f"error: --{name.replace('_', '-')} must be at least {low}", file=sys.stderr)
-            return 2
     if args.timeout is None:
-        args.timeout = 180.0 + (150.0 * args.run_seeds * len(RUN_SCENARIOS) if args.run else 0)
-    if not args.timeout > 0:
-        print("error: --timeout must be positive", file=sys.stderr)
-        return 2
+        args.timeout = 180.0 + (150.0 * len(args.run_seeds) * len(RUN_SCENARIOS)
+                                if args.run else 0)
     modules = [m.strip() for m in args.modules.split(",") if m.strip()]
     missing = [m for m in modules if not os.path.isfile(os.path.join(ROOT, m))]
     if missing:
@@ -559,8 +560,9 @@ def score(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     started = time.perf_counter()
-    stages = [f"sim seeds {args.seeds}", f"deep seeds {args.deep}"] + (
-        [f"then real runs, seeds {args.run_seeds}"] if args.run else [])
+    deep = f"deep seeds 1..{args.deep}" if args.deep else "no deep stage"
+    stages = [f"sim seeds {seeds_text(args.seeds)}", deep] + (
+        [f"then real runs, seeds {seeds_text(args.run_seeds)}"] if args.run else [])
     print(f"mutation campaign in {workdir} ({'new' if fresh else 'resumed'}, {args.jobs} "
           f"workers): {', '.join(modules)}; {', '.join(stages)}", flush=True)
     from .supervisor import evidence_in

@@ -21,6 +21,7 @@ from rich.console import Console
 from .console import AUTO, Column
 from .console import table as table_of
 from .contract import load_engine
+from .flags import seeds_text
 from .checkers.ops import is_job, takes_lease
 from .history import Event, of, read_history
 from .latency import parse_latency
@@ -178,15 +179,18 @@ def _secs(value: float | None) -> str:
 
 
 def run_sweep(base: Scenario, leases: list[float], heartbeats: list[bool], latency: str | None,
-              seeds: int, engine_spec: str, out: str, jobs: int | None = None) -> dict:
-    """Run the grid (in parallel up to the cores) and write sweep.json, the plot, the page."""
+              seeds: range, engine_spec: str, out: str, jobs: int | None = None) -> dict:
+    """Run the grid, every cell on each of `seeds` (in parallel up to the cores), and write
+    sweep.json, the plot, the page. Raises ValueError when there is no cell or seed."""
+    if not (leases and heartbeats and len(seeds)):
+        raise ValueError("a sweep needs a lease, a heartbeat setting and a seed")
     sweep_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     folder = os.path.join(out, "sweeps", sweep_id)
     os.makedirs(folder)
     cells = [Cell(lease, hb) for hb in heartbeats for lease in leases]
     tasks = [(cell_scenario(base, cell, latency), cell, seed, engine_spec,
               os.path.join(folder, "runs", f"lease{cell.lease:g}-hb{int(cell.heartbeat)}"))
-             for cell in cells for seed in range(1, seeds + 1)]
+             for cell in cells for seed in seeds]
     workers = jobs or max(1, min(os.cpu_count() or 1, len(tasks)))
     results: dict[Cell, list[dict]] = {cell: [] for cell in cells}
     with evidence_in(folder), OwnedPool(workers, mp.get_context("fork")) as pool:
@@ -197,7 +201,7 @@ def run_sweep(base: Scenario, leases: list[float], heartbeats: list[bool], laten
     rows = [summarize(cell, results[cell]) for cell in cells]
     used = tasks[0][0].faults.latency
     sweep = {"schema": "ninelives.sweep/1", "id": sweep_id, "scenario": base.name,
-             "profile": base.profile, "latency": used, "seeds": seeds, "engine": engine_spec,
+             "profile": base.profile, "latency": used, "seeds": list(seeds), "engine": engine_spec,
              "cells": rows, "recommendation": recommend(rows, used)}
     with open(os.path.join(folder, "sweep.json"), "w", encoding="utf-8") as fh:
         json.dump(sweep, fh, indent=2, sort_keys=True)
@@ -251,7 +255,8 @@ def page(sweep: dict, svg: str) -> str:
             f"</title><style>body{{font-family:sans-serif;margin:2em;max-width:60em}}"
             f"pre{{background:#f4f4f4;padding:1em}}</style>"
             f"<h1>Lease sweep: {escape(sweep['scenario'])}</h1>"
-            f"<p>latency {escape(sweep['latency'])}, {sweep['seeds']} seed(s) per cell, "
+            f"<p>latency {escape(sweep['latency'])}, seeds {seeds_text(sweep['seeds'])} in every "
+            f"cell, "
             f"profile {escape(sweep['profile'])}, engine {escape(sweep['engine'])}</p>"
             f"<h2>Recommendation</h2><ul>{recs}</ul>{svg}"
             f"<h2>Grid</h2><pre>{escape(table(sweep, console=None))}</pre>")

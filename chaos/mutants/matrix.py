@@ -1,9 +1,10 @@
 """`ninelives mutants`: run every broken engine on the scenario that provokes it, and the
 reference engine on the same scenarios and seeds; print and save the detection matrix.
 
-    ninelives mutants [--seeds N] [--profile P] [--only NAME,...] [--out DIR] [--parallel K]
+    ninelives mutants [--seeds N|A..B] [--profile P] [--only NAME,...] [--out DIR] [--parallel K]
 
-Each mutant runs on seeds 1..N in turn and stops at its first failing run; the reference
+Each mutant runs on the seeds (N: 1..N; A..B: A to B) in turn and stops at its first failing
+run; the reference
 runs every (scenario, seed) a mutant ran. Runs go `--parallel` at a time (default 2), each
 a full campaign with real processes. Exit 0 when every mutant was caught by one of its
 expected invariants and the reference failed nothing; 1 otherwise.
@@ -30,6 +31,7 @@ from rich.console import Console
 
 from ..checkers import INVARIANTS
 from ..console import AUTO, Column, table
+from ..flags import SEEDS_HELP, at_least, seeds, seeds_text
 from ..reference.mutants.catalog import BY_NAME, CATALOG, Mutant
 from ..supervisor import OwnedPool, evidence_in
 
@@ -135,13 +137,13 @@ def caught_by(mutant: Mutant, run: dict[str, Any]) -> list[str]:
     return [name for name in mutant.expect if name in run["failed"]]
 
 
-def run_matrix(mutants: list[Mutant], seeds: int, profile: str | None, out: str, *,
+def run_matrix(mutants: list[Mutant], seeds: range, profile: str | None, out: str, *,
                parallel: int = 2, note: Callable[[str], None] = lambda line: None
                ) -> dict[str, Any]:
     """Run the matrix (see the module docstring) and return matrix.json's content.
 
-    Round k runs seed k of every mutant not caught yet, and seed k of the reference on each
-    of their scenarios; a mutant caught in round k runs no more seeds.
+    Round k runs the k-th of `seeds` for every mutant not caught yet, and that seed of the
+    reference on each of their scenarios; a mutant caught in round k runs no more seeds.
     """
     rows = {m.name: MutantRow(m) for m in mutants}
     reference: list[dict[str, Any]] = []
@@ -149,7 +151,7 @@ def run_matrix(mutants: list[Mutant], seeds: int, profile: str | None, out: str,
     started = time.time()
     context = multiprocessing.get_context("spawn")  # the runner uses threads: never fork it
     with evidence_in(out), OwnedPool(max(1, parallel), context) as pool:
-        for seed in range(1, seeds + 1):
+        for seed in seeds:
             open_rows = [r for r in rows.values() if not r.caught]
             if not open_rows:
                 break
@@ -166,7 +168,7 @@ def run_matrix(mutants: list[Mutant], seeds: int, profile: str | None, out: str,
     mutant_rows = [rows[m.name].to_json() for m in mutants]
     clean = all(r["result"] == "pass" for r in reference)
     return {"schema": SCHEMA, "created": started, "seconds": round(time.time() - started, 1),
-            "profile": profile, "seeds": seeds, "invariants": list(INVARIANTS),
+            "profile": profile, "seeds": list(seeds), "invariants": list(INVARIANTS),
             "mutants": mutant_rows, "reference": reference,
             "caught": sum(r["caught"] for r in mutant_rows), "total": len(mutant_rows),
             "reference_clean": clean,
@@ -347,12 +349,15 @@ def point_latest(folder: str) -> None:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("mutants", help="run the broken engines and print the detection matrix")
-    p.add_argument("--seeds", type=int, default=1, help="try seeds 1..N per mutant (default 1)")
+    p.add_argument("--seeds", type=seeds, default="1",
+                   help=f"the seeds each mutant tries in turn: {SEEDS_HELP} (default 1)")
     p.add_argument("--profile", default=None, help="profile for every run (default: each "
                    "mutant's own, smoke)")
     p.add_argument("--only", default=None, help="comma-separated mutant names")
-    p.add_argument("--out", default=os.path.join("reports", "mutants"))
-    p.add_argument("--parallel", type=int, default=2, help="campaigns at a time (default 2)")
+    p.add_argument("--out", default=os.path.join("reports", "mutants"),
+                   help="where the matrix folder goes (default reports/mutants)")
+    p.add_argument("--parallel", type=at_least(1), default=2,
+                   help="campaigns at a time (default 2)")
 
 
 def select(only: str | None) -> list[Mutant]:
@@ -369,10 +374,8 @@ def select(only: str | None) -> list[Mutant]:
 
 def cmd_mutants(args: argparse.Namespace) -> int:
     mutants = select(args.only)
-    if args.seeds < 1:
-        raise ValueError("--seeds must be >= 1")
     out = os.path.join(args.out, datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
-    print(f"ninelives mutants: {len(mutants)} mutants, seeds 1..{args.seeds}, profile "
+    print(f"ninelives mutants: {len(mutants)} mutants, seeds {seeds_text(args.seeds)}, profile "
           f"{args.profile or 'per mutant'}, {args.parallel} at a time -> {out}",
           file=sys.stderr, flush=True)
     matrix = run_matrix(mutants, args.seeds, args.profile, out, parallel=args.parallel,

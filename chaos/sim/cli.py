@@ -1,6 +1,7 @@
 """`ninelives sim`: explore seeds in simulation, shrink a failure, replay a saved schedule.
 
-    ninelives sim SCENARIO [--seeds A..B] [--profile P] [--engine E] [--out DIR] [--shrink]
+    ninelives sim SCENARIO [--seed N | --seeds N|A..B] [--profile P] [--engine E] [--out DIR]
+                  [--shrink] [--budget K]
     ninelives sim --replay FILE [--out DIR]
 
 Exit codes: 0 every explored schedule passed, 1 one failed, 2 the command could not run.
@@ -14,6 +15,7 @@ import sys
 import time
 
 from ..console import Progress
+from ..flags import SEEDS_HELP, at_least, seeds, seeds_text
 from ..report import verdict_table
 from .choices import SeededChoices
 from .output import run_dir_for, write_run
@@ -28,7 +30,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sim", help="simulate a scenario in one process: exact replays, "
                                    "shrinking to a minimal failing schedule")
     p.add_argument("scenario", nargs="?", help="a scenario file, or a name from scenarios/")
-    p.add_argument("--seeds", default="1..20", help="N, or A..B (inclusive); default 1..20")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--seed", type=int, default=None,
+                       help="one seed: its run folder is written, pass or fail")
+    which.add_argument("--seeds", type=seeds, default="1..20",
+                       help=f"seeds to explore: {SEEDS_HELP} (default 1..20); a failing "
+                            "seed's run folder is written")
     p.add_argument("--profile", default=None, help="smoke, ci (default) or soak")
     p.add_argument("--engine", default="reference", help="reference, or module:object "
                    "(an adapter that declares in_process, e.g. chaos.mutants:NAME or "
@@ -38,22 +45,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "counterexample.json again")
     p.add_argument("--shrink", action="store_true",
                    help="shrink the first failing seed to a minimal schedule")
-    p.add_argument("--budget", type=int, default=500, help="simulations a shrink may run")
+    p.add_argument("--budget", type=at_least(1), default=500,
+                   help="simulations a shrink may run (default 500)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-
-
-def parse_seeds(text: str) -> range:
-    """`N` or `A..B` (inclusive). Raises ValueError naming the flag."""
-    try:
-        if ".." in text:
-            first, last = (int(x) for x in text.split("..", 1))
-        else:
-            first = last = int(text)
-    except ValueError:
-        raise ValueError(f"--seeds must be N or A..B, got {text!r}") from None
-    if last < first:
-        raise ValueError(f"--seeds {text}: the range is empty")
-    return range(first, last + 1)
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -61,21 +55,19 @@ def cmd_sim(args: argparse.Namespace) -> int:
         return _replay(args)
     if not args.scenario:
         raise ValueError("ninelives sim needs a SCENARIO (or --replay FILE)")
-    if args.budget < 1:
-        raise ValueError("--budget must be >= 1")
     from ..contract import load_engine
     from ..scenario import load_scenario
     scenario = load_scenario(args.scenario, args.profile)
     engine = load_engine(args.engine)
-    seeds = parse_seeds(args.seeds)
+    chosen = args.seeds if args.seed is None else range(args.seed, args.seed + 1)
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr,
                                                                     flush=True))
     say(f"ninelives sim {scenario.name} (profile {scenario.profile}, engine {args.engine}): "
-        f"seeds {seeds.start}..{seeds.stop - 1}, {scenario.run.jobs} jobs, "
+        f"seeds {seeds_text(chosen)}, {scenario.run.jobs} jobs, "
         f"{scenario.run.workers} workers")
-    if len(seeds) == 1:
-        return _one(SimSpec(scenario, seeds.start, engine, args.engine), args)
-    return _explore(scenario, engine, seeds, args)
+    if len(chosen) == 1:
+        return _one(SimSpec(scenario, chosen.start, engine, args.engine), args)
+    return _explore(scenario, engine, chosen, args)
 
 
 def _one(spec: SimSpec, args: argparse.Namespace) -> int:

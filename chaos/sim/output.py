@@ -41,7 +41,7 @@ def run_dir_for(out: str, result: SimResult, label: str = "") -> str:
 def sim_command(result: SimResult) -> str:
     """The command that explores this run's seed again."""
     s = result.spec
-    parts = ["ninelives", "sim", os.path.relpath(s.scenario.path), "--seeds", str(s.seed),
+    parts = ["ninelives", "sim", os.path.relpath(s.scenario.path), "--seed", str(s.seed),
              "--profile", s.scenario.profile]
     if s.engine_spec and s.engine_spec != "reference":
         parts += ["--engine", s.engine_spec]

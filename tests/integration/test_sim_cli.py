@@ -112,7 +112,7 @@ def test_exploring_seeds_prints_a_summary_and_exits_0_when_every_invariant_holds
 
 
 def test_one_seed_writes_a_run_folder_that_check_and_replay_agree_with(workdir):
-    ran = ninelives(workdir, "sim", "smoke", "--profile", "smoke", "--seeds", "2", "--out",
+    ran = ninelives(workdir, "sim", "smoke", "--profile", "smoke", "--seed", "2", "--out",
                     "out")
     assert ran.returncode == 0, explain(ran)
     [folder] = run_folders(workdir / "out")
@@ -123,6 +123,7 @@ def test_one_seed_writes_a_run_folder_that_check_and_replay_agree_with(workdir):
     assert report["schema"] == "ninelives.report/1" and report["exit_code"] == 0
     assert [v["name"] for v in report["verdicts"]] == list(INVARIANTS)
     assert report["replay_command"].startswith("ninelives sim --replay")
+    assert " --seed 2 " in report["run_command"]  # one seed: --seeds 2 is seeds 1..2
     checked = ninelives(workdir, "check", str(folder))
     assert checked.returncode == 0, explain(checked)
     replayed = ninelives(workdir, "sim", "--replay", str(folder / "schedule.json"), "--out",
@@ -134,7 +135,7 @@ def test_one_seed_writes_a_run_folder_that_check_and_replay_agree_with(workdir):
 
 def test_the_same_seed_in_two_processes_writes_the_same_history(workdir):
     for out in ("first", "second"):
-        ran = ninelives(workdir, "sim", "zombies.toml", "--seeds", "5", "--out", out)
+        ran = ninelives(workdir, "sim", "zombies.toml", "--seed", "5", "--out", out)
         assert ran.returncode in (0, 1), explain(ran)
     [first], [second] = run_folders(workdir / "first"), run_folders(workdir / "second")
     assert (first / "history.jsonl").read_bytes() == (second / "history.jsonl").read_bytes()
@@ -163,8 +164,11 @@ def test_a_broken_engine_is_shrunk_to_a_numbered_story_and_a_counterexample_that
 
 
 @pytest.mark.parametrize("args,message", [
-    (("smoke", "--seeds", "x"), "--seeds must be N or A..B"),
+    (("smoke", "--seeds", "x"), "argument --seeds: must be N or A..B"),
     (("smoke", "--seeds", "5..2"), "is empty"),
+    (("smoke", "--seeds", "0"), "argument --seeds: 0 names no seed"),
+    (("smoke", "--seed", "1", "--seeds", "2"), "not allowed with argument --seed"),
+    (("smoke", "--budget", "0"), "argument --budget: must be >= 1"),
     ((), "needs a SCENARIO"),
     (("--replay", "missing.json"), "missing.json does not exist"),
     (("--replay", "zombies.toml"), "is not valid JSON"),
@@ -176,5 +180,6 @@ def test_bad_input_exits_2_with_one_error_line_naming_it(workdir, args, message)
     ran = ninelives(workdir, "sim", *args, "--out", "out")
     assert ran.returncode == 2, explain(ran)
     assert "Traceback" not in ran.stderr, explain(ran)
-    errors = [line for line in ran.stderr.splitlines() if line.startswith("error: ")]
+    errors = [line for line in ran.stderr.splitlines()  # ours, or argparse's for a flag
+              if line.startswith(("error: ", "ninelives sim: error: "))]
     assert len(errors) == 1 and message in errors[0], explain(ran)
