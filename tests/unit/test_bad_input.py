@@ -171,3 +171,195 @@ def test_a_payload_that_is_not_json_is_refused_and_creates_no_row(store, pipelin
         store.submit("job-1", pipeline, payload, NOW)
     assert store.job("job-1") is None
     assert store.query("SELECT COUNT(*) AS n FROM job") == [{"n": 0}]
+
+
+# -- the README's bad-input tables, a case per row ---------------------------------------------
+# Each row of the two tables in the README ("Bad input gets exit code 2") is a case below, run
+# through the command's own entry point: exit 2, one message naming what the row says.
+
+README = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "README.md")
+
+
+def readme_table(after: str) -> list[str]:
+    """The first column of the first table after the line starting with `after`."""
+    with open(README, encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(after))
+    rows = []
+    for line in lines[start + 1:]:
+        if line.startswith("|"):
+            rows.append(line.split("|")[1].strip())
+        elif rows:
+            break
+    return rows[2:]  # the head and the rule
+
+
+def exit_of(main, argv: list[str], capsys) -> tuple[int, str]:
+    """A command's exit code and what it wrote to stderr (argparse exits by SystemExit)."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+def holding_the_lock(path: str):
+    lock = sqlite3.connect(path, isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")
+    return lock
+
+
+def engine_case(row: str, tmp: str, monkeypatch, held: list) -> tuple[list[str], list[str]]:
+    """(the engine command line, the fragments its message must hold) for a README row;
+    a connection that holds the write lock is appended to `held`."""
+    db = os.path.join(tmp, "engine.db")
+
+    def file(name: str, text: str) -> str:
+        with open(os.path.join(tmp, name), "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return os.path.join(tmp, name)
+
+    if row == "a payload that is not JSON":
+        return ["submit", "--db", db, "--id", "a", "--payload", "{"], ["--payload", "not JSON"]
+    if row.startswith("a jobs file line"):
+        jobs = file("jobs.jsonl", '{"id": "a", "payload": {}}\n{"id": "b"}\n')
+        return ["submit", "--db", db, "--file", jobs], [f"{jobs}:2", "'payload'"]
+    if row == "an operator's output that is not JSON":
+        return ["resolve", "job-1", "--db", db, "--output", "{"], ["--output", "not JSON"]
+    if row == "an unknown pipeline":
+        return ["submit", "--db", db, "--pipeline", "nope", "--id", "a", "--payload", "{}"], [
+            "'nope'", "document"]
+    if row == "a setting of the wrong type":
+        config = file("engine.toml", 'lease = "2"\n')
+        return ["worker", "--config", config, "--db", db], [f"config file {config}",
+                                                             "'lease'", "'2'"]
+    if row == "a number that is not finite":
+        monkeypatch.setenv("NINELIVES_CALL_TIMEOUT", "inf")
+        return ["worker", "--db", db], ["environment variable NINELIVES_CALL_TIMEOUT",
+                                        "'call_timeout'", "finite"]
+    if row == "a setting out of range, or unsafe beside another":
+        return ["worker", "--db", db, "--heartbeat", "off", "--call-timeout", "30", "--lease",
+                "10"], ["call_timeout", "lease", "heartbeat", "unsafe"]
+    if row == "an unknown setting in a config file":
+        config = file("engine.toml", "leese = 3\n")
+        return ["status", "--config", config, "--db", db], [config, "'leese'"]
+    if row == "a config file that is missing or not TOML":
+        config = file("engine.toml", "[engine\n")
+        return ["status", "--config", config, "--db", db], [config, "not valid TOML"]
+    if row == "a command's own flag out of range":
+        return ["worker", "--db", db, "--max-jobs", "0"], ["--max-jobs", ">= 1"]
+    if row == "a database that does not exist, for a query":
+        missing = os.path.join(tmp, "missing.db")
+        return ["status", "--db", missing], [missing, "does not exist"]
+    if row == "a database from a newer schema":
+        open_store(db).close()
+        with closing(sqlite3.connect(db)) as conn:
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+        return ["status", "--db", db], [db, f"schema version {SCHEMA_VERSION + 1}"]
+    if row == "a file that is not a database":
+        notes = file("notes.txt", "my notes\n" * 200)
+        return ["status", "--db", notes], [notes, "not a SQLite database"]
+    if row == "a locked database":
+        open_store(db).close()
+        held.append(holding_the_lock(db))
+        return ["submit", "--db", db, "--busy-timeout", "0.05", "--id", "a", "--payload",
+                "{}"], [db, "locked"]
+    raise AssertionError(f"the README's engine table has a row no case covers: {row!r}")
+
+
+ENGINE_ROWS = readme_table("Bad input gets exit code 2 and one line, `error: ...` (or")
+
+
+def test_the_engine_table_is_the_one_the_cases_read():
+    assert len(ENGINE_ROWS) >= 10 and "a payload that is not JSON" in ENGINE_ROWS
+
+
+@pytest.mark.parametrize("row", ENGINE_ROWS)
+def test_each_row_of_the_engine_bad_input_table_exits_2_naming_the_cause(row, tmp_path,
+                                                                         monkeypatch, capsys):
+    from engine.cli import COMMANDS, main
+
+    def started(*args, **kwargs):  # bad settings let through fail here, not by serving for good
+        raise AssertionError("a worker or sender started")
+
+    monkeypatch.setitem(COMMANDS, "worker", started)
+    monkeypatch.setitem(COMMANDS, "send", started)
+    held: list = []
+    try:
+        argv, fragments = engine_case(row, str(tmp_path), monkeypatch, held)
+        code, err = exit_of(main, argv, capsys)
+    finally:
+        for lock in held:
+            lock.close()
+    assert code == 2, err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in err, f"{fragment!r} missing from: {err}"
+    db = os.path.join(str(tmp_path), "engine.db")
+    if os.path.exists(db) and row != "a database from a newer schema":
+        assert job_ids(db) == []  # nothing was written
+
+
+def harness_case(row: str, tmp: str) -> tuple[list[str], list[str]]:
+    """(the `ninelives` command line, the fragments its message must hold) for a README row."""
+    def scenario(body: str) -> str:
+        path = os.path.join(tmp, "bad.toml")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write('name = "bad"\n' + body)
+        return path
+
+    out = os.path.join(tmp, "out")
+    run = lambda body: ["run", scenario(body), "--out", out]  # noqa: E731
+    if row == "an unknown scenario or profile":
+        return ["run", "no-such", "--out", out], ["'no-such'", "smoke", "kill-storm"]
+    if row == "a scenario file that is not TOML":
+        return run("[run\n"), ["bad.toml", "not valid TOML", "line 2"]
+    if row == "an unknown field":
+        return run("[run]\nworkerz = 2\n"), ["bad.toml", "'run.workerz'", "workers"]
+    if row == "a value of the wrong type":
+        return run('[engine]\nheartbeat = "yes"\n'), ["bad.toml", "'heartbeat'", "boolean"]
+    if row == "a number that is not finite":
+        return run("[faults]\nkill = inf\n"), ["bad.toml", "'faults.kill'", "finite"]
+    if row == "a value out of range":
+        return run("[run]\nheal = -1.0\n"), ["bad.toml", "'run.heal'", ">= 0"]
+    if row == "an impossible combination":
+        return run("[run]\nchaos = 4.0\n[faults]\noutages = [[3.0, 5.0]]\n"), [
+            "bad.toml", "'faults.outages'", "chaos phase"]
+    if row == "an `[engine]` table the engine refuses":
+        return run("[engine]\nheartbeat = false\ncall_timeout = 3.0\nlease = 2.0\n"), [
+            "bad.toml", "[engine]", "call_timeout", "lease", "heartbeat"]
+    if row == "a `--seeds` that names no seed":
+        return ["sweep", "--seeds", "0", "--out", out], ["--seeds", "names no seed"]
+    if row == "a count below its floor":
+        return ["replay", tmp, "--tries", "0"], ["--tries", ">= 1"]
+    if row == "a sweep grid that is not one":
+        return ["sweep", "--lease", "nan", "--out", out], ["--lease", "finite"]
+    if row == "an engine that cannot be loaded":
+        return ["run", "smoke", "--engine", "nosuch:X", "--out", out], ["'nosuch:X'"]
+    raise AssertionError(f"the README's harness table has a row no case covers: {row!r}")
+
+
+HARNESS_ROWS = readme_table("Bad input gets exit code 2 before anything runs")
+
+
+def test_the_harness_table_is_the_one_the_cases_read():
+    assert len(HARNESS_ROWS) >= 10 and "a number that is not finite" in HARNESS_ROWS
+
+
+@pytest.mark.parametrize("row", HARNESS_ROWS)
+def test_each_row_of_the_harness_bad_input_table_exits_2_before_anything_runs(row, tmp_path,
+                                                                              capsys, monkeypatch):
+    from chaos.cli import main
+
+    def started(*args, **kwargs):  # bad input let through fails here, not by running for good
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr("chaos.runner.run_campaign", started)
+    monkeypatch.setattr("chaos.sweep.run_sweep", started)
+    argv, fragments = harness_case(row, str(tmp_path))
+    code, err = exit_of(main, argv, capsys)
+    assert code == 2, err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in err, f"{fragment!r} missing from: {err}"
+    assert not os.path.exists(os.path.join(str(tmp_path), "out"))  # no run folder was made
