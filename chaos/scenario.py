@@ -159,6 +159,21 @@ def load_scenario(name: str, profile: str | None = None, engine: Any = None) -> 
     return scenario
 
 
+def check_numbers(scenario: Scenario) -> Scenario:
+    """`scenario` if every number of its [run] and [faults] is finite, for a scenario that
+    did not come through `load_scenario` (a saved schedule's JSON may hold NaN, which would
+    hang the planner). Raises ScenarioError naming the field."""
+    where = os.path.relpath(scenario.path) if scenario.path else scenario.name
+    for name, table in (("run", scenario.run), ("faults", scenario.faults)):
+        for f in fields(table):
+            value = getattr(table, f.name)
+            windows = value if f.name == "outages" else ((value,),) if f.type == "float" else ()
+            if not all(_finite(x) for window in windows for x in window):
+                raise ScenarioError(f"{where}: field '{name}.{f.name}' must be a finite "
+                                    f"number, got {value!r}")
+    return scenario
+
+
 def check_for_engine(scenario: Scenario, engine: Any = None) -> Any:
     """The scenario's [engine] table as `engine` reads it (its EngineSettings). Raises
     ScenarioError naming the file and the field. (Crash points the engine does not declare

@@ -14,7 +14,7 @@ from ..checkers import Verdict
 from ..contract import load_engine
 from ..pipeline import Pipeline
 from ..plan import FaultPlan, documents_for, make_plan
-from ..scenario import Scenario
+from ..scenario import Scenario, check_numbers
 
 START = 1_000_000.0   # the virtual epoch (seconds)
 
@@ -28,6 +28,9 @@ class SimSpec:
     seed: int
     engine: Any = field(default_factory=lambda: load_engine("reference"))
     engine_spec: str = "reference"
+
+    def __post_init__(self) -> None:
+        check_numbers(self.scenario)  # a saved schedule's scenario was never loaded from TOML
 
 
 @dataclass(repr=False)

@@ -246,3 +246,20 @@ def test_crash_points_the_engine_does_not_declare_are_set_apart_not_armed(tmp_pa
     path.write_text('name = "x"\n[faults]\ncrash_points = ["worker.nowhere"]\n'
                     'crash_point_probability = 0.1\n')
     assert "crash_points" in not_applicable(load_scenario(str(path)), REFERENCE)
+
+
+@pytest.mark.parametrize("table,name,value", [("run", "chaos", float("nan")),
+                                              ("faults", "kill", float("inf")),
+                                              ("faults", "outages", [[0.0, float("nan")]])])
+def test_a_saved_schedule_whose_scenario_holds_nan_is_refused_not_simulated(tmp_path, table,
+                                                                            name, value):
+    import json
+
+    from chaos.sim.shrink import SCHEDULE_FORMAT, load_schedule
+    data = load_scenario("smoke").to_json()
+    data[table][name] = value  # JSON writes NaN and Infinity, and reads them back
+    path = tmp_path / "schedule.json"
+    path.write_text(json.dumps({"format": SCHEDULE_FORMAT, "scenario": data, "choices": [],
+                                "seed": 1}))
+    with pytest.raises(ScenarioError, match=rf"field '{table}.{name}' must be a finite number"):
+        load_schedule(str(path))
