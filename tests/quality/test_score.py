@@ -26,6 +26,10 @@ def copy_of_checkout(tmp_path) -> str:
     return work
 
 
+#: The test command of a campaign with one sim seed, no deep stage, no real runs.
+COMMAND = score.test_command(range(1, 2), 0, None)
+
+
 def kill(work: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "chaos.score", "kill", "--seeds", "1",
                            "--deep", "1"],
@@ -49,7 +53,7 @@ def test_the_test_command_passes_the_engine_and_kills_a_bug_written_to_its_file(
 
 def test_the_campaign_configuration_is_one_cosmic_ray_initialises(tmp_path):
     work = str(tmp_path)
-    config = score.write_config(work, ["engine/retry.py"], score.test_command(1, 0, 0), 60,
+    config = score.write_config(work, ["engine/retry.py"], COMMAND, 60,
                                 ["http://127.0.0.1:1"])
     score.copy_checkout(work, ("engine",))
     tools = os.path.dirname(sys.executable)
@@ -138,7 +142,7 @@ def test_again_makes_only_the_survivors_of_the_given_modules_pending(tmp_path):
     import sqlite3
     work = str(tmp_path)
     config = score.write_config(work, ["engine/retry.py", "engine/store/operator.py"],
-                                score.test_command(1, 0, 0), 60, ["http://127.0.0.1:1"])
+                                COMMAND, 60, ["http://127.0.0.1:1"])
     score.copy_checkout(work, ("engine",))
     session = os.path.join(work, "session.sqlite")
     subprocess.run([os.path.join(os.path.dirname(sys.executable), "cosmic-ray"), "init",
@@ -163,7 +167,7 @@ def test_again_makes_only_the_survivors_of_the_given_modules_pending(tmp_path):
 def test_again_keeps_the_argued_mutants_it_need_not_judge_again(tmp_path):
     import sqlite3
     work = str(tmp_path)
-    config = score.write_config(work, ["engine/retry.py"], score.test_command(1, 0, 0), 60,
+    config = score.write_config(work, ["engine/retry.py"], COMMAND, 60,
                                 ["http://127.0.0.1:1"])
     score.copy_checkout(work, ("engine",))
     session = os.path.join(work, "session.sqlite")
