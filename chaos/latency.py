@@ -68,6 +68,8 @@ def parse_latency(spec: str) -> Latency:
         raise LatencyError(f"latency {spec!r}: cannot read {rest}: {exc.strerror}") from None
     except ValueError:
         raise LatencyError(f"latency {spec!r}: the numbers must be seconds") from None
+    if not all(math.isfinite(p) for p in params):  # float() reads nan and inf
+        raise LatencyError(f"latency {spec!r}: the numbers must be finite seconds")
     if any(p < 0 for p in params):
         raise LatencyError(f"latency {spec!r}: latencies cannot be negative")
     if kind == "uniform" and params[0] > params[1]:
