@@ -83,14 +83,25 @@ class KillAt:
             self._parse(item)
 
     def _parse(self, item: str) -> None:
-        if "@" in item:
-            point, _, p = item.partition("@")
-            self._known(point)
-            self.prob[point] = float(p)
-        else:
-            point, _, n = item.partition(":")
-            self._known(point)
-            self.nth[point] = int(n or 1)
+        """One item; raises ValueError naming NINELIVES_CRASH_AT and the item."""
+        try:
+            if "@" in item:
+                point, _, p = item.partition("@")
+                self._known(point)
+                self.prob[point] = float(p)
+                if not 0.0 <= self.prob[point] <= 1.0:  # nan too: it would never fire
+                    raise ValueError(p)
+            else:
+                point, _, n = item.partition(":")
+                self._known(point)
+                self.nth[point] = int(n or 1)
+                if self.nth[point] < 1:
+                    raise ValueError(n)
+        except ValueError as exc:
+            if "unknown crash point" in str(exc):
+                raise
+            raise ValueError(f"NINELIVES_CRASH_AT item {item!r}: `point:N` needs a whole "
+                             "N >= 1, `point@P` a probability P in [0, 1]") from None
 
     @staticmethod
     def _known(point: str) -> None:

@@ -204,3 +204,19 @@ def test_missing_file_names_the_file(tmp_path):
 def test_environment_is_read_from_the_process_when_not_given(monkeypatch):
     monkeypatch.setenv("NINELIVES_LEASE", "77")
     assert load_config().lease == 77.0
+
+
+@pytest.mark.parametrize("item", ["worker.after_call@nan", "worker.after_call@inf",
+                                  "worker.after_call@1.5", "worker.after_call@x",
+                                  "worker.after_call:0", "worker.after_call:1.5"])
+def test_a_crash_point_item_that_is_not_a_count_or_probability_is_named(item):
+    from engine.hooks import KillAt
+    with pytest.raises(ValueError, match=rf"NINELIVES_CRASH_AT item '{item}'"):
+        KillAt(item)
+
+
+def test_a_crash_point_item_still_names_an_unknown_point():
+    from engine.hooks import KillAt
+    with pytest.raises(ValueError, match="unknown crash point 'worker.nowhere'"):
+        KillAt("worker.nowhere@0.5")
+    assert KillAt("worker.after_call@0.5,worker.before_call:2").nth == {"worker.before_call": 2}
