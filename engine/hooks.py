@@ -149,7 +149,11 @@ def arm_from_env(environ: dict[str, str] | None = None) -> None:
     spec = env.get("NINELIVES_CRASH_AT", "")
     if spec:
         seed = env.get("NINELIVES_CRASH_SEED")
-        handler = KillAt(spec, random.Random(int(seed)) if seed else None)
+        try:
+            rng = random.Random(int(seed)) if seed else None
+        except ValueError:
+            raise ValueError(f"NINELIVES_CRASH_SEED must be a whole number, got {seed!r}") from None
+        handler = KillAt(spec, rng)
     jobs = env.get("NINELIVES_CRASH_JOBS", "")
     if jobs:
         handler = KillOnJobs(jobs, then=handler)

@@ -220,3 +220,9 @@ def test_a_crash_point_item_still_names_an_unknown_point():
     with pytest.raises(ValueError, match="unknown crash point 'worker.nowhere'"):
         KillAt("worker.nowhere@0.5")
     assert KillAt("worker.after_call@0.5,worker.before_call:2").nth == {"worker.before_call": 2}
+
+
+def test_a_crash_seed_that_is_not_a_whole_number_is_named():
+    from engine.hooks import arm_from_env
+    with pytest.raises(ValueError, match="NINELIVES_CRASH_SEED must be a whole number, got 'x'"):
+        arm_from_env({"NINELIVES_CRASH_AT": "worker.after_call@0.5", "NINELIVES_CRASH_SEED": "x"})
