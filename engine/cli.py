@@ -44,6 +44,7 @@ COMMAND_SETTINGS = {
     "send": STORE_SETTINGS + ("receiver_url", "send_timeout", "outbox_lease",
                               "outbox_max_attempts", "backoff_base", "backoff_cap",
                               "poll_interval", "seed"),
+    "submit": STORE_SETTINGS + ("steps", "max_payload_bytes"),
     "rerun-step": STORE_SETTINGS + CLIENT_SETTINGS,
 }
 

@@ -4,6 +4,7 @@ not JSON."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import sqlite3
@@ -209,6 +210,10 @@ def holding_the_lock(path: str):
     return lock
 
 
+#: A payload the built-in document pipeline takes.
+DOC = '{"body": "a document"}'
+
+
 def engine_case(row: str, tmp: str, monkeypatch, held: list) -> tuple[list[str], list[str]]:
     """(the engine command line, the fragments its message must hold) for a README row;
     a connection that holds the write lock is appended to `held`."""
@@ -222,12 +227,24 @@ def engine_case(row: str, tmp: str, monkeypatch, held: list) -> tuple[list[str],
     if row == "a payload that is not JSON":
         return ["submit", "--db", db, "--id", "a", "--payload", "{"], ["--payload", "not JSON"]
     if row.startswith("a jobs file line"):
-        jobs = file("jobs.jsonl", '{"id": "a", "payload": {}}\n{"id": "b"}\n')
+        jobs = file("jobs.jsonl", '{"id": "a", "payload": {"body": "b"}}\n{"id": "b"}\n')
         return ["submit", "--db", db, "--file", jobs], [f"{jobs}:2", "'payload'"]
     if row == "an operator's output that is not JSON":
         return ["resolve", "job-1", "--db", db, "--output", "{"], ["--output", "not JSON"]
+    if row == "the same id with another payload":
+        from engine.cli import main as engine_main
+        assert engine_main(["submit", "--db", db, "--id", "a", "--payload", DOC]) == 0
+        return ["submit", "--db", db, "--id", "a", "--payload", '{"body": "other"}'], [
+            "'a'", "already exists with a different payload"]
+    if row == "a payload the built-in pipeline cannot run":
+        return ["submit", "--db", db, "--id", "a", "--payload", '{"title": "t"}'], [
+            "'body'", "document pipeline takes"]
+    if row == "a payload over `max_payload_bytes`":
+        jobs = file("jobs.jsonl", json.dumps({"id": "a", "payload": {"body": "x" * 2048}}) + "\n")
+        return ["submit", "--db", db, "--max-payload-bytes", "1024", "--file", jobs], [
+            f"{jobs}:1", "max_payload_bytes"]
     if row == "an unknown pipeline":
-        return ["submit", "--db", db, "--pipeline", "nope", "--id", "a", "--payload", "{}"], [
+        return ["submit", "--db", db, "--pipeline", "nope", "--id", "a", "--payload", DOC], [
             "'nope'", "document"]
     if row == "a setting of the wrong type":
         config = file("engine.toml", 'lease = "2"\n')
@@ -263,7 +280,7 @@ def engine_case(row: str, tmp: str, monkeypatch, held: list) -> tuple[list[str],
         open_store(db).close()
         held.append(holding_the_lock(db))
         return ["submit", "--db", db, "--busy-timeout", "0.05", "--id", "a", "--payload",
-                "{}"], [db, "locked"]
+                DOC], [db, "locked"]
     raise AssertionError(f"the README's engine table has a row no case covers: {row!r}")
 
 
@@ -297,7 +314,8 @@ def test_each_row_of_the_engine_bad_input_table_exits_2_naming_the_cause(row, tm
         assert fragment in err, f"{fragment!r} missing from: {err}"
     db = os.path.join(str(tmp_path), "engine.db")
     if os.path.exists(db) and row != "a database from a newer schema":
-        assert job_ids(db) == []  # nothing was written
+        # nothing was written (the job the same id first made stays as it was)
+        assert job_ids(db) == (["a"] if row == "the same id with another payload" else [])
 
 
 def harness_case(row: str, tmp: str) -> tuple[list[str], list[str]]:
