@@ -9,7 +9,7 @@ from chaos.cli import main
 
 
 def test_a_sim_folder_has_report_html_junit_and_summary_when_sim_ends(tmp_path, capsys):
-    code = main(["sim", "smoke", "--seeds", "3", "--profile", "smoke", "--out",
+    code = main(["sim", "smoke", "--seed", "3", "--profile", "smoke", "--out",
                  str(tmp_path), "--quiet"])
     out = capsys.readouterr().out
     assert code == 0, out
