@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .latency import LatencyError, parse_latency
+from .runfiles import is_secret
 
 SCENARIO_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             "scenarios")
@@ -269,12 +270,13 @@ def _engine(where: str, raw: Any) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ScenarioError(f"{where}: [engine] must be a table")
     for key, value in raw.items():  # what each setting means is the engine's to say
+        shown = "a value not shown (a secret)" if is_secret(str(key)) else repr(value)
         if not isinstance(value, (str, int, float, bool)):
             raise ScenarioError(f"{where}: field 'engine.{key}' must be a string, number or "
-                                f"boolean, got {value!r}")
+                                f"boolean, got {shown}")
         if isinstance(value, float) and not math.isfinite(value):
             raise ScenarioError(f"{where}: field 'engine.{key}' must be a finite number, "
-                                f"got {value!r}")
+                                f"got {shown}")
     return dict(raw)
 
 
