@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -100,8 +101,36 @@ def plan_for(scenario: Scenario, seed: int,
     return _PLANS[key]
 
 
+SCRATCH_PREFIX = "ninelives-sim-"
+
+
 def scratch_dir() -> str:
     """A fresh directory for a simulated database: in memory-backed /dev/shm when there is one
-    (durability is not what a simulation tests), else the system's temp directory."""
+    (durability is not what a simulation tests), else the system's temp directory. Its name
+    carries this process's id; the directories of processes no longer alive (a simulation
+    SIGKILLed before it could remove its own) are removed first, so that memory is not kept."""
     base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    return tempfile.mkdtemp(prefix="ninelives-sim-", dir=base)
+    _remove_abandoned(base or tempfile.gettempdir())
+    return tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=base)
+
+
+def _remove_abandoned(base: str) -> None:
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        if not (name.startswith(SCRATCH_PREFIX) and pid.isdigit()) or _alive(int(pid)):
+            continue
+        shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: alive, and not ours to clean
+    return True

@@ -465,3 +465,27 @@ def test_a_saved_schedule_keeps_its_scenario_seed_engine_and_choices(tmp_path):
         (ZOMBIES, 5, "reference", result.choices)
     assert saved["fails"] is None
     assert json.loads((tmp_path / "schedule.json").read_text())["choices"] == result.choices
+
+
+def test_a_scratch_folder_left_by_a_dead_simulation_is_removed_and_a_live_ones_kept(tmp_path,
+                                                                                  monkeypatch):
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from chaos.sim import spec
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a simulation SIGKILLed before it removed its folder
+    monkeypatch.setattr(os.path, "isdir", lambda path: False)  # scratch in the temp directory
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    left = tmp_path / f"{spec.SCRATCH_PREFIX}{dead.pid}-abc"
+    live = tmp_path / f"{spec.SCRATCH_PREFIX}{os.getppid()}-def"
+    other = tmp_path / "someone-elses"
+    for folder in (left, live, other):
+        folder.mkdir()
+        (folder / "engine.db").write_bytes(b"x" * 1024)
+    made = spec.scratch_dir()
+    assert not left.exists()
+    assert live.exists() and other.exists()
+    assert os.path.dirname(made) == str(tmp_path)
+    assert os.path.basename(made).startswith(f"{spec.SCRATCH_PREFIX}{os.getpid()}-")
