@@ -9,6 +9,9 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # More workers than jobs, so idle workers are there to take a lease the moment it expires.
+# The short lease (1.2 s) is shorter than every call (2 s) but still three heartbeats long,
+# so that on a loaded machine a beat scheduled late does not lose it (at 0.4 s a beat 0.27 s
+# late did), and the long one (5 s) outlasts a call by 3 s.
 SCENARIO = """name = "tiny-sweep"
 [run]
 jobs = 3
@@ -23,7 +26,7 @@ max_claims = 12
 backoff_base = 0.05
 backoff_cap = 0.3
 [faults]
-latency = "fixed:0.8"
+latency = "fixed:2.0"
 """
 
 
@@ -31,19 +34,19 @@ def test_heartbeat_off_with_calls_longer_than_the_lease_pays_twice_and_on_does_n
     scenario = tmp_path / "tiny.toml"
     scenario.write_text(SCENARIO)
     done = subprocess.run([sys.executable, "-m", "chaos.cli", "sweep", str(scenario),
-                           "--lease", "0.4,3", "--heartbeat", "on,off", "--out", str(tmp_path)],
+                           "--lease", "1.2,5", "--heartbeat", "on,off", "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stdout + done.stderr
     [folder] = os.listdir(tmp_path / "sweeps")
     sweep = json.loads((tmp_path / "sweeps" / folder / "sweep.json").read_text())
     cells = {(c["lease"], c["heartbeat"]): c for c in sweep["cells"]}
-    assert cells[(0.4, False)]["duplicate_spend"] > 0
-    assert cells[(0.4, False)]["duplicate_calls"] > 0
-    assert cells[(0.4, True)]["duplicate_spend"] == 0
-    assert cells[(3.0, False)]["duplicate_spend"] == 0
+    assert cells[(1.2, False)]["duplicate_spend"] > 0
+    assert cells[(1.2, False)]["duplicate_calls"] > 0
+    assert cells[(1.2, True)]["duplicate_spend"] == 0
+    assert cells[(5.0, False)]["duplicate_spend"] == 0
     rec = sweep["recommendation"]
-    assert rec["heartbeat_on"]["lease"] == 0.4
-    assert rec["heartbeat_off"]["lease"] == 3.0
-    assert "0.4" in done.stdout and "duplicate" in done.stdout
+    assert rec["heartbeat_on"]["lease"] == 1.2
+    assert rec["heartbeat_off"]["lease"] == 5.0
+    assert "1.2" in done.stdout and "duplicate" in done.stdout
     html = (tmp_path / "sweeps" / folder / "sweep.html").read_text()
     assert "<svg" in html and "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
