@@ -44,6 +44,7 @@ import tempfile
 import time
 import tomllib
 from collections import Counter, defaultdict
+from contextlib import closing
 from typing import Any
 
 from .console import Column
@@ -305,10 +306,19 @@ def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: 
         if fresh:  # init reads the modules of the first copy; every copy holds the same text
             steps += [[os.path.join(tools, "cosmic-ray"), "init", config, session],
                       [os.path.join(tools, "cr-filter-operators"), session, config]]
-        steps.append([os.path.join(tools, "cosmic-ray"), "exec", config, session])
         for argv in steps:
             run_owned(argv, cwd=copies[0], env={**os.environ, "PYTHONPATH": copies[0]},
                       check=True)
+        execute = start_owned([os.path.join(tools, "cosmic-ray"), "exec", config, session],
+                              cwd=copies[0], env={**os.environ, "PYTHONPATH": copies[0]})
+        try:
+            _show_progress(execute, session)
+        finally:
+            if execute.poll() is None:
+                execute.kill()
+                execute.wait()
+        if execute.returncode:
+            raise subprocess.CalledProcessError(execute.returncode, execute.args)
     finally:
         for proc in workers:
             proc.terminate()
@@ -319,6 +329,35 @@ def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: 
                 proc.kill()
                 proc.wait()
     return session
+
+
+def _show_progress(execute: subprocess.Popen, session: str) -> None:
+    """Until `execute` (cosmic-ray exec) ends: the mutants judged of the session's total, and
+    how many survived the tests so far, read from its session database."""
+    from .console import Progress
+    seen = None
+    with Progress("judging mutants", unit="mutants") as shown:
+        while True:
+            ended = execute.poll() is not None  # then one last look, at the final counts
+            try:
+                with closing(sqlite3.connect(f"file:{session}?mode=ro", uri=True,
+                                             timeout=1)) as db:
+                    [total] = db.execute("SELECT count(*) FROM work_items").fetchone()
+                    done, survived = db.execute(
+                        "SELECT count(*), coalesce(sum(UPPER(test_outcome) = 'SURVIVED'), 0) "
+                        "FROM work_results").fetchone()
+                if (done, total, survived) != seen:
+                    seen = (done, total, survived)
+                    shown.update(done, total=total,
+                                 detail=f"{survived} survived the tests so far")
+            except sqlite3.Error:
+                pass  # cosmic-ray is writing; the next look will do
+            if ended:
+                return
+            try:
+                execute.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                pass
 
 
 # -- the report -------------------------------------------------------------------------------

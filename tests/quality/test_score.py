@@ -5,6 +5,7 @@ module and operator and leaves the argued equivalents out of the score."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -206,6 +207,8 @@ def test_a_campaign_runs_end_to_end_on_parallel_workers_and_leaves_nothing_runni
     assert rows and all(r["outcome"] != "pending" for r in rows)
     assert any(r["outcome"] == "killed" for r in rows)
     assert not processes_in(work), "a worker or test command outlived the campaign"
+    judged = re.findall(r"judging mutants: (\d+)/(\d+) mutants", done.stderr)
+    assert judged and judged[-1][0] == judged[-1][1], done.stderr[-2000:]  # to the last one
 
 
 def processes_in(folder: str) -> list[int]:
