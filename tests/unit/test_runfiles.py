@@ -65,17 +65,6 @@ def test_an_engine_setting_error_never_shows_a_secrets_value(tmp_path):
         assert "provider_key" in str(error.value) and "912873465" not in str(error.value)
 
 
-@pytest.mark.parametrize("value", ['["sk-live-4711"]', "nan", '{ k = "sk-live-4711" }'])
-def test_a_scenario_error_never_shows_a_secrets_value(tmp_path, value):
-    from chaos.scenario import ScenarioError, load_scenario
-    scenario = tmp_path / "leaky.toml"
-    scenario.write_text(f'name = "leaky"\n[engine]\napi_token = {value}\n')
-    with pytest.raises(ScenarioError) as error:
-        load_scenario(str(scenario))
-    assert "engine.api_token" in str(error.value)
-    assert "sk-live-4711" not in str(error.value) and "nan" not in str(error.value)
-
-
 def test_the_scenario_record_redacts_the_secrets_an_adapter_names(tmp_path):
     import dataclasses
     scenario = tmp_path / "plain.toml"
