@@ -158,7 +158,7 @@ def _coerce(name: str, value: Any, source: str | None, text: bool) -> Any:
     except (TypeError, ValueError, OverflowError):
         words = (f" ({', '.join(w for pair in zip(TRUE_WORDS, FALSE_WORDS) for w in pair)})"
                  if kind == "bool" and text else
-                 " (written without quotes)" if isinstance(value, str) else "")
+                 " (written without quotes)" if isinstance(value, str) and not text else "")
         where = f"{source}: " if source else ""
         shown = "a value not shown (a secret)" if SECRET.search(name) else repr(value)
         raise ConfigError(f"{where}setting {name!r} must be {KINDS[kind]}{words}, "

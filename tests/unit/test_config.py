@@ -226,3 +226,13 @@ def test_a_crash_seed_that_is_not_a_whole_number_is_named():
     from engine.hooks import arm_from_env
     with pytest.raises(ValueError, match="NINELIVES_CRASH_SEED must be a whole number, got 'x'"):
         arm_from_env({"NINELIVES_CRASH_AT": "worker.after_call@0.5", "NINELIVES_CRASH_SEED": "x"})
+
+
+def test_only_a_typed_string_is_told_to_drop_its_quotes():
+    with pytest.raises(ConfigError) as typed:
+        load_config(env={}, overrides={"lease": "2"})
+    assert "written without quotes" in str(typed.value)
+    for source in ({"env": {"NINELIVES_LEASE": "nan"}}, {"env": {}, "flags": {"lease": "x"}}):
+        with pytest.raises(ConfigError) as text:  # text has no quotes to drop
+            load_config(**source)
+        assert "quotes" not in str(text.value) and "'lease'" in str(text.value)
