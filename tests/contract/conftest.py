@@ -19,7 +19,8 @@ from chaos.supervisor import Supervisor
 #: name -> the --engine spec of every adapter the suite knows.
 KNOWN = {"reference": "reference",
          "article": "examples.article_engine.adapter:ARTICLE",
-         "toy": "examples.toy_engine.adapter:TOY"}
+         "toy": "examples.toy_engine.adapter:TOY",
+         "dbos": "examples.dbos_pipeline.adapter:DBOS_ENGINE"}
 
 
 def _present(spec: str) -> bool:

@@ -28,6 +28,10 @@ def test_claims_name_the_real_worker_process(run):
     assert claims, f"no claimed operation\n{run.logs}"
     for op in claims:
         assert op["worker"], op
+        if not hasattr(run.engine, "pid_of"):
+            # its ids name no process (DBOS's executor id outlives one): none is guessed
+            assert op["pid"] is None, op
+            continue
         assert op["pid"] in run.pids["worker"], (op, run.pids)
 
 
