@@ -89,6 +89,9 @@ def read(conn: sqlite3.Connection) -> list[Event]:
     return events
 
 
+#: DBOS counts a step's failed attempts only in the executor's memory, so no operation
+#: carries a count: None, not 0 (a 0 would read as a park before any attempt failed).
+
 def _who(executor: str | None) -> dict:
     # DBOS records the executor id, not the process: an executor id outlives its process
     return {"worker": executor, "pid": None, "token": None}
@@ -122,13 +125,13 @@ def replay(jobs: dict[str, dict], job: str, tbl: str, op: str, status: str | Non
         if after != before:
             # the step's checkpoint moves the workflow on to its next step under the same run
             ops.append({"type": "claimed", "step": "publish", "from": before, "to": after,
-                        "continued": True, "attempts": 0, "claims": row["claims"],
+                        "continued": True, "attempts": None, "claims": row["claims"],
                         "lease_until": None, **_who(row["executor"])})
         return ops
     took = status == "PENDING" and row["status"] != "PENDING"
     row.update(status=status, executor=executor, recovery=recovery or 0)
     after = state_of(status, row["outputs"])
-    common = {"from": before, "to": after, "attempts": 0, "lease_until": None,
+    common = {"from": before, "to": after, "attempts": None, "lease_until": None,
               **_who(executor)}
     if took:
         row["claims"] += 1
