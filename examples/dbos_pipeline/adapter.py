@@ -157,7 +157,7 @@ class DbosEngine:
                                 " o.error FROM workflow_status s LEFT JOIN workflow_output o"
                                 " ON o.workflow_uuid = s.workflow_uuid").fetchall()
         return {job: {"state": observer.state_of(status, outputs.get(job, set())),
-                      "attempts": None, "claims": recovery, "last_error": error and str(error)[:200],
+                      "attempts": None, "claims": recovery, "last_error": observer.error_of(error),
                       "payload_hash": hashes.get(job),
                       "cause": "attempts" if status == "ERROR" else None}
                 for job, status, recovery, error in rows}

@@ -57,6 +57,18 @@ def payload_of(text: str | None) -> Any:
     return args[0] if args else None
 
 
+def error_of(text: str | None) -> str | None:
+    """The error a workflow ended with, as text, from DBOS's pickled exception; the stored
+    text itself when it cannot be read back here."""
+    if not text:
+        return None
+    try:
+        error = pickle.loads(base64.b64decode(text))  # our own store, written by DBOS
+    except Exception:  # a class this process cannot import: keep what DBOS stored
+        return text[:200]
+    return f"{type(error).__name__}: {error}"[:200]
+
+
 def state_of(status: str | None, outputs: set[str]) -> str:
     """The pipeline state of a workflow from its DBOS status and the steps checkpointed."""
     if status == "ENQUEUED":

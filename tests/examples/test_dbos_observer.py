@@ -44,3 +44,12 @@ def test_a_recovered_workflow_back_on_the_queue_after_summarize_is_summarized():
     assert observer.state_of("ENQUEUED", {"summarize"}) == "summarized"
     assert observer.state_of("PENDING", {"summarize"}) == "publishing"
     assert observer.state_of("MAX_RECOVERY_ATTEMPTS_EXCEEDED", set()) == "failed"
+
+
+def test_a_workflow_error_is_read_back_as_text_not_as_dbos_pickle():
+    import base64
+    import pickle
+    stored = base64.b64encode(pickle.dumps(ValueError("model said no"))).decode()
+    assert observer.error_of(stored) == "ValueError: model said no"
+    assert observer.error_of("not a pickle") == "not a pickle"   # kept as DBOS stored it
+    assert observer.error_of(None) is None
