@@ -714,19 +714,22 @@ def check_bounded_work(history: list[Event], snapshot: dict[str, Any]) -> Verdic
                              f"{tl.at(first[name].start['t'])}, claim {h.run} by {h.worker} at "
                              f"{tl.at(h.start['t'])}", first[name].start, h.start)
         runs.update(_run_lengths(holds))
-    for job in snapshot["plan"].get("crash_loop", []):
+    # a planned crash loop crashes nothing in an engine whose processes arm no probe: the
+    # fault is not applicable there, and its jobs are ordinary ones
+    looping = snapshot["plan"].get("crash_loop", []) if capable(snapshot, "crash_points") else []
+    for job in looping:
         _check_crash_loop(verdict, tl, snapshot, job)
     shared = readings(history)
     for job, holds in tl.holdings.items():
         _check_crash_loop_park(verdict, tl, shared, job, holds, cap)
     verdict.checked = sum(len(h) for h in tl.holdings.values())
-    if cap is None and verdict.valid is not False and not snapshot["plan"].get("crash_loop"):
+    if cap is None and verdict.valid is not False and not looping:
         verdict.unknown("the engine declares no crash-loop cap and the run had no crash-loop "
                         "job: claims per step were measured, not judged")
     verdict.metrics = {"holdings": verdict.checked, "max_claims": cap,
                        "max_claims_per_step": dict(sorted(longest.items())),
                        "claims_histogram": dict(sorted(runs.items())),
-                       "crash_loop_jobs": len(snapshot["plan"].get("crash_loop", []))}
+                       "crash_loop_jobs": len(looping)}
     return verdict
 
 

@@ -140,3 +140,12 @@ def test_without_leases_that_exclude_a_crashed_caller_s_repeat_is_not_duplicate_
     assert verdict.status == "pass", verdict.reason
     verdict = check_lease_exclusive(base + [took, lost], snapshot_with_effects(base, plan=plan))
     assert verdict.by_type == {"duplicate-spend-over-allowance": 1}
+
+
+def test_a_planned_crash_loop_is_not_judged_in_an_engine_without_crash_points():
+    history = delivered_with_effects(DOC)   # nothing crashed it: the probe was never armed
+    plan = {**snapshot_with_effects([])["plan"], "crash_loop": [DOC]}
+    assert check(check_bounded_work, history, "crash_loop_cap", plan=plan).status == "fail"
+    verdict = check(check_bounded_work, history, "crash_loop_cap", "crash_points", plan=plan)
+    assert verdict.status == "unknown", verdict.errors
+    assert verdict.metrics["crash_loop_jobs"] == 0
