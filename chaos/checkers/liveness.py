@@ -356,7 +356,10 @@ def _check_give_up(verdict: Verdict, tl: Timeline, settings: dict) -> int:
                              f"{where} for its attempts at {tl.at(w['t'])} after "
                              f"{w['attempts']} failed attempt(s), fewer than max_attempts={cap}",
                              w)
-            elif w.get("cause") == "attempts" and cap is not None and len(received) < cap:
+            # a step that calls no model (a delivery) makes its attempts elsewhere: the
+            # provider's ledger is no evidence of how many it made
+            elif (w.get("cause") == "attempts" and cap is not None and h.step.get("model", True)
+                  and len(received) < cap):
                 verdict.fail("parked-before-cap",
                              f"{where} for its attempts at {tl.at(w['t'])}, but the provider "
                              f"received only {len(received)} call(s) of the step, fewer than "

@@ -147,5 +147,27 @@ def test_a_planned_crash_loop_is_not_judged_in_an_engine_without_crash_points():
     plan = {**snapshot_with_effects([])["plan"], "crash_loop": [DOC]}
     assert check(check_bounded_work, history, "crash_loop_cap", plan=plan).status == "fail"
     verdict = check(check_bounded_work, history, "crash_loop_cap", "crash_points", plan=plan)
-    assert verdict.status == "unknown", verdict.errors
+    assert verdict.status == "unknown", verdict.by_type
     assert verdict.metrics["crash_loop_jobs"] == 0
+
+
+def test_a_step_that_calls_no_model_parked_for_its_attempts_is_not_judged_by_model_calls():
+    from builders import request, snapshot
+    from examples.dbos_pipeline import adapter, observer
+    jobs: dict = {}
+    rows = [(1.0, "status", "insert", "ENQUEUED", None, None, None),
+            (1.1, "status", "update", "PENDING", "worker-0", None, None),
+            (1.3, "step", "insert", None, None, "summarize", 0),
+            (2.0, "status", "update", "ERROR", "worker-0", None, None)]
+    history = [{"t": t, "src": "engine", "seq": i, "completion": "ok", "job": DOC, **op}
+               for i, (t, *row) in enumerate(rows)
+               for op in observer.replay(jobs, DOC, *row[:4], 0, *row[4:], "h")]
+    history.insert(2, call(1.15, 1.25, DOC, "summarize", "worker-0"))
+    # the delivery failed at the receiver max_attempts times: that is its evidence
+    history += [request(1.4 + i / 10, 1.45 + i / 10, DOC, "publish", worker="worker-0",
+                        status=503, outcome="error", applied=False) for i in range(4)]
+    history.sort(key=lambda e: e["t"])
+    snap = snapshot(pipeline=adapter.PIPELINE.to_json(), engine=without(*CAPABILITIES),
+                    settings={"max_attempts": 4})
+    verdict = check_retry_discipline(history, snap)
+    assert verdict.checked and "parked-before-cap" not in verdict.by_type, verdict.by_type
