@@ -20,7 +20,9 @@ def process_context(scenario: Scenario, plan: FaultPlan, settings: EngineSetting
                            "slot": slot}
     if role == "worker":
         ctx["clock_skew"] = plan.skewed[slot] if slot < len(plan.skewed) else 0.0
-        if slot >= scenario.run.workers - scenario.faults.heartbeat_off_workers:
+        # an engine with no lease has no heartbeat to turn off (the fault does not apply)
+        if (settings.lease is not None
+                and slot >= scenario.run.workers - scenario.faults.heartbeat_off_workers):
             lease = settings.lease
             ctx.update(heartbeat=False,
                        call_timeout=min(settings.call_timeout or lease * 0.8, lease * 0.8))
