@@ -17,8 +17,8 @@ QUEUE = "documents"
 WORKFLOW = "process_document"
 EFFECT_KIND = "publish"
 
-#: read once per process by `configure` (DBOS decorators take their retry settings at import
-#: time, so a process sets these from its flags before it imports nothing else of the app).
+#: the process's settings: DBOS's decorators take their retry settings when they are applied,
+#: so a process sets these from its flags and only then calls `register`.
 CONFIG: dict[str, Any] = {"provider_url": "http://127.0.0.1:8000/v1",
                           "receiver_url": "http://127.0.0.1:8001/v1/effects",
                           "model": "gpt-4o-mini", "call_timeout": 5.0, "send_timeout": 5.0,
