@@ -247,6 +247,7 @@ def check_retry_discipline(history: list[Event], snapshot: dict[str, Any]) -> Ve
     tl = readings(history).timeline(snapshot["pipeline"])
     settings = snapshot["settings"]
     _check_poison(verdict, tl)
+    _check_poison_in_hand(verdict, tl, settings)
     parks = _check_give_up(verdict, tl, settings)
     _check_caps(verdict, tl, settings)
     waits = _check_waits(verdict, tl, settings)
@@ -316,6 +317,34 @@ def _check_poison(verdict: Verdict, tl: Timeline) -> None:
             f"{'parked the job' if parked else 'scheduled a retry'} at {tl.at(write['t'])}; "
             f"{later.get('worker')} called the provider again at {tl.at(later['t_start'])}",
             event, write, later)
+
+
+def _check_poison_in_hand(verdict: Verdict, tl: Timeline, settings: dict) -> None:
+    """Within one holding, no call follows a poison answer the worker received: an engine
+    that retries in memory, writing nothing between its attempts, still calls once.
+
+    Received: the fake answered the poison definitely (`completion` "fail", or a ledger too
+    old to say) within the call timeout, so the caller had it before it could have given
+    the call up as a timeout."""
+    timeout = settings.get("call_timeout")
+    for holds in tl.holdings.values():
+        for h in holds:
+            for i, (_, c) in enumerate(h.calls):
+                if not _is_poison(c) or c.get("completion", "fail") != "fail" or (
+                        timeout is not None and c["t_end"] - c["t_start"] > timeout - TOL):
+                    continue
+                # Before the holding's own write: a call after it is _check_poison's.
+                until = h.write["t"] + TOL if h.write is not None else math.inf
+                later = next((d for _, d in h.calls[i + 1:]
+                              if c["t_end"] < d["t_start"] <= until), None)
+                if later is not None:
+                    verdict.fail(
+                        "poison-retried", f"job {h.job}: step {h.step['name']!r} got a poison "
+                        f"answer ({c.get('status')} {c.get('outcome')}) at {tl.at(c['t_end'])} "
+                        f"for {h.worker}, which called the provider again at "
+                        f"{tl.at(later['t_start'])} under the same claim, writing nothing "
+                        "between", h.start, c, later)
+                    break
 
 
 def _check_give_up(verdict: Verdict, tl: Timeline, settings: dict) -> int:

@@ -160,6 +160,31 @@ def test_a_second_poison_call_after_the_first_worker_was_killed_is_allowed():
     assert retry_check(history).status == "pass"
 
 
+def in_memory_retries(first_seconds=0.01, completion="fail", status=400):
+    """One claim, two calls answered `status` with no write between, then a park."""
+    first = fetch_call(1.01, W1, status=status, outcome="error")
+    first["t_end"], first["completion"] = 1.01 + first_seconds, completion
+    again = fetch_call(first["t_end"] + 0.1, W1, status=status, outcome="error")
+    return [claim(1.0, W1, 1), first, again, park(again["t_end"] + 0.01, W1, 1, attempts=2)]
+
+
+def test_poison_retried_in_memory_under_one_claim_is_caught():
+    history = in_memory_retries()
+    verdict = retry_check(history)
+    assert verdict.by_type == {"poison-retried": 1}
+    assert verdict.failures[0].events == [history[0], history[1], history[2]]
+    assert "writing nothing between" in verdict.failures[0].message
+
+
+@pytest.mark.parametrize("kw", [{"completion": "info"}, {"first_seconds": 1.5},
+                                {"status": 503}],
+                         ids=["the-caller-was-gone", "answered-after-the-call-timeout",
+                              "retryable"])
+def test_a_call_again_under_one_claim_is_not_poison_retried_unless_the_poison_was_received(kw):
+    verdict = retry_check(in_memory_retries(**kw))
+    assert "poison-retried" not in verdict.by_type
+
+
 @pytest.mark.parametrize("operator, status", [(False, "fail"), (True, "pass")],
                          ids=["claimed-while-parked", "after-an-operator-requeue"])
 def test_no_call_after_a_poison_park_unless_an_operator_requeued(operator, status):
