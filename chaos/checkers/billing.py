@@ -357,7 +357,7 @@ def check_cost_accounted(history: list[Event], snapshot: dict[str, Any]) -> Verd
         verdict.checked += 1
         spend = spends.get(id(call))
         if spend is None and (call["billed"] or 0) > 0 and call["worker"] and records and \
-                index.lived_on(call["worker"], call["job"], call["t_start"]):
+                index.lived_on(call["worker"], call["job"], call["t_start"], call.get("pid")):
             verdict.fail("spend-unrecorded", f"job {call['job']}: the provider billed "
                          f"{call['billed']} for {call['step']!r} to {call['worker']} (call at "
                          f"{at(call['t_start'])}), and the engine recorded no spend though "
@@ -387,18 +387,21 @@ def check_cost_accounted(history: list[Event], snapshot: dict[str, Any]) -> Verd
 
 def _check_memo_costs(verdict: Verdict, at, memos: Memos,
                       calls: dict[Key, list[Event]]) -> dict[int, str]:
-    """Each worker memo's cost is its call's billed; returns id(call) -> "committed", or
+    """Each worker memo's cost is its call's billed (a memo whose cost the engine does not
+    keep is matched to its call, not judged); returns id(call) -> "committed", or
     "operator-discarded" for a memo an operator deleted since."""
     memoized: dict[int, str] = {}
     for memo, delete in memos.worker_inserts():
         if memo.get("worker") is None:
             continue  # nobody to match a call to: the observer could not say who wrote it
-        verdict.checked += 1
         call = memoized_call(memo, calls.get((memo["job"], memo["step"]), ()))
         if call is not None:
             memoized[id(call)] = "committed" if delete is None else "operator-discarded"
+        if memo.get("cost") is None:
+            continue  # the engine keeps no cost (a field it does not keep is None)
+        verdict.checked += 1
         billed = (call["billed"] if call else 0.0) or 0.0
-        if abs(billed - (memo["cost"] or 0.0)) > COST_TOLERANCE:
+        if abs(billed - memo["cost"]) > COST_TOLERANCE:
             _mismatch(verdict, at, memo, call)
     return memoized
 
@@ -473,14 +476,16 @@ def waste_cause(call: Event, spend: Event | None, index: JobIndex) -> str:
     worker, job = call["worker"], call["job"]
     if call["outcome"] == "hang" or (spend is not None and spend["outcome"] == "timeout"):
         return "timeout"
-    if worker and index.died_before_writing(worker, job, call["t_start"]):
+    if worker and index.died_before_writing(worker, job, call["t_start"], call.get("pid")):
         return "crash-before-commit"
     claim = index.claim_of(worker, job, call["t_start"]) if worker else None
     if claim is not None:
         until = index.next_write(worker, job, call["t_start"])
         if index.taken_from(worker, claim, math.inf if until is None else until):
             return "lost-lease"
-    if spend is not None and spend["outcome"] in ("retryable", "poison"):
+    # A failed attempt, by the engine's record or, with none, by the answer the caller got.
+    if (spend["outcome"] in ("retryable", "poison") if spend is not None
+            else call.get("completion") == "fail"):
         return "retry"
     return "duplicate"
 

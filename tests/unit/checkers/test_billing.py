@@ -220,6 +220,14 @@ def test_a_memo_whose_cost_differs_from_its_billed_call_fails():
                  the(history, "call", step="fetch"))
 
 
+def test_a_memo_whose_engine_keeps_no_cost_is_matched_to_its_call_not_judged():
+    history = [dict(e, cost=None) if e["type"] == "memo" else e
+               for e in with_fetch_call(delivered(), billed=0.02)]
+    verdict = run(check_cost_accounted, history)
+    assert "cost-mismatch" not in verdict.by_type, verdict.failures
+    assert verdict.metrics["calls_by_cause"].get("duplicate", 0) == 0  # still its memo's call
+
+
 def test_a_memo_with_a_cost_and_no_billed_call_fails():
     history = [e for e in delivered() if not (e["type"] == "call" and e["step"] == "fetch")]
     assert_fails(run(check_cost_accounted, history), "cost-mismatch", fetch_memo(history))
