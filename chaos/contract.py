@@ -21,7 +21,10 @@ names say key, token, secret or password (`chaos.runfiles.is_secret`): the harne
 them in every record it writes, and the adapter passes them to processes by environment;
 `pid_of(worker_id) -> int | None`, the process id inside the engine's own worker
 ids, so that calls and effects in the fakes' ledgers (which name only the worker id) are
-tied to their processes; and `write_points`, the probe points after which a process writes to the job it names
+tied to their processes; `worker_of(spawn) -> str | None`, for an engine whose requests
+name no worker: the worker id that the process the harness started (its spawn record:
+name, role, slot, pid) writes under, so that a request the fakes tied to its process
+(by its socket) is tied to the worker too; and `write_points`, the probe points after which a process writes to the job it names
 (with crash_points), for an engine whose rows do not say who wrote: the harness traces every
 point and attributes such writes itself (`chaos.writers`).
 

@@ -320,16 +320,34 @@ def collect_history(run_dir: str, engine: Engine, recorded: list[hist.Event]) ->
                for e in read_ledger(os.path.join(run_dir, "crashes.jsonl"))]
     trace = [{**e, "src": "process", "type": "point"}
              for e in read_ledger(os.path.join(run_dir, "trace.jsonl"))]
-    pid_of = getattr(engine, "pid_of", None)
-    for e in provider + receiver:
-        e.pop("server", None)
-        if pid_of is not None and e.get("worker"):
-            e["pid"] = pid_of(e["worker"])  # the ledgers name the worker, not its process
+    attribute_callers(provider + receiver, engine, recorded)
     events = hist.merge(engine.operations(os.path.join(run_dir, "engine.db")), provider,
                         receiver, crashes, trace, recorded)
     if trace:
         attribute_writes(events, engine.write_points)
     return events
+
+
+def attribute_callers(requests: list[hist.Event], engine: Engine,
+                      recorded: list[hist.Event]) -> None:
+    """Tie each request in the fakes' ledgers to its process and worker, in place.
+
+    A request that names its worker gets that worker's process from the adapter's `pid_of`.
+    One that does not (a plain client) keeps the process the fake saw on the other end of
+    the socket (`caller_pid`), when that is a process the harness started; the adapter's
+    `worker_of` then names the worker id that process writes under, if it can."""
+    pid_of, worker_of = getattr(engine, "pid_of", None), getattr(engine, "worker_of", None)
+    spawned = {e["pid"]: e for e in recorded
+               if e.get("src") == "process" and e.get("type") == "spawn"}
+    for e in requests:
+        e.pop("server", None)
+        caller = e.pop("caller_pid", None)
+        if pid_of is not None and e.get("worker"):
+            e["pid"] = pid_of(e["worker"])  # the ledgers name the worker, not its process
+        if e.get("pid") is None and caller in spawned:
+            e["pid"] = caller
+            if not e.get("worker") and worker_of is not None:
+                e["worker"] = worker_of(spawned[caller])
 
 
 def run_campaign(scenario: Scenario, seed: int, engine: Engine, out: str, *,

@@ -3,6 +3,8 @@ stays within the scenario's allowance (lease-exclusive); a worker whose lease wa
 writes nothing to the job or its outbox rows (fenced-writes)."""
 from __future__ import annotations
 
+import bisect
+import math
 from typing import Any
 
 from ..history import Event
@@ -30,7 +32,10 @@ def check_lease_exclusive(history: list[Event], snapshot: dict[str, Any]) -> Ver
     (job, step)'s calls with provider outcome "ok" other than the memoized one (or, with no
     memoized call, the first), leaving out those of a worker that died before it could write
     (a crash's waste, not a lease's); their billed sum must not exceed
-    plan.expect.duplicate_spend_allowance.
+    plan.expect.duplicate_spend_allowance. A duplicate that names no worker (the fakes could
+    not tie it to a live process) is judged only if no process died while it was open;
+    otherwise it may be a crash's waste, and when only such calls take the spend over the
+    allowance the verdict is unknown.
     """
     verdict = Verdict("lease-exclusive")
     shared = readings(history)
@@ -43,7 +48,7 @@ def check_lease_exclusive(history: list[Event], snapshot: dict[str, Any]) -> Ver
     allowance = float(expect.get("duplicate_spend_allowance") or 0.0)
     spends, index, memos = shared.spends, shared.jobs, shared.memos
     at = clock_of(history)
-    pairs, duplicates = 0, []
+    pairs, duplicates, untold = 0, [], []
     for key, group in calls.items():
         verdict.checked += len(group)
         for a, b in overlapping_pairs(group, lambda c: call_end(c, spends, index)):
@@ -53,19 +58,39 @@ def check_lease_exclusive(history: list[Event], snapshot: dict[str, Any]) -> Ver
                              f"both called the provider for {key[1]!r}: "
                              f"{at(a['t_start'])}..{at(a['t_end'])} and "
                              f"{at(b['t_start'])}..{at(b['t_end'])}", a, b)
-        duplicates += [c for c in duplicate_calls(group, memos.periods.get(key, ()))
-                       if not (c["worker"] and index.died_before_writing(c["worker"], key[0],
-                                                                        c["t_start"]))]
+        for c in duplicate_calls(group, memos.periods.get(key, ())):
+            if c["worker"] is None and _a_process_died(index, key[0], c["t_start"]):
+                untold.append(c)  # perhaps a killed caller's waste: no one can say whose
+            elif not (c["worker"] and index.died_before_writing(
+                    c["worker"], key[0], c["t_start"], c.get("pid"))):
+                duplicates.append(c)
     spend = sum(c["billed"] or 0.0 for c in duplicates)
+    untold_spend = sum(c["billed"] or 0.0 for c in untold)
     if not exclusive and spend > allowance + COST_TOLERANCE:
         worst = sorted(duplicates, key=lambda c: -(c["billed"] or 0.0))[:MAX_WITNESS_CALLS]
         verdict.fail("duplicate-spend-over-allowance", f"duplicate spend {spend:.6f} over "
                      f"{len(duplicates)} calls exceeds the allowance {allowance:.6f} (largest "
                      f"shown)", *worst)
+    elif not exclusive and spend + untold_spend > allowance + COST_TOLERANCE:
+        verdict.unknown(f"{len(untold)} duplicate calls (spend {untold_spend:.6f}) name no "
+                        "worker and could not be tied to a process, and a process died while "
+                        "each was open: a killed caller's waste is excused, another's is not, "
+                        f"and which it was cannot be told; the rest ({spend:.6f}) is within "
+                        f"the allowance {allowance:.6f}")
     verdict.metrics = {"lease_exclusive_expected": exclusive, "overlapping_pairs": pairs,
                        "duplicate_calls": len(duplicates), "duplicate_spend": round(spend, 9),
-                       "allowance": allowance}
+                       "unattributed_duplicates": len(untold),
+                       "unattributed_spend": round(untold_spend, 9), "allowance": allowance}
     return verdict
+
+
+def _a_process_died(index, job: str, t: float) -> bool:
+    """Whether some process exited between t and the next write for the job by anyone: the
+    only way a call that names no worker can have been a crash's waste."""
+    after = [w for (j, _), times in index.writes.items() if j == job
+             for w in times[bisect.bisect_right(times, t):][:1]]
+    until = min(after, default=math.inf)
+    return any(t - TOL <= x["t"] <= until for exits in index.exits.values() for x in exits)
 
 
 def call_end(call: Event, spends: dict[int, Event], index: JobIndex) -> float:
@@ -78,7 +103,8 @@ def call_end(call: Event, spends: dict[int, Event], index: JobIndex) -> float:
         written = index.next_write(call["worker"], call["job"], call["t_start"])
         if written is not None:
             end = min(end, written)
-    exit_ = index.exit_after(call["worker"], call["t_start"]) if call["worker"] else None
+    exit_ = (index.exit_after(call["worker"], call["t_start"], call.get("pid"))
+             if call["worker"] else None)
     return min(end, exit_["t"]) if exit_ is not None else end
 
 

@@ -5,6 +5,7 @@ own column names or writer spellings.
 from __future__ import annotations
 
 import bisect
+from collections import defaultdict
 from typing import Any
 
 from ..history import EFFECT_OPS, JOB_OPS, Event
@@ -90,6 +91,16 @@ def pids_by_worker(history: list[Event]) -> dict[str, int]:
     for e in history:
         if e.get("worker") and e.get("pid") is not None and e.get("src") != "process":
             pids[e["worker"]] = e["pid"]
+    return pids
+
+
+def worker_processes(history: list[Event]) -> dict[str, set[int]]:
+    """worker id -> every process that wrote or called under it: one for an engine whose
+    ids name a process, a slot's successive processes for one whose ids name a slot."""
+    pids: dict[str, set[int]] = defaultdict(set)
+    for e in history:
+        if e.get("worker") and e.get("pid") is not None and e.get("src") != "process":
+            pids[e["worker"]].add(e["pid"])
     return pids
 
 

@@ -11,7 +11,8 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from ..history import Event
-from .ops import TOL, ends_an_operation, is_job, is_operator, pids_by_worker, takes_lease
+from .ops import (TOL, ends_an_operation, is_job, is_operator, pids_by_worker, takes_lease,
+                  worker_processes)
 from .verdict import Verdict
 
 
@@ -37,7 +38,8 @@ class JobIndex:
     writes[(job, worker)]: the times of the worker's writes that end an operation on the job
     (state changes, claims, memos, billed calls, effects queued; not heartbeats);
     by_worker[worker]: the same, for every job;
-    exits[pid]: its process exits; pids[worker]: the process of each worker id.
+    exits[pid]: its process exits; pids[worker]: the (last) process of each worker id;
+    processes[worker]: all of them (a worker id that names a slot outlives its processes).
     """
 
     def __init__(self, history: list[Event]) -> None:
@@ -46,6 +48,7 @@ class JobIndex:
         self.exits: dict[int, list[Event]] = defaultdict(list)
         self.by_worker: dict[str, list[float]] = defaultdict(list)
         self.pids = pids_by_worker(history)
+        self.processes = worker_processes(history)
         for e in history:
             src, type_ = e["src"], e["type"]
             if src == "engine":
@@ -84,38 +87,46 @@ class JobIndex:
         i = bisect.bisect_right(times, t)
         return times[i] if i < len(times) else None
 
-    def exit_after(self, worker: str, t: float) -> Event | None:
-        """The first exit of the worker's process at or after t (within TOL: the supervisor
-        stamps exits with another clock than the provider's ledger)."""
-        return next((x for x in self.exits.get(self.pids.get(worker), ()) if x["t"] >= t - TOL),
-                    None)
+    def exits_of(self, worker: str, pid: int | None = None) -> list[Event]:
+        """The exits of process `pid`, or (None) of every process of the worker, in order."""
+        pids = {pid} if pid is not None else self.processes.get(worker, ())
+        return sorted((x for p in pids for x in self.exits.get(p, ())), key=lambda x: x["t"])
 
-    def died_before_writing(self, worker: str, job: str, t: float) -> Event | None:
+    def exit_after(self, worker: str, t: float, pid: int | None = None) -> Event | None:
+        """The first exit of the worker's process (or of `pid`) at or after t (within TOL:
+        the supervisor stamps exits with another clock than the provider's ledger)."""
+        return next((x for x in self.exits_of(worker, pid) if x["t"] >= t - TOL), None)
+
+    def died_before_writing(self, worker: str, job: str, t: float,
+                            pid: int | None = None) -> Event | None:
         """The worker's process exit after t if it came before any write of the worker for
-        the job after t: the operation the worker had open at t never finished."""
-        exit_ = self.exit_after(worker, t)
+        the job after t: the operation the worker had open at t never finished. `pid`: the
+        process known to have had it open (a call the fakes tied to its caller)."""
+        exit_ = self.exit_after(worker, t, pid)
         if exit_ is None:
             # A request already on its way when its worker died reaches the provider later;
             # the ledger stamps it then, after the exit. A dead worker makes no new calls.
-            return self.exit_before(worker, t)
+            # (Of a worker id that outlives its processes, only the one that called can say.)
+            if pid is None and len(self.processes.get(worker, ())) > 1:
+                return None
+            return self.exit_before(worker, t, pid)
         written = self.next_write(worker, job, t)
         return exit_ if written is None or written > exit_["t"] else None
 
-    def lived_on(self, worker: str, job: str, t: float) -> bool:
+    def lived_on(self, worker: str, job: str, t: float, pid: int | None = None) -> bool:
         """Whether the worker went on after its operation on the job open at t: it did not
         die before its next write for the job, or it wrote for another job after t before it
         died (a worker is sequential: it had given that operation up)."""
-        exit_ = self.died_before_writing(worker, job, t)
+        exit_ = self.died_before_writing(worker, job, t, pid)
         if exit_ is None:
             return True
         times = self.by_worker.get(worker, [])
         i = bisect.bisect_right(times, t)
         return i < len(times) and times[i] < exit_["t"]
 
-    def exit_before(self, worker: str, t: float) -> Event | None:
-        """The last exit of the worker's process before t, if any."""
-        return next((x for x in reversed(self.exits.get(self.pids.get(worker), ()))
-                     if x["t"] < t), None)
+    def exit_before(self, worker: str, t: float, pid: int | None = None) -> Event | None:
+        """The last exit of the worker's process (or of `pid`) before t, if any."""
+        return next((x for x in reversed(self.exits_of(worker, pid)) if x["t"] < t), None)
 
 
 # -- legal-transitions ------------------------------------------------------------------

@@ -12,8 +12,8 @@ Attribution (chaos.fakes.attribution): job, step and worker come from the X-Nine
 else from the body's `metadata` ({"job", "step", "worker"}) and `user` (the job), the step last
 from the system prompt's first line "step: NAME". A request naming no step is refused (400).
 
-Ledger. Each entry holds job, step, worker, `attributed` ("headers" | "body" | "none"), n, the
-fault, `outcome` (what the fake did), billing, and `completion` (what the caller can know):
+Ledger. Each entry holds job, step, worker, `attributed` ("headers" | "body" | "none"),
+`caller_pid` (the process that sent it, from its socket: chaos.fakes.peer), n, the fault, `outcome` (what the fake did), billing, and `completion` (what the caller can know):
 "ok" a 200 completion delivered; "fail" a definite answer it cannot use (429, 5xx, 4xx, garbage,
 bad content, schema-breaking content); "info" it cannot have had the answer (a hang, a reset,
 or a client that had already gone when the answer was ready).
@@ -156,7 +156,7 @@ class FakeProvider(FakeServer):
 
     def serve_completion(self, http: JsonHandler) -> None:
         """Answer one completion request (or misbehave as the fault policy says) and ledger it."""
-        t_start = time.time()
+        t_start = http.received
         request = _parse_json(http.read_body())
         who = call_attribution(http.headers, request, _step_from_prompt(request))
         job, step = who["job"], who["step"]
@@ -166,6 +166,7 @@ class FakeProvider(FakeServer):
         completion = INFO if http.client_gone() else _completion(result["outcome"])
         self.ledger.append({
             "server": "provider", "t_start": t_start, "t_end": time.time(), **who, "n": n,
+            "caller_pid": http.caller_pid(),
             "auth": _has_bearer(http.headers), "fault": fault["kind"] if fault else None,
             **result, "completion": completion})
         deliver()  # after the ledger line: whatever a client saw, its entry can already be read

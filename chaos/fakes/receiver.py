@@ -4,8 +4,8 @@ it owns the list of applied effects, which is where a duplicated side effect bec
 Attribution (chaos.fakes.attribution): job, kind and worker come from the X-Ninelives headers,
 else from the JSON body's "job", "kind" and "worker" fields; the key only from Idempotency-Key.
 
-Ledger. Each entry holds key, job, kind, worker, `attributed` ("headers" | "body" | "none"), n,
-the fault, `outcome` and `applied` (what the fake did), and `completion` (what the sender can
+Ledger. Each entry holds key, job, kind, worker, `attributed` ("headers" | "body" | "none"),
+`caller_pid` (the process that sent it, from its socket: chaos.fakes.peer), n, the fault, `outcome` and `applied` (what the fake did), and `completion` (what the sender can
 know): "ok" applied or replayed and answered; "fail" an error status answered, nothing applied
 (an injected 5xx, a body that is not JSON, a key reused with another body); "info" a dropped
 connection or a timeout, applied or not (a "lost" request is held past the timeout and never
@@ -81,7 +81,7 @@ class FakeReceiver(FakeServer):
 
     def serve_effect(self, http: JsonHandler) -> None:
         """Apply (or replay, refuse, drop) one effect request as the fault policy says, and ledger it."""
-        t_start = time.time()
+        t_start = http.received
         effect = _parse_json(http.read_body())
         who = effect_attribution(http.headers, effect)
         key, job, kind, worker = who["key"], who["job"], who["kind"], who["worker"]
@@ -91,6 +91,7 @@ class FakeReceiver(FakeServer):
         completion = INFO if http.client_gone() else _completion(result["outcome"], fault)
         self.ledger.append({
             "server": "receiver", "t_start": t_start, "t_end": time.time(), **who, "n": n,
+            "caller_pid": http.caller_pid(),
             "fault": fault["kind"] if fault else None, **result, "completion": completion})
         deliver()  # after the ledger line: whatever a client saw, its entry can already be read
 

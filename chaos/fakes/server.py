@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from .ledger import Ledger
+from .peer import PeerFinder
 
 #: A ledger entry's `completion`, Jepsen's three outcomes from the caller's point of view: it got
 #: a usable answer (ok), a definite answer it cannot use (fail), or it cannot have had the
@@ -77,6 +78,7 @@ class FakeServer:
         self._idle = threading.Condition()
         self._in_flight = 0
         self._connections = set()
+        self.peers = PeerFinder()
 
     @property
     def port(self) -> int:
@@ -209,8 +211,18 @@ class JsonHandler(BaseHTTPRequestHandler):
     def log_message(self, format, *args):
         pass  # the ledger is the log; stderr chatter would bury test output
 
+    def caller_pid(self) -> int | None:
+        """The process on the client's end of this connection (chaos.fakes.peer), looked up
+        once per connection, while the request holds it open."""
+        if not hasattr(self, "_caller_pid"):
+            self._caller_pid = self.fake.peers.pid_of(self.client_address,
+                                                      self.server.server_address[1])
+        return self._caller_pid
+
     def serve(self, work) -> None:
         """Run `work(self)` as one in-flight request, or drop the connection if the fake is closing."""
+        self.received = time.time()  # before the lookup below: the ledger's t_start
+        self.caller_pid()  # now, while the caller is surely alive and connected
         try:
             with self.fake.in_flight():
                 work(self)

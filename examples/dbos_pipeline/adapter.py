@@ -106,6 +106,13 @@ class DbosEngine:
         env = {KEY_VARIABLE: table["provider_key"]} if table.get("provider_key") else {}
         return Command(argv, env)
 
+    @staticmethod
+    def worker_of(spawn: dict[str, Any]) -> str:
+        """The executor id a process the harness started runs under (see `command`): the
+        pipeline's plain HTTP client names no worker, so the fakes tie its calls to the
+        process on the socket, and this to the executor id DBOS's rows name."""
+        return f"{spawn['role']}-{spawn['slot']}"
+
     def settings(self, table: dict[str, Any]) -> EngineSettings:
         """The scenario's [engine] table in the harness's terms; ValueError names the field.
         No lease, heartbeat or claim cap: DBOS has none."""

@@ -44,15 +44,14 @@ def test_the_article_engine_as_published_writes_an_illegal_transition(tmp_path):
 def test_dbos_recovers_every_killed_workflow_and_is_judged_only_where_it_gives_evidence(
         tmp_path):
     done, report, verdicts = run(tmp_path, DBOS, "kill-storm", 1)
-    assert done.returncode in (0, 1), done.stdout + done.stderr   # never "could not run"
     # A kill after a model call returned and before DBOS checkpointed it makes the
-    # recovered workflow call again (steps are at least once); as the adapter names no
-    # process, the harness cannot put the first call on the killed one, and counts it as
-    # duplicate spend. Whether a kill lands there is timing: it is the only failure allowed.
-    failed = {n: v["errors_by_type"] for n, v in verdicts.items() if v["verdict"] == "fail"}
-    assert failed in ({}, {"lease-exclusive": {"duplicate-spend-over-allowance": 1}}), failed
-    assert (done.returncode == 1) == bool(failed)
+    # recovered workflow call again (steps are at least once). The fakes tie each call to
+    # the process on its socket, and the adapter that process to its executor id, so the
+    # first call is put on the killed process: a crash's waste, not duplicate spend.
+    assert done.returncode == 0, done.stdout + done.stderr
     assert report["faults_applied"].get("kill", 0) > 0, report["faults_applied"]
+    assert verdicts["lease-exclusive"]["metrics"]["unattributed_duplicates"] == 0
+    assert verdicts["fenced-writes"]["metrics"]["calls_judged"] > 0  # calls tied to workers
     assert verdicts["all-jobs-settle"]["verdict"] == "pass"
     assert verdicts["legal-transitions"]["verdict"] == "pass"
     # no capability declared: what needs one is unknown, never a pass

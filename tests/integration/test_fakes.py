@@ -6,6 +6,7 @@ import hashlib
 import http.client
 import json
 import math
+import os
 import select
 import signal
 import subprocess
@@ -184,6 +185,33 @@ def test_step_comes_from_the_system_prompt_when_headers_are_absent(start):
     assert (entry["job"], entry["step"], entry["worker"], entry["auth"]) == (None, "verify", None, False)
     assert entry["attributed"] == "none"
     assert provider.calls_for(None, "verify") == 1
+
+
+CALLER = """
+import http.client, json, sys
+conn = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=5)
+for path, body in (("/v1/chat/completions", sys.argv[2]), ("/v1/effects", sys.argv[3])):
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    conn.getresponse().read()
+    conn.close()
+    conn = http.client.HTTPConnection("127.0.0.1", int(sys.argv[4]), timeout=5)
+"""
+
+
+def test_both_fakes_ledger_the_process_on_the_other_end_of_the_socket(start):
+    # A plain client in its own process, naming no worker: each fake finds it by its socket.
+    provider, receiver = start(FakeProvider), start(FakeReceiver)
+    chat_body = json.dumps(chat_request("verify", {"title": "x"}))
+    effect_body = json.dumps({"job": "job-1", "kind": "payment"})
+    caller = subprocess.Popen([sys.executable, "-c", CALLER, str(provider.port), chat_body,
+                               effect_body, str(receiver.port)])
+    assert caller.wait(timeout=20) == 0
+    [asked] = provider.entries()
+    assert asked["caller_pid"] == caller.pid and asked["worker"] is None
+    [sent] = wait_for(receiver.entries, what="the receiver's ledger line")
+    assert sent["caller_pid"] == caller.pid
+    chat(provider, "verify", {"title": "y"})  # and this process, for a call from here
+    assert provider.entries()[-1]["caller_pid"] == os.getpid()
 
 
 def test_step_header_wins_over_the_system_prompt(start):

@@ -121,3 +121,40 @@ def test_a_timed_outage_refuses_every_call_in_its_window_and_defers_outside_it()
     for seconds in (-1.0, math.inf, math.nan):
         with pytest.raises(ValueError, match="outage"):
             TimedOutage(seconds)
+
+
+# -- tying the fakes' requests to the harness's processes (chaos.runner.attribute_callers) --
+
+class _SlotEngine:
+    """An adapter whose worker ids name a slot, not a process (as DBOS's executor ids do)."""
+
+    @staticmethod
+    def worker_of(spawn):
+        return f"{spawn['role']}-{spawn['slot']}"
+
+
+class _PidEngine:
+    @staticmethod
+    def pid_of(worker):
+        return int(worker.rsplit(":", 1)[1])
+
+
+def test_a_request_naming_no_worker_gets_its_callers_process_and_worker():
+    from chaos.runner import attribute_callers
+    spawned = [{"src": "process", "type": "spawn", "name": "worker-1.4", "role": "worker",
+                "slot": 1, "pid": 4242}]
+    requests = [{"server": "provider", "worker": None, "caller_pid": 4242},
+                {"server": "provider", "worker": None, "caller_pid": 999},   # not ours
+                {"server": "provider", "worker": None, "caller_pid": None}]  # caller gone
+    attribute_callers(requests, _SlotEngine(), spawned)
+    assert [(r.get("worker"), r.get("pid")) for r in requests] == [
+        ("worker-1", 4242), (None, None), (None, None)]
+    assert all("caller_pid" not in r and "server" not in r for r in requests)
+
+
+def test_a_request_naming_its_worker_keeps_the_adapters_word_for_its_process():
+    from chaos.runner import attribute_callers
+    spawned = [{"src": "process", "type": "spawn", "role": "worker", "slot": 0, "pid": 7}]
+    requests = [{"worker": "w:host:12", "caller_pid": 7}]
+    attribute_callers(requests, _PidEngine(), spawned)
+    assert requests == [{"worker": "w:host:12", "pid": 12}]

@@ -64,6 +64,41 @@ def test_duplicate_spend_over_the_allowance_fails_citing_the_duplicates():
     assert_fails(verdict, "duplicate-spend-over-allowance", late, OVERLAP)
 
 
+@pytest.mark.parametrize("death, status", [(None, "fail"), (3.05, "unknown"), (2.0, "fail")],
+                         ids=["no-process-died", "a-process-died-while-it-was-open",
+                              "a-process-died-before-it-began"])
+def test_a_duplicate_naming_no_worker_is_excused_only_by_a_death_it_cannot_place(death, status):
+    # A plain client's call the fakes could not tie to a live process: if some process died
+    # while it was open it may be that process's lost work (unknown), if none did it is a
+    # duplicate whoever made it.
+    nobody = {**call(3.0, 3.1, DOC, "extract", None, billed=0.02), "pid": None}
+    extra = [nobody] + ([process(death, "exit", "w9", 909, signal="SIGKILL")] if death else [])
+    verdict = run(check_lease_exclusive, delivered_job(DOC) + extra,
+                  plan=plan(exclusive=False, allowance=0.01))
+    assert verdict.status == status, verdict.reason
+    if status == "fail":
+        assert_fails(verdict, "duplicate-spend-over-allowance", nobody)
+    else:
+        assert "cannot be told" in verdict.reason
+        assert verdict.metrics["unattributed_duplicates"] == 1
+
+
+def test_a_call_of_a_slot_worker_is_excused_by_the_death_of_the_process_that_made_it():
+    # A worker id that names a slot (its processes 101 then 111): the first process called
+    # and was killed before it wrote; the call is a crash's waste, not a duplicate.
+    slot = "worker-0"
+    first = {**call(3.0, 3.1, DOC, "extract", slot, billed=0.02), "pid": 101}
+    later = {**call(3.5, 3.6, DOC, "extract", slot, billed=0.0), "pid": 111}
+    killed = process(3.2, "exit", "worker-0.0", 101, signal="SIGKILL")
+    verdict = run(check_lease_exclusive, delivered_job(DOC) + [first, killed, later],
+                  plan=plan(exclusive=False, allowance=0.01))
+    assert verdict.status == "pass", verdict.reason
+    kept_alive = {**first, "pid": 111}  # the same call by the process that lived on
+    verdict = run(check_lease_exclusive, delivered_job(DOC) + [kept_alive, killed, later],
+                  plan=plan(exclusive=False, allowance=0.01))
+    assert verdict.status == "fail", verdict.reason
+
+
 def test_failed_answers_are_retries_not_duplicates():
     refused = [call(1.0, 1.01, DOC, "fetch", W2, outcome="error", status=500, billed=0.0),
                call(1.02, 1.03, DOC, "fetch", W2, outcome="schema", billed=0.01)]
