@@ -7,8 +7,10 @@ anything, and only evidence that the client waited for that answer fails it:
   the engine keeps one;
 - else the client using the late answer: the worker's next write for the job is the step's
   memo or completion, the sender's next write for the row its sent mark, after the fake
-  answered. A failure written after the answer is not judged: the time between giving up and
-  writing (a stall, a lock, a loaded machine) is not the client's deadline;
+  answered, and the client had not gone when the answer was ready nor died before that
+  write (a worker id that names a slot outlives its processes). A failure written after the
+  answer is not judged: the time between giving up and writing (a stall, a lock, a loaded
+  machine) is not the client's deadline;
 - or, for an answer the fake trickled a byte at a time (which resets every socket timeout),
   the client still there when the trickle ended ("held-past-deadline"): the fake found no
   write failing for want of a reader, though the trickle outlasted the deadline by more than
@@ -53,10 +55,10 @@ def check_deadlines_kept(history: list[Event], snapshot: dict[str, Any]) -> Verd
             continue  # answered within its deadline: nothing to see
         overran[kind] += 1
         verdict.checked += 1
+        client = e.get("pid") or index.pids.get(worker)  # the caller's own, where the fakes saw it
         # A paused client cannot leave: its deadline counts from its resume.
         due = max([start + deadline] + [b for pid, a, b in windows["pauses"]
-                                        if pid == index.pids.get(worker) and a <= end
-                                        and b >= start])
+                                        if pid == client and a <= end and b >= start])
         if e.get("trickle") and e.get("client_gone_at") is None and \
                 end > due + 2 * TRICKLE_INTERVAL + slack:
             verdict.fail("held-past-deadline",
@@ -74,9 +76,14 @@ def check_deadlines_kept(history: list[Event], snapshot: dict[str, Any]) -> Verd
                              f"recorded its answer, which the fake gave {end - start:.3f} s "
                              "after the call started", e, spend)
             continue
+        if e.get("completion") == "info":
+            continue  # the client had gone when the answer was ready: it did not wait for it
         used = _used_late_answer(kind, e, later_writes, end)
-        if used is None or disturbed(windows, index.pids.get(worker), start, used["t"]):
+        if used is None or disturbed(windows, client, start, used["t"]):
             continue
+        if index.exit_after(worker, start, e.get("pid")) is not None and \
+                index.exit_after(worker, start, e.get("pid"))["t"] < used["t"]:
+            continue  # the caller died first: the write is a successor's under the same id
         what = (f"call for {e.get('job')}/{e.get('step')}" if kind == "calls"
                 else f"send of {e.get('job')}/{e.get('kind')}")
         verdict.fail("waited-past-deadline",

@@ -43,6 +43,26 @@ def test_a_worker_that_waits_a_hung_call_out_and_uses_the_answer_fails():
     assert "1 s deadline" in verdict.failures[0].message
 
 
+def test_a_late_answer_whose_client_had_gone_is_not_judged_used():
+    # The fake found the client gone when its answer was ready ("info"): it did not wait,
+    # whoever writes the step's completion under its worker id afterwards.
+    history = attempt(2.35, completed=True)
+    history[1] = {**HUNG, "completion": "info"}
+    assert run(history).status == "pass"
+
+
+def test_a_slot_workers_completion_after_its_callers_death_is_a_successors():
+    # Worker ids that name a slot: process 101 called and was killed; 111, under the same
+    # id, completed the step later. The dead caller waited for nothing.
+    history = attempt(2.35, completed=True)
+    history[1] = {**HUNG, "pid": 101}
+    died = {"t": 1.5, "src": "process", "type": "exit", "name": "worker-0.0", "role": "worker",
+            "pid": 101, "code": None, "signal": "SIGKILL", "killed": True}
+    history[2] = {**history[2], "pid": 111}
+    assert run(history + [died]).status == "pass"
+    assert run(history).by_type == {"waited-past-deadline": 1}  # the caller lived on: it did
+
+
 def test_a_failure_written_late_is_not_judged():
     assert run(attempt(2.35)).status == "pass"  # a stall or a lock after giving up
 
