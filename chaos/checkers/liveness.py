@@ -97,6 +97,8 @@ def read_timeline(history: list[Event], pipeline: dict[str, Any]) -> Timeline:
             _read_nemesis(tl, e)
         elif src == "process" and type_ == "spawn":
             spawned.append(e)
+        elif src == "process" and type_ == "exit":
+            reader.died(e["pid"])
     # The runner records a skew per worker slot before spawning it: process names are
     # "worker-SLOT.N", which ties the slot to the pids that ran with that clock.
     tl.skewed |= {e["pid"] for e in spawned if _slot(e.get("name")) in tl.skewed_slots}
@@ -153,6 +155,14 @@ class _JobReader:
         holding = self.current.get((job, writer))
         if holding is not None and holding.write is None:
             holding.write, holding.write_pos = e, pos
+
+    def died(self, pid: int) -> None:
+        """The holdings open in process `pid` end with it, unwritten: a later write under the
+        same worker id (one that names a slot, not a process) is a successor's, not theirs."""
+        for key, h in list(self.current.items()):
+            if h.write is None and (any(c.get("pid") == pid for _, c in h.calls)
+                                    or self.tl.pids.get(h.worker) == pid):
+                del self.current[key]
 
     def _enter(self, pos: int, e: Event, step: dict, writer: str) -> None:
         job, key = e["job"], (e["job"], step["name"])

@@ -160,6 +160,21 @@ def test_a_second_poison_call_after_the_first_worker_was_killed_is_allowed():
     assert retry_check(history).status == "pass"
 
 
+def test_a_poison_answer_to_a_killed_slot_worker_is_not_a_retry_by_its_successor():
+    # A worker id that names a slot: process 101 got the poison and was killed; the write
+    # under the same id after that (a recovery putting the job back) is its successor's,
+    # so the engine never knew of the poison, and W2's call is not a retry of it.
+    slot = {"worker": "worker-0", "pid": None}  # the engine's rows name no process
+    history = [{**claim(1.0, W1, 1), **slot},
+               {**fetch_call(1.01, W1, status=400, outcome="error"), **slot, "pid": 101},
+               process(1.1, "exit", "worker-0.0", 101, signal="SIGKILL"),
+               {**retry(1.5, W1, 1, 1, 0.05), **slot}, claim(2.0, W2, 2),
+               fetch_call(2.01, W2, status=400, outcome="error"), park(2.03, W2, 2)]
+    assert "poison-retried" not in retry_check(history).by_type
+    alive = [e for e in history if e["type"] != "exit"]  # the caller lived: it retried
+    assert "poison-retried" in retry_check(alive).by_type
+
+
 def in_memory_retries(first_seconds=0.01, completion="fail", status=400):
     """One claim, two calls answered `status` with no write between, then a park."""
     first = fetch_call(1.01, W1, status=status, outcome="error")
