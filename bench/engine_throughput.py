@@ -1,5 +1,5 @@
 """Engine throughput: jobs/s through the four-step pipeline with instant steps, beside the raw
-SQLite commit ceiling measured in the same run (and DBOS on the same work, where installed).
+SQLite commit ceiling and DBOS on the same work, measured in the same run.
 
     python bench/engine_throughput.py [--jobs 2000] [--workers 1,2,4] [--sync FULL,NORMAL]
 
@@ -16,9 +16,11 @@ import sqlite3
 import sys
 import tempfile
 import time
+from importlib.metadata import version
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from chaos.supervisor import OwnedPool  # noqa: E402
 from engine import DOCUMENT, Worker, load_config, open_store  # noqa: E402
 
 TX_PER_JOB = 4  # one commit per step; the last one also claims the next job
@@ -86,14 +88,12 @@ def engine_rate(jobs: int, workers: int, sync: str,
     return jobs / elapsed, list(counts)
 
 
-def dbos_rate(jobs: int) -> float | None:
-    """DBOS on the same four-step work, or None when dbos is not installed."""
-    try:
-        import dbos  # noqa: F401  (only to know it is installed)
-        from dbos_bench import run as run_dbos  # bench/dbos_bench.py
-    except ImportError:
-        return None
-    return run_dbos(jobs)
+def dbos_rates(jobs: int) -> dict[str, float]:
+    """DBOS on the same four-step work (bench/dbos_bench.py), in a process of its own: DBOS
+    is one instance per interpreter and starts threads of its own."""
+    from dbos_bench import run as run_dbos
+    with OwnedPool(1, mp.get_context("spawn")) as pool:
+        return next(pool.map(run_dbos, [jobs]))
 
 
 def main() -> None:
@@ -106,6 +106,7 @@ def main() -> None:
           f"{os.cpu_count()} cores, SQLite {sqlite3.sqlite_version}")
     print(f"{'sync':<7}{'workers':>8}{'jobs/s':>10}{'tx/s':>9}{'raw commits/s':>15}"
           f"{'tx/raw':>8}{'vs 1 worker':>12}  share per worker")
+    singles = {}
     for sync in args.sync.split(","):
         ceiling = raw_commit_ceiling(sync)
         single = None
@@ -114,11 +115,13 @@ def main() -> None:
             single = single or rate
             print(f"{sync:<7}{n:>8}{rate:>10.0f}{rate * TX_PER_JOB:>9.0f}{ceiling:>15.0f}"
                   f"{rate * TX_PER_JOB / ceiling:>8.2f}{rate / single:>12.2f}  {shares}")
-    rate = dbos_rate(args.jobs)
-    if rate is not None:
-        print(f"DBOS (SQLite, same four steps): {rate:.0f} jobs/s")
-    else:
-        print("DBOS: not installed (pip install -e '.[bench]' to compare)")
+        singles[sync] = single
+    dbos = dbos_rates(args.jobs)
+    print(f"DBOS {version('dbos')} (SQLite, same four steps, one process): "
+          f"{dbos['called']:.0f} jobs/s called one by one, {dbos['queued']:.0f} off a queue")
+    for sync, single in singles.items():
+        print(f"  reference, 1 worker at {sync} / DBOS: {single / dbos['called']:.1f}x called, "
+              f"{single / dbos['queued']:.1f}x queued")
 
 
 if __name__ == "__main__":
