@@ -100,16 +100,21 @@ EVIDENCE = {
 NEEDS_CAPABILITY = {
     "lease_expiry": "lease_expiry", "contention": "write_lock", "operator": "operator",
     "crash_points": "crash_points", "crash_loop": "crash_points", "skewed_workers": "clock_skew",
-    "heartbeat_off_workers": "heartbeat", "receiver_5xx": "outbox", "receiver_timeout": "outbox",
-    "receiver_drop": "outbox", "receiver_lost": "outbox",
+    "heartbeat_off_workers": "heartbeat",
 }
+#: Faults of the receiver: they apply to any engine whose pipeline sends it effects, with an
+#: outbox or without (a refusal is a refusal, whoever posted).
+RECEIVER_FAULTS = ("receiver_5xx", "receiver_timeout", "receiver_drop", "receiver_lost")
 
 
 def not_applicable(scenario: Scenario, engine: Any) -> list[str]:
-    """The scenario's configured faults the engine cannot undergo (it lacks the capability)."""
+    """The scenario's configured faults the engine cannot undergo (it lacks the capability,
+    or, for the receiver's, its pipeline sends no effect)."""
     caps = set(getattr(engine, "capabilities", ()))
     skipped = [setting for setting, cap in NEEDS_CAPABILITY.items()
                if getattr(scenario.faults, setting) and cap not in caps]
+    if "outbox" not in caps and not getattr(getattr(engine, "pipeline", None), "effects", ()):
+        skipped += [setting for setting in RECEIVER_FAULTS if getattr(scenario.faults, setting)]
     if scenario.faults.crash_points and "crash_points" not in skipped \
             and not crash_points_for(scenario, engine)[0]:
         skipped.append("crash_points")  # none of the points it names is the engine's

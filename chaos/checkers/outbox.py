@@ -233,8 +233,7 @@ def check_outbox_bounded(history: list[Event], snapshot: dict[str, Any]) -> Verd
     """Per (job, kind): receiver requests <= 1 + ambiguous outcomes, and at most one applied."""
     verdict = Verdict("outbox-bounded")
     if not capable(snapshot, "outbox"):
-        return verdict.unknown("the engine declares no outbox: receiver requests cannot be "
-                               "held to the rows that sent them")
+        return _applied_once_without_rows(verdict, history, snapshot)
     idx = readings(history).outbox
     rows = snapshot["outbox"]
     if not idx.requests and (any(r.get("sent_at") is not None for r in rows)
@@ -266,6 +265,43 @@ def check_outbox_bounded(history: list[Event], snapshot: dict[str, Any]) -> Verd
         "unattributed_requests": idx.unattributed,
     }
     return verdict
+
+
+def _applied_once_without_rows(verdict: Verdict, history: list[Event],
+                               snapshot: dict[str, Any]) -> Verdict:
+    """An engine with no outbox still owes the receiver each effect at most once: judged
+    per (job, kind) from the receiver alone. Its requests are not bounded: with no rows,
+    what was ambiguous to the sender cannot be told."""
+    why = _without_receiver(snapshot)
+    if why:
+        return verdict.unknown(why)
+    idx = readings(history).outbox
+    applied_elsewhere = Counter((a["job"], a["kind"]) for a in snapshot["receiver_applied"])
+    effects = sorted(set(idx.requests) | set(applied_elsewhere),
+                     key=lambda e: (str(e[0]), str(e[1])))
+    for effect in effects:
+        _judge_applied(verdict, effect, idx.requests.get(effect, []),
+                       applied_elsewhere.get(effect, 0), idx)
+    verdict.checked = len(effects)
+    verdict.metrics = {"effects": len(effects),
+                       "requests": sum(len(r) for r in idx.requests.values()),
+                       "unattributed_requests": idx.unattributed}
+    if not effects:
+        return verdict.unknown("the engine declares no outbox and the receiver got no effect")
+    if verdict.valid:
+        verdict.reason = ("the engine declares no outbox: each effect applied at most once "
+                          "was judged at the receiver; requests per effect were not bounded "
+                          "(no rows to say which outcomes were ambiguous)")
+    return verdict
+
+
+def _without_receiver(snapshot: dict[str, Any]) -> str | None:
+    """Why the receiver cannot be the evidence of an engine with no outbox, or None."""
+    if not snapshot["pipeline"].get("effects"):
+        return "the engine declares no outbox and its pipeline no effect"
+    if "receiver" not in snapshot.get("ledgers", ("receiver",)):
+        return "the engine declares no outbox and the receiver's ledger is missing"
+    return None
 
 
 def _judge_attempts(verdict: Verdict, effect: Effect, requests: list[Event],
@@ -302,7 +338,7 @@ def check_effects_complete(history: list[Event], snapshot: dict[str, Any]) -> Ve
     a row is dead-lettered only for a refusal for good or after outbox_max_attempts."""
     verdict = Verdict("effects-complete")
     if not capable(snapshot, "outbox"):
-        return verdict.unknown("the engine declares no outbox: no rows to hold the receiver to")
+        return _delivered_effects_without_rows(verdict, history, snapshot)
     idx = readings(history).outbox
     pipeline = snapshot["pipeline"]
     final = pipeline["steps"][-1]["done"]
@@ -350,6 +386,37 @@ def check_effects_complete(history: list[Event], snapshot: dict[str, Any]) -> Ve
     verdict.metrics = {"delivered_jobs": len(delivered), "dead_lettered": dead,
                        "dead_lettered_early": early,
                        "applied_effects": len(applied["effects"]), "drained": drained}
+    return verdict
+
+
+def _delivered_effects_without_rows(verdict: Verdict, history: list[Event],
+                                    snapshot: dict[str, Any]) -> Verdict:
+    """An engine with no outbox: every job in the pipeline's final state has each effect
+    kind the pipeline declares applied at the receiver (a job cannot be done while the
+    effect it exists for was lost). There is no dead letter to excuse one."""
+    why = _without_receiver(snapshot)
+    if why:
+        return verdict.unknown(why)
+    pipeline = snapshot["pipeline"]
+    final = pipeline["steps"][-1]["done"]
+    delivered = sorted(j for j, row in snapshot["jobs"].items() if row["state"] == final)
+    idx = readings(history).outbox
+    applied = _applied(snapshot, idx)["effects"]
+    last_job_event = _last_job_events(history)
+    for job in delivered:
+        for kind in pipeline["effects"]:
+            verdict.checked += 1
+            if (job, kind) in applied:
+                continue
+            requests = idx.requests.get((job, kind), [])
+            tried = "; ".join(f"{r.get('status')} {r.get('outcome')} at "
+                              f"{_at(r['t_start'], idx)}" for r in requests[:4]) or "none"
+            verdict.fail("effect-not-applied", f"job {job} reached {final!r} but the receiver "
+                         f"never applied its {kind!r} effect (requests: {tried})",
+                         *(requests[:4] or _some(last_job_event.get(job))))
+    verdict.metrics = {"delivered_jobs": len(delivered), "applied_effects": len(applied)}
+    if not delivered:
+        return verdict.unknown(f"no job reached {final!r}: no effect was owed")
     return verdict
 
 

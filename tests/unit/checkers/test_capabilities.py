@@ -44,11 +44,36 @@ def test_without_spend_records_a_memo_cost_off_its_bill_still_fails():
     assert verdict.status == "fail" and set(verdict.by_type) == {"cost-mismatch"}
 
 
-def test_without_an_outbox_the_outbox_checks_are_unknown():
+def test_without_an_outbox_the_effects_are_still_judged_at_the_receiver():
     history = delivered_with_effects(DOC)
     for checker in (check_outbox_bounded, check_effects_complete):
         assert check(checker, history).status == "pass"
-        assert check(checker, history, "outbox").status == "unknown"
+        verdict = check(checker, history, "outbox")
+        assert verdict.status == "pass" and verdict.checked > 0, verdict.reason
+    bounded = check(check_outbox_bounded, history, "outbox")
+    assert "were not bounded" in bounded.reason  # what it could not judge, it says
+
+
+def test_without_an_outbox_an_effect_applied_twice_or_never_fails():
+    history = delivered_with_effects(DOC)
+    applied = snapshot_with_effects(history)["receiver_applied"]
+    twice = check(check_outbox_bounded, history, "outbox",
+                  receiver_applied=applied + [{**applied[0], "key": "another-key"}])
+    assert twice.status == "fail" and set(twice.by_type) == {"applied-twice"}
+    lost = [e for e in history if e["src"] != "receiver"]
+    never = check(check_effects_complete, lost, "outbox", receiver_applied=[])
+    assert never.status == "fail" and set(never.by_type) == {"effect-not-applied"}
+    assert never.error_count == len(snapshot_with_effects(history)["pipeline"]["effects"])
+
+
+def test_without_an_outbox_or_effects_or_the_receivers_ledger_the_effects_are_unknown():
+    history = delivered_with_effects(DOC)
+    snap = snapshot_with_effects(history, engine=without("outbox"))
+    snap["pipeline"]["effects"] = []
+    assert check_effects_complete(history, snap).status == "unknown"
+    for checker in (check_outbox_bounded, check_effects_complete):
+        verdict = check(checker, history, "outbox", ledgers=["provider"])
+        assert verdict.status == "unknown" and "ledger" in verdict.reason
 
 
 def test_without_an_integrity_control_db_intact_is_unknown_not_a_pass():
@@ -102,6 +127,20 @@ def test_a_fault_the_engine_cannot_undergo_is_not_applicable():
 
     skipped = not_applicable(scenario, NoControls())
     assert {"lease_expiry", "contention", "operator", "crash_loop"} <= set(skipped)
+    # The receiver's faults need effects to refuse, not an outbox to send them from.
+    assert "receiver_5xx" not in skipped  # NoControls has an outbox
+
+    class NoEffects:
+        capabilities = frozenset()
+        pipeline = type("P", (), {"effects": ()})()
+
+    assert "receiver_5xx" in not_applicable(scenario, NoEffects())
+
+    class EffectsNoOutbox:
+        capabilities = frozenset()
+        pipeline = type("P", (), {"effects": ("charge",)})()
+
+    assert not {"receiver_5xx", "receiver_lost"} & set(not_applicable(scenario, EffectsNoOutbox()))
     assert not_applicable(scenario, type("All", (), {"capabilities": set(CAPABILITIES)})()) == []
 
 
