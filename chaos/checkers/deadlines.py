@@ -81,8 +81,8 @@ def check_deadlines_kept(history: list[Event], snapshot: dict[str, Any]) -> Verd
         used = _used_late_answer(kind, e, later_writes, end)
         if used is None or disturbed(windows, client, start, used["t"]):
             continue
-        if index.exit_after(worker, start, e.get("pid")) is not None and \
-                index.exit_after(worker, start, e.get("pid"))["t"] < used["t"]:
+        died = index.exit_after(worker, start, e.get("pid"))
+        if died is not None and died["t"] < used["t"]:
             continue  # the caller died first: the write is a successor's under the same id
         what = (f"call for {e.get('job')}/{e.get('step')}" if kind == "calls"
                 else f"send of {e.get('job')}/{e.get('kind')}")
