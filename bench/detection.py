@@ -1,7 +1,7 @@
 """Seconds to detect each mutant: every broken engine of the catalog on its provoking scenario
-over seeds 1..N, and the reference engine on the same scenarios and seeds (false alarms).
+over the seeds (N: 1..N), and the reference engine on the same scenarios and seeds (false alarms).
 
-    python bench/detection.py [--seeds 10] [--only NAME,...] [--profile P] [--parallel 2]
+    python bench/detection.py [--seeds 10|A..B] [--only NAME,...] [--profile P] [--parallel 2]
                               [--sim] [--out reports/bench-detection]
 
 A mutant is detected in a run when one of its expected invariants fails there; the time to
@@ -24,18 +24,19 @@ from datetime import datetime, timezone
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from chaos import flags  # noqa: E402
 from chaos.reference.mutants.catalog import Mutant  # noqa: E402
 from chaos.mutants.matrix import REFERENCE, Task, caught_by, run_task, select  # noqa: E402
 from chaos.supervisor import die_with_parent  # noqa: E402
 
 
-def tasks_for(mutants: list[Mutant], seeds: int, profile: str | None, out: str) -> list[Task]:
+def tasks_for(mutants: list[Mutant], seeds: range, profile: str | None, out: str) -> list[Task]:
     runs = os.path.join(out, "runs")
     tasks = [Task(m.name, m.scenario, profile or m.profile, s, runs)
-             for m in mutants for s in range(1, seeds + 1)]
+             for m in mutants for s in seeds]
     scenarios = sorted({(t.scenario, t.profile) for t in tasks})
     return tasks + [Task(REFERENCE, sc, p, s, runs) for sc, p in scenarios
-                    for s in range(1, seeds + 1)]
+                    for s in seeds]
 
 
 def sim_task(task: Task) -> dict:
@@ -122,7 +123,8 @@ def table(rows: list[dict], reference: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--seeds", type=flags.seeds, default=flags.parse_seeds("10"),
+                        help=flags.SEEDS_HELP)
     parser.add_argument("--only", default=None)
     parser.add_argument("--profile", default=None, help="default: each mutant's own (smoke)")
     parser.add_argument("--parallel", type=int, default=2)
@@ -133,7 +135,7 @@ def main() -> None:
     mutants = select(args.only)
     out = os.path.join(args.out, datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
     tasks = tasks_for(mutants, args.seeds, args.profile, out)
-    print(f"detection ({'sim' if args.sim else 'run'}): {len(mutants)} mutants x {args.seeds} "
+    print(f"detection ({'sim' if args.sim else 'run'}): {len(mutants)} mutants x {len(args.seeds)} "
           f"seeds, and the reference on the same scenarios: {len(tasks)} "
           f"{'schedules' if args.sim else 'campaigns'}, {args.parallel} at a time -> {out}",
           file=sys.stderr, flush=True)
@@ -143,7 +145,7 @@ def main() -> None:
     rows = [mutant_row(m, [r for r in results if r["engine"] == m.name]) for m in mutants]
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "detection.json"), "w", encoding="utf-8") as fh:
-        json.dump({"seeds": args.seeds, "profile": args.profile, "sim": args.sim, "mutants": rows,
+        json.dump({"seeds": list(args.seeds), "profile": args.profile, "sim": args.sim, "mutants": rows,
                    "runs": results, "seconds": round(time.time() - started, 1)}, fh, indent=2)
     print(table(rows, reference))
     print(f"({len(tasks)} {'schedules' if args.sim else 'campaigns'} in "

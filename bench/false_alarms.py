@@ -1,7 +1,7 @@
 """False alarms: the reference engine (or any in-process engine) over many simulated seeds of
 every scenario, counting each invariant that did not pass.
 
-    python bench/false_alarms.py [--seeds 200] [--scenarios all|NAME,...] [--profile ci]
+    python bench/false_alarms.py [--seeds 200|A..B] [--scenarios all|NAME,...] [--profile ci]
                                  [--engine reference] [--processes 2]
 
 The reference engine holds every invariant it is checked against, so every failed verdict is
@@ -24,6 +24,7 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from chaos import flags  # noqa: E402
 from chaos.contract import load_engine  # noqa: E402
 from chaos.supervisor import die_with_parent  # noqa: E402
 from chaos.scenario import load_scenario  # noqa: E402
@@ -56,17 +57,18 @@ def one(task: tuple) -> tuple[str, int, list[tuple[str, str, str]], float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=200)
+    parser.add_argument("--seeds", type=flags.seeds, default=flags.parse_seeds("200"),
+                        help=flags.SEEDS_HELP)
     parser.add_argument("--scenarios", default="all")
     parser.add_argument("--profile", default="ci")
     parser.add_argument("--engine", default="reference")
     parser.add_argument("--processes", type=int, default=2)
     args = parser.parse_args()
-    if args.seeds < 1 or args.processes < 1:
-        parser.error("--seeds and --processes must be at least 1")
+    if args.processes < 1:
+        parser.error("--processes must be at least 1")
     names = scenario_names() if args.scenarios == "all" else args.scenarios.split(",")
-    tasks = [(n, s, args.profile, args.engine) for n in names for s in range(1, args.seeds + 1)]
-    print(f"false alarms: {args.engine}, {len(names)} scenarios x {args.seeds} seeds "
+    tasks = [(n, s, args.profile, args.engine) for n in names for s in args.seeds]
+    print(f"false alarms: {args.engine}, {len(names)} scenarios x {len(args.seeds)} seeds "
           f"(profile {args.profile}) on {args.processes} processes; load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     started = time.perf_counter()

@@ -4,14 +4,14 @@ how many seconds it takes to catch it.
 
     python bench/sim_speed.py [--seconds 60] [--processes 2] [--scenario smoke] [--jobs 10]
                               [--workers 3] [--engines reference,...]
-                              [--mutants all|none|NAME,...] [--seeds 20]
+                              [--mutants all|none|NAME,...] [--seeds 20|A..B]
 
 Speed: every process simulates seeds 1, 1 + N, 1 + 2N, ... of the scenario (smoke profile,
 resized to --jobs and --workers) for --seconds; the figure is all schedules over the wall
 time. Target: 1,000 schedules/min on 2 cores (the reference engine). With several --engines
 (adapter specs, e.g. examples.toy_engine.adapter:TOY), each is measured in turn in the same
 run, and its rate is printed as a ratio to the first's. Detection: each mutant on its provoking
-scenario (the catalog's, at its profile) over seeds 1..--seeds: the first seed where one of
+scenario (the catalog's, at its profile) over the --seeds: the first seed where one of
 its expected invariants fails (schedules to first detection), the wall time until then, and
 how many seeds catch it; the reference engine runs the same seeds (false alarms). The load
 average is printed before and after: on a shared machine the wall-clock figures move with it,
@@ -28,6 +28,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from chaos import flags  # noqa: E402
 from chaos.contract import load_engine  # noqa: E402
 from chaos.scenario import load_scenario  # noqa: E402
 from chaos.sim import SeededChoices, SimSpec, simulate  # noqa: E402
@@ -102,7 +103,7 @@ def detect_worker(task: tuple) -> dict:
     engine, spec = (ENGINES[name], f"chaos.mutants:{name}") if name else (REFERENCE,
                                                                            "reference")
     started, caught, first_seconds, failed = time.perf_counter(), [], None, set()
-    for seed in range(1, seeds + 1):
+    for seed in seeds:
         result = simulate(SimSpec(scenario, seed, engine, spec), SeededChoices(seed))
         names = {v.name for v in result.failed}
         if names & set(expect) if name else names:
@@ -111,7 +112,7 @@ def detect_worker(task: tuple) -> dict:
             if first_seconds is None:
                 first_seconds = time.perf_counter() - started
     return {"name": name, "scenario": scenario_name, "expect": expect, "caught": caught,
-            "first_seconds": first_seconds, "failed": sorted(failed), "seeds": seeds,
+            "first_seconds": first_seconds, "failed": sorted(failed), "seeds": len(seeds),
             "seconds": time.perf_counter() - started}
 
 
@@ -132,7 +133,7 @@ def detection(args: argparse.Namespace) -> None:
     alarms = {r["scenario"]: r for r in rows if r["name"] is None}
     rows = [r for r in rows if r["name"] is not None]
     width, swidth = max(len(r["name"]) for r in rows), max(len(r["scenario"]) for r in rows)
-    print(f"\ndetection: each mutant on its catalog scenario, seeds 1..{args.seeds}")
+    print(f"\ndetection: each mutant on its catalog scenario, seeds {flags.seeds_text(args.seeds)}")
     print(f"  {'mutant':<{width}}  {'scenario':<{swidth}}  first  seconds  caught  by / the "
           "reference on the same seeds")
     for r in rows:
@@ -160,7 +161,8 @@ def main() -> None:
     parser.add_argument("--engines", default="reference",
                         help="comma-separated --engine specs, measured in turn")
     parser.add_argument("--mutants", default="all", help="all, none, or NAME,NAME,...")
-    parser.add_argument("--seeds", type=int, default=20, help="seeds per mutant")
+    parser.add_argument("--seeds", type=flags.seeds, default=flags.parse_seeds("20"),
+                        help="seeds per mutant: " + flags.SEEDS_HELP)
     parser.add_argument("--no-reference", action="store_true",
                         help="skip the reference engine's runs on the mutants' seeds")
     args = parser.parse_args()

@@ -73,14 +73,16 @@ class Armed:
         self.prob: dict[str, float] = {}
         self.hits: dict[str, int] = {}
         seed = env.get("NINELIVES_CRASH_SEED")
-        self.rng = random.Random(int(seed)) if seed else random.Random()
+        self.rng = random.Random(_whole(seed, "NINELIVES_CRASH_SEED", 0)) if seed \
+            else random.Random()
         for item in filter(None, (p.strip() for p in env.get("NINELIVES_CRASH_AT", "").split(","))):
             name, sep, value = item.partition("@") if "@" in item else item.partition(":")
             _known(name, known, "NINELIVES_CRASH_AT")
+            where = f"NINELIVES_CRASH_AT item {item!r}"
             if sep == "@":
-                self.prob[name] = float(value)
+                self.prob[name] = _probability(value, where)
             else:
-                self.nth[name] = int(value or 1)
+                self.nth[name] = _whole(value or "1", where, 1)
         self.jobs = [p.strip() for p in env.get("NINELIVES_CRASH_JOBS", "").split(",") if p.strip()]
         self.jobs_at = env.get("NINELIVES_CRASH_JOBS_AT", "")
         if self.jobs:
@@ -98,6 +100,28 @@ class Armed:
                 due = True
         if due:
             die(name, job)
+
+
+def _whole(text: str, where: str, low: int) -> int:
+    """A whole number of at least `low`, or ValueError naming `where`."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{where}: {text!r} is not a whole number") from None
+    if value < low:
+        raise ValueError(f"{where}: {value} is below {low}")
+    return value
+
+
+def _probability(text: str, where: str) -> float:
+    """A probability in [0, 1] (not NaN), or ValueError naming `where`."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{where}: {text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:  # NaN fails both comparisons
+        raise ValueError(f"{where}: a probability must be within 0..1, got {text}")
+    return value
 
 
 def _known(name: str, known: set[str], variable: str) -> None:

@@ -236,3 +236,20 @@ def test_only_a_typed_string_is_told_to_drop_its_quotes():
         with pytest.raises(ConfigError) as text:  # text has no quotes to drop
             load_config(**source)
         assert "quotes" not in str(text.value) and "'lease'" in str(text.value)
+
+
+@pytest.mark.parametrize("env, named", [
+    ({"NINELIVES_CRASH_AT": "a.point@nan"}, "a probability must be within 0..1"),
+    ({"NINELIVES_CRASH_AT": "a.point@1.5"}, "a probability must be within 0..1"),
+    ({"NINELIVES_CRASH_AT": "a.point@often"}, "'often' is not a number"),
+    ({"NINELIVES_CRASH_AT": "a.point:0"}, "0 is below 1"),
+    ({"NINELIVES_CRASH_AT": "a.point:two"}, "'two' is not a whole number"),
+    ({"NINELIVES_CRASH_AT": "a.point:1", "NINELIVES_CRASH_SEED": "x"}, "NINELIVES_CRASH_SEED"),
+], ids=["nan", "above-one", "not-a-number", "zeroth-hit", "not-whole", "seed"])
+def test_the_probe_other_engines_import_refuses_what_would_disarm_or_crash_it(env, named):
+    # An engine we did not write arms chaos.probe from the same variables as ours.
+    from chaos.probe import Armed
+    with pytest.raises(ValueError, match=named) as refused:
+        Armed(env, ["a.point"])
+    assert "NINELIVES_CRASH_" in str(refused.value)
+    assert Armed({"NINELIVES_CRASH_AT": "a.point@0.5,a.point:2"}, ["a.point"]).nth == {"a.point": 2}
