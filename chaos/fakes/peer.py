@@ -1,9 +1,9 @@
 """Which process sent a request: the owner of the client's end of a loopback TCP connection.
 
-A fake serves only 127.0.0.1, so both ends of every connection are on this machine and in
-/proc (Linux): the client's socket is the /proc/net/tcp row whose local port is the
-client's and whose remote port is the fake's, and the process that holds it has that
-socket's inode among its file descriptors. This ties a call to its caller for an engine
+A fake serves only 127.0.0.1, so both ends of every connection are on this machine (Linux):
+the kernel finds the client's socket by its four addresses (a sock_diag netlink query, one
+exact lookup; /proc/net/tcp, a walk over every socket, where netlink is refused), and the
+process that holds it has that socket's inode among its file descriptors in /proc. This ties a call to its caller for an engine
 whose requests name no worker (a plain client), without asking the engine for anything.
 
 The answer is None when it cannot be known: not Linux, the caller already gone (a killed
@@ -12,6 +12,8 @@ worker's request still in flight), or its /proc entries not ours to read.
 from __future__ import annotations
 
 import os
+import socket
+import struct
 import threading
 
 _TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
@@ -43,8 +45,36 @@ class PeerFinder:
         return pid
 
 
+_NETLINK_SOCK_DIAG, _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, _NLMSG_ERROR = 4, 20, 1, 2
+_LOOPBACK = socket.inet_aton("127.0.0.1")
+
+
 def socket_inode(local_port: int, remote_port: int) -> str | None:
-    """The inode of the TCP socket from local_port to remote_port, from /proc/net/tcp*."""
+    """The inode of the TCP socket 127.0.0.1:local_port -> 127.0.0.1:remote_port."""
+    try:
+        return _diag_inode(local_port, remote_port)
+    except OSError:
+        return _table_inode(local_port, remote_port)
+
+
+def _diag_inode(local_port: int, remote_port: int) -> str | None:
+    """Ask the kernel for the one socket (inet_diag_req_v2 with its whole id, not a dump;
+    no cookie to match). Raises OSError where netlink is not to be had."""
+    sockid = (struct.pack("!HH4s12x4s12x", local_port, remote_port, _LOOPBACK, _LOOPBACK)
+              + struct.pack("=III", 0, 0xFFFFFFFF, 0xFFFFFFFF))
+    request = struct.pack("=BBBxI", socket.AF_INET, socket.IPPROTO_TCP, 0, 0xFFFFFFFF) + sockid
+    header = struct.pack("=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST, 1, 0)
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as link:
+        link.settimeout(1.0)
+        link.send(header + request)
+        answer = link.recv(8192)
+    if len(answer) < 16 or struct.unpack_from("=H", answer, 4)[0] == _NLMSG_ERROR:
+        return None  # no such socket (the caller already closed it)
+    inode = struct.unpack_from("=I", answer, 16 + 68)[0]  # inet_diag_msg.idiag_inode
+    return str(inode) if inode else None
+
+
+def _table_inode(local_port: int, remote_port: int) -> str | None:
     local, remote = f":{local_port:04X}", f":{remote_port:04X}"
     for table in _TABLES:
         try:

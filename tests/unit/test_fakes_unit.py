@@ -1,6 +1,7 @@
 """The fakes' pure parts, without a server: the answer to any step, the attribution order, and the
 completion each outcome maps to."""
 
+import os
 import hashlib
 import json
 import math
@@ -158,3 +159,19 @@ def test_a_request_naming_its_worker_keeps_the_adapters_word_for_its_process():
     requests = [{"worker": "w:host:12", "caller_pid": 7}]
     attribute_callers(requests, _PidEngine(), spawned)
     assert requests == [{"worker": "w:host:12", "pid": 12}]
+
+
+def test_both_ways_of_finding_a_loopback_socket_name_the_clients_own():
+    # The kernel's exact lookup, and the walk over /proc/net/tcp it falls back on.
+    import socket
+    from chaos.fakes import peer
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, (_, client_port) = server.accept()
+            with accepted:
+                want = str(os.fstat(client.fileno()).st_ino)
+                assert peer._diag_inode(client_port, port) == want
+                assert peer._table_inode(client_port, port) == want
+                assert peer.PeerFinder().pid_of(("127.0.0.1", client_port), port) == os.getpid()
+        assert peer._diag_inode(client_port, port) is None  # closed: no one holds it
