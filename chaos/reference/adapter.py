@@ -200,7 +200,11 @@ class ReferenceEngine:
             store.close()
 
     def operator(self, db: str, action: str, job_id: str) -> str:
-        store = self._store(db)
+        return self.operate_with(self._store(db), action, job_id)
+
+    def operate_with(self, store, action: str, job_id: str) -> str:
+        """Carry an operator action out through `store` (then closed): "done" or
+        "refused: why"."""
         try:
             getattr(store, action)(job_id, "operator:chaos", time.time())
             return "done"

@@ -97,3 +97,73 @@ def test_the_matrix_has_a_column_head_for_every_invariant():
     from chaos.mutants.matrix import SHORT
     assert set(SHORT) == set(INVARIANTS)
     assert len(set(SHORT.values())) == len(SHORT)  # heads tell invariants apart
+
+
+def test_a_control_mutant_breaks_only_its_own_calls_even_on_many_threads_at_once(tmp_path):
+    # The harness runs operator actions on threads of their own. The unwritten-operator
+    # mutant once patched the store class for the length of each call: two calls at once
+    # restored each other's patch, and every later reference run in the process (a pool
+    # worker's next task, the next test) had operators that wrote nothing.
+    import threading
+    from chaos.reference import REFERENCE
+    from engine.store.sqlite import SQLiteStore
+    mutant = load_engine(BY_NAME["operator_move_not_written"].spec)
+    db = str(tmp_path / "store.db")
+    REFERENCE.install(db)
+    jobs = [f"doc-{i}" for i in range(60)]
+    for job in jobs:
+        REFERENCE.submit(db, job, {"title": "t", "body": "b"})
+    original = vars(SQLiteStore).get("_operator_move")
+    results = []
+
+    def cancel(job, go):
+        go.wait()
+        results.append(mutant.operator(db, "cancel", job))
+
+    for round_ in range(5):  # rounds of 12 threads at once: the old race showed in most
+        go = threading.Barrier(12)
+        threads = [threading.Thread(target=cancel, args=(job, go))
+                   for job in jobs[12 * round_:12 * (round_ + 1)]]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert vars(SQLiteStore).get("_operator_move") is original, f"round {round_}"
+    assert results == ["done"] * len(jobs)
+    assert not [op for op in REFERENCE.operations(db) if op.get("actor") == "operator"]
+    assert REFERENCE.operator(db, "cancel", jobs[0]) == "done"  # the reference still writes
+    assert [op["to"] for op in REFERENCE.operations(db)
+            if op.get("actor") == "operator"] == ["cancelled"]
+
+
+def test_restored_blocks_on_two_threads_take_turns_and_leave_the_class_as_it_was():
+    import threading
+    from chaos.reference.inprocess.patches import restored
+    from engine.worker import Worker
+    original = Worker.__dict__["_fail"]
+    inside = threading.Event()
+    release = threading.Event()
+
+    def first():
+        with restored():
+            Worker._fail = lambda *a: "first"
+            inside.set()
+            release.wait(5)
+
+    seen = []
+
+    def second():
+        inside.wait(5)
+        with restored():  # waits for the first block to end and put the class back
+            seen.append(Worker.__dict__["_fail"])
+            Worker._fail = lambda *a: "second"
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    inside.wait(5)
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert seen == [original]
+    assert Worker.__dict__["_fail"] is original

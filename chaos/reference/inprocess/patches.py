@@ -11,6 +11,7 @@ nemesis) before, as a real run keeps them in a process no mutant changes.
 from __future__ import annotations
 
 import importlib
+import threading
 from contextlib import contextmanager, nullcontext
 from typing import Any, ContextManager, Iterator
 
@@ -22,9 +23,21 @@ ENGINE_MODULES = ("engine.worker", "engine.outbox", "engine.retry", "engine.step
                   "engine.store.operator", "engine.store.queries", "engine.store.base")
 
 
+_RESTORING = threading.Lock()
+
+
 @contextmanager
 def restored() -> Iterator[None]:
-    """Whatever the block does to the engine's modules and classes is undone after it."""
+    """Whatever the block does to the engine's modules and classes is undone after it.
+
+    One block at a time in the process: what it patches is the process's, and a block that
+    began inside another's (on another thread) would save the other's patches as the state
+    to restore, and leave them for good."""
+    with _RESTORING:
+        yield from _restoring()
+
+
+def _restoring() -> Iterator[None]:
     saved = []
     for name in ENGINE_MODULES:
         module = importlib.import_module(name)

@@ -180,11 +180,12 @@ class UnwrittenOperator(MutantEngine):
         return ReferenceEngine.command(self, role, ctx)
 
     def operator(self, db: str, action: str, job_id: str) -> str:
-        from ..inprocess.patches import restored
-        from .patches import apply
-        with restored():  # this call only
-            apply(self.mutant.name)
-            return ReferenceEngine.operator(self, db, action, job_id)
+        store = self._store(db)
+        # This store only, never the class: the harness runs operator actions on threads
+        # of their own, and a class patched by one call would be seen by every other, and
+        # by the runs this process makes next.
+        store._operator_move = lambda *args, **kwargs: None
+        return self.operate_with(store, action, job_id)
 
 
 #: Mutants whose change lives in the adapter's own controls, not in its processes.
