@@ -11,8 +11,8 @@ from .retry import (Backoff, CallTimeout, ParseError, PoisonError, RetryableErro
 from .states import (DOCUMENT, STATES, IllegalTransition, Pipeline, PipelineError, Step,
                      build_pipeline, get_pipeline, register_pipeline)
 from .steps import CallResult, Conclusion, StepContext, StepRunner
-from .store import (DatabaseError, Effect, LeaseLost, OperatorError, SQLiteStore, StoreBusy,
-                    SubmissionConflict, open_store)
+from .store import (DatabaseError, Effect, LeaseLost, OperatorError, SQLiteStore, Store,
+                    StoreBusy, SubmissionConflict, open_store)
 from .worker import Worker, new_worker_id
 
 __version__ = "0.1.0"
@@ -22,7 +22,7 @@ __all__ = [
     "DOCUMENT", "DatabaseError", "Effect", "EngineConfig", "IllegalTransition", "LeaseLost",
     "ManualClock", "OperatorError", "ParseError", "Pipeline", "PipelineError", "PoisonError",
     "RetryableError", "SQLiteStore", "STATES", "SchemaError", "Sender", "SkewedClock", "Step",
-    "StepContext", "StepError", "StepRunner", "StoreBusy", "SubmissionConflict", "SystemClock",
+    "StepContext", "StepError", "StepRunner", "Store", "StoreBusy", "SubmissionConflict", "SystemClock",
     "Worker", "build_pipeline", "classify", "crashpoint", "get_pipeline", "load_config",
     "new_worker_id", "open_store", "register_pipeline",
 ]

@@ -23,7 +23,7 @@ from .retry import PoisonError, SchemaError, StepError
 from .states import PipelineError, get_pipeline
 from .steps import (PAYLOAD_SHAPE, SCHEMAS, StepContext, check_payload, check_schema,
                     make_runner)
-from .store import (DatabaseError, OperatorError, SQLiteStore, SubmissionConflict, open_store)
+from .store import (DatabaseError, OperatorError, Store, SubmissionConflict, open_store)
 from .worker import Worker
 
 OPERATOR = f"operator:{os.environ.get('USER', 'unknown')}"
@@ -71,7 +71,7 @@ def settings(args: argparse.Namespace) -> EngineConfig:
     return load_config(args.config, flags=flags)
 
 
-def open_for(config: EngineConfig, read_only: bool = False) -> SQLiteStore:
+def open_for(config: EngineConfig, read_only: bool = False) -> Store:
     return open_store(config.db, synchronous=config.synchronous,
                       busy_timeout=config.busy_timeout, read_only=read_only)
 
@@ -335,7 +335,7 @@ def cmd_action(args: argparse.Namespace, config: EngineConfig) -> int:
     return 0
 
 
-def check_resolution(store: SQLiteStore, job_id: str, output: Any) -> None:
+def check_resolution(store: Store, job_id: str, output: Any) -> None:
     """Refuse an operator's output that the parked step's schema would not accept: a memo
     the pipeline cannot use would kill every worker that picks the job up."""
     job = store.job(job_id)

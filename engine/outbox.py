@@ -14,7 +14,7 @@ from .config import EngineConfig
 from .hooks import Clock, SystemClock, crashpoint
 from .http import post_json
 from .retry import Backoff, classify
-from .store import OutboxClaim, SQLiteStore, StoreBusy
+from .store import OutboxClaim, Store, StoreBusy
 from .worker import new_worker_id, retry_store
 
 log = logging.getLogger("ninelives.sender")
@@ -23,7 +23,7 @@ log = logging.getLogger("ninelives.sender")
 class Sender:
     """Delivers outbox rows to `config.receiver_url`."""
 
-    def __init__(self, store: SQLiteStore, config: EngineConfig, *, clock: Clock | None = None,
+    def __init__(self, store: Store, config: EngineConfig, *, clock: Clock | None = None,
                  rng: random.Random | None = None, sender_id: str | None = None,
                  use_keys: bool = True) -> None:
         self.store, self.config = store, config

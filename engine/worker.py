@@ -25,7 +25,7 @@ from .hooks import Clock, SystemClock, crashpoint
 from .retry import Backoff, CallTimeout, PoisonError, StepError, classify
 from .states import Pipeline, get_pipeline
 from .steps import StepContext, StepRunner, make_runner
-from .store import Claim, LeaseLost, SQLiteStore, Spend, StoreBusy, open_store
+from .store import Claim, LeaseLost, Spend, Store, StoreBusy, open_store
 
 log = logging.getLogger("ninelives.worker")
 
@@ -71,7 +71,7 @@ class Heartbeat:
     default; a simulation passes its own, so that this very code runs on its virtual clock.
     """
 
-    def __init__(self, open_store_: Callable[[], SQLiteStore], clock: Clock, lease: float,
+    def __init__(self, open_store_: Callable[[], Store], clock: Clock, lease: float,
                  every: float, worker_id: str, *,
                  thread: Callable[..., Any] = threading.Thread,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
@@ -135,11 +135,11 @@ class Worker:
     beat_thread and monotonic are the heartbeat's thread and interval clock (see Heartbeat).
     """
 
-    def __init__(self, store: SQLiteStore, config: EngineConfig, *,
+    def __init__(self, store: Store, config: EngineConfig, *,
                  pipeline: Pipeline | None = None, runner: StepRunner | None = None,
                  clock: Clock | None = None, rng: random.Random | None = None,
                  worker_id: str | None = None,
-                 beat_store: Callable[[], SQLiteStore] | None = None,
+                 beat_store: Callable[[], Store] | None = None,
                  beat_thread: Callable[..., Any] = threading.Thread,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.store, self.config = store, config
@@ -309,8 +309,8 @@ class Worker:
         return Spend(claim.job_id, claim.step.name, self.id, claim.lease_token, started,
                      self.clock.now(), outcome, cost, error)
 
-    def _open_beat_store(self) -> SQLiteStore:
-        return open_store(self.store.path, synchronous=self.config.synchronous,
+    def _open_beat_store(self) -> Store:
+        return open_store(self.store.target, synchronous=self.config.synchronous,
                           busy_timeout=self.config.busy_timeout)
 
     def _heartbeat(self, claim: Claim) -> AbstractContextManager:

@@ -6,7 +6,6 @@ their row count: a worker whose lease was taken cannot change the job.
 """
 from __future__ import annotations
 
-import json
 import os
 import random
 import sqlite3
@@ -17,7 +16,7 @@ from typing import Any, Iterator
 from ..hooks import crashpoint
 from ..states import Pipeline, Step
 from .base import (Claim, DatabaseError, Effect, LeaseLost, OutboxClaim, Spend,
-                   SubmissionConflict, canonical_json)
+                   SubmissionConflict, canonical_json, step_input)
 from .operator import OperatorSQL
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -118,6 +117,11 @@ class SQLiteStore(OperatorSQL):
             (time.sleep if clock is None else clock.sleep)(
                 delay * (0.5 + self.wait_rng.random()))
             delay = min(delay * 2, 0.004)
+
+    @property
+    def target(self) -> str:
+        """The database file (what `open_store` opens again for another connection)."""
+        return self.path
 
     def close(self) -> None:
         self.conn.close()
@@ -248,14 +252,7 @@ class SQLiteStore(OperatorSQL):
 
     def input_for(self, claim: Claim, pipeline: Pipeline) -> Any:
         """The step's input: the job payload for the first step, else the previous memo."""
-        index = pipeline.steps.index(claim.step)
-        if index == 0:
-            return json.loads(claim.payload)
-        prev = pipeline.steps[index - 1].name
-        if prev not in claim.memos:
-            raise DatabaseError(f"job {claim.job_id} is at step {claim.step.name!r} but has no "
-                                f"memo for the previous step {prev!r}")
-        return json.loads(claim.memos[prev])
+        return step_input(claim, pipeline)
 
     # -- finishing a step --------------------------------------------------------------
 
