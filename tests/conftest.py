@@ -1,9 +1,93 @@
-"""Shared fixtures: a fresh engine database file per test, and a clock that only moves when told."""
+"""Shared fixtures: a fresh engine database per test (a SQLite file, or a database on a real
+PostgreSQL server the tests start), and a clock that only moves when told.
+
+A test module runs its store tests on every backend by naming them:
+`STORE_BACKENDS = BACKENDS` (from store_backends); its tests that use `backend` (or `store`, `db_target`,
+`new_store`, `engine`) are then parametrized over them, and a test marked `sqlite_only`
+runs on SQLite alone. Elsewhere `backend` is "sqlite", unparametrized.
+"""
 from __future__ import annotations
 
 import pytest
 
 from engine import DOCUMENT, ManualClock, load_config, open_store
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "sqlite_only: a store test of what only SQLite has "
+                                       "(its files, locks, query plans)")
+
+
+def pytest_generate_tests(metafunc):
+    backends = getattr(metafunc.module, "STORE_BACKENDS", None)
+    if backends is None or "backend" not in metafunc.fixturenames:
+        return
+    if metafunc.definition.get_closest_marker("sqlite_only"):
+        backends = ("sqlite",)
+    metafunc.parametrize("backend", backends, indirect=True)
+
+
+@pytest.fixture
+def backend(request):
+    """The store backend under test: "sqlite" or "postgres"."""
+    return getattr(request, "param", "sqlite")
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A PostgreSQL server for this test session (per xdist worker), always stopped."""
+    from postgres_server import PostgresServer
+    server = PostgresServer()
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def new_store(backend, tmp_path, request):
+    """Opens a store on a new, empty database of the backend: `new_store(**options)`.
+
+    On PostgreSQL the leases run on the caller's clock unless `lease_clock` is given, so
+    that one test reads the same on both backends. Every store opened is closed, and every
+    database dropped, at teardown. `new_store.targets` lists the databases made."""
+    opened, made = [], []
+    server = request.getfixturevalue("pg_server") if backend == "postgres" else None
+
+    def open_new(target: str | None = None, **options):
+        if target is None:
+            target = (server.create_database() if server else
+                      str(tmp_path / f"engine-{len(made) + 1}.db"))
+            made.append(target)
+        if server:
+            options.setdefault("lease_clock", "caller")
+        options.setdefault("synchronous", "NORMAL")
+        store = open_store(target, **options)
+        opened.append(store)
+        return store
+
+    open_new.targets = made
+    try:
+        yield open_new
+    finally:
+        for store in opened:
+            store.close()
+        for url in made if server else ():
+            server.drop_database(url)
+
+
+@pytest.fixture
+def db_target(backend, db_path, request):
+    """The test's database as `--db` takes it: the SQLite file, or a PostgreSQL URL."""
+    if backend == "sqlite":
+        yield db_path
+        return
+    server = request.getfixturevalue("pg_server")
+    url = server.create_database()
+    try:
+        yield url
+    finally:
+        server.drop_database(url)
 
 
 @pytest.fixture
@@ -12,13 +96,12 @@ def db_path(tmp_path):
 
 
 @pytest.fixture
-def store(db_path, clock):
+def store(backend, db_target, new_store, clock):
     """The test's store; its lock waits are measured on the test's clock, so that a lease
     written without a wait runs from exactly the time the test gave."""
-    s = open_store(db_path, synchronous="NORMAL")
+    s = new_store(db_target)
     s.wait_clock = clock
-    yield s
-    s.close()
+    return s
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
-"""The SQLite store on real files: idempotent submit, claims (index seek, resume, crash-loop
-cap), fencing of every write a worker makes after its lease was taken, the completion
-transaction, the outbox's own leases, and the schema version."""
+"""The store contract, on every backend (a SQLite file, a PostgreSQL database): idempotent
+submit, claims (resume, crash-loop cap), fencing of every write a worker makes after its
+lease was taken, the completion transaction, the outbox's own leases, and the schema
+version. Tests of what only SQLite has (query plans, its write lock) are marked so."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,9 @@ from engine.states import Step, build_pipeline
 from engine.store import Effect, LeaseLost, Spend, SubmissionConflict, open_store
 from engine.store.schema import SCHEMA_VERSION
 
+from store_backends import BACKENDS
+
+STORE_BACKENDS = BACKENDS
 NOW = 1_000_000.0
 LEASE = 5.0
 LATER = NOW + LEASE + 1  # the first lease has expired
@@ -52,16 +56,40 @@ def rows(store, table, order="1"):
     return store.query(f"SELECT * FROM {table} ORDER BY {order}")
 
 
-@pytest.fixture
-def transitions(store):
-    """Every committed state change, recorded by a temporary trigger in the same transaction."""
-    store.conn.executescript("""
-        CREATE TEMP TABLE transition (job_id TEXT, frm TEXT, dest TEXT);
+#: A trigger recording every committed state change in the same transaction, per backend.
+TRANSITION_TRIGGER = {
+    "sqlite": """
+        CREATE TEMP TABLE transition (seq INTEGER PRIMARY KEY, job_id TEXT, frm TEXT, dest TEXT);
         CREATE TEMP TRIGGER record_transition AFTER UPDATE OF state ON main.job
         WHEN old.state != new.state
-        BEGIN INSERT INTO transition VALUES (new.id, old.state, new.state); END;
-    """)
-    return lambda: [(r["frm"], r["dest"]) for r in store.query("SELECT * FROM transition")]
+        BEGIN INSERT INTO transition (job_id, frm, dest) VALUES (new.id, old.state, new.state);
+        END;
+    """,
+    "postgres": """
+        CREATE TABLE transition (seq BIGSERIAL PRIMARY KEY, job_id TEXT, frm TEXT, dest TEXT);
+        CREATE FUNCTION record_transition() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF old.state <> new.state THEN
+            INSERT INTO transition (job_id, frm, dest) VALUES (new.id, old.state, new.state);
+          END IF;
+          RETURN new;
+        END $$;
+        CREATE TRIGGER record_transition AFTER UPDATE OF state ON job
+        FOR EACH ROW EXECUTE FUNCTION record_transition();
+    """,
+}
+
+
+@pytest.fixture
+def transitions(store, backend):
+    """Every committed state change, recorded by a trigger in the same transaction."""
+    if backend == "sqlite":
+        store.conn.executescript(TRANSITION_TRIGGER[backend])
+    else:
+        with store.write() as conn:
+            conn.execute(TRANSITION_TRIGGER[backend])
+    return lambda: [(r["frm"], r["dest"])
+                    for r in store.query("SELECT * FROM transition ORDER BY seq")]
 
 
 # -- submit ----------------------------------------------------------------------------------
@@ -143,6 +171,7 @@ def test_claims_take_the_job_due_soonest(store, pipeline):
     assert store.job("future")["state"] == "pending"
 
 
+@pytest.mark.sqlite_only
 def test_claim_is_an_index_seek_among_thousands_of_finished_jobs(store, pipeline):
     with store.write() as conn:
         conn.executemany(
@@ -357,12 +386,14 @@ def test_rows_past_the_attempt_cap_are_dead_lettered_by_the_claim(store, pipelin
 
 # -- schema ----------------------------------------------------------------------------------
 
+@pytest.mark.sqlite_only
 def test_a_new_database_is_at_the_current_schema_version(store):
     assert store.schema_version() == SCHEMA_VERSION
     tables = {r["name"] for r in store.query("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"job", "step_result", "outbox", "spend"} <= tables
 
 
+@pytest.mark.sqlite_only
 def test_reopening_a_current_database_writes_nothing(store, pipeline, db_path):
     store.submit("job-1", pipeline, {"doc": 1}, NOW)
     schema = store.query("SELECT type, name, sql FROM sqlite_master ORDER BY name")
@@ -400,6 +431,7 @@ class LockedFor:
             self.holder.execute("ROLLBACK")
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("write", ["claim", "continue", "heartbeat"])
 def test_a_lease_written_after_a_wait_for_the_lock_runs_from_the_write(store, pipeline, write):
     # The worker read its clock (NOW), then waited 3 s for the lock: the lease it writes
@@ -442,6 +474,7 @@ def held_for(db_path, seconds):
     return release, time
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize("what", ["job", "outbox row"])
 def test_a_claim_that_waited_for_the_lock_in_sqlites_own_busy_handler_runs_from_its_write(
         db_path, pipeline, what):

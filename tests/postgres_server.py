@@ -1,0 +1,177 @@
+"""A real PostgreSQL server for the tests: `initdb` and `pg_ctl start` in a temporary folder,
+on a unix socket in that folder and 127.0.0.1 on a free port, stopped with `pg_ctl stop -m
+fast`; one database per test, made from a migrated template.
+
+No orphan server: beside it runs a watchdog (this file run as a script) in its own session,
+which polls the pid of the process that started the server and, when that process is gone
+(a test run killed with SIGKILL), stops the server and removes the folder. postgres cannot
+have PR_SET_PDEATHSIG (pg_ctl daemonises it), so the watch is a pid check instead.
+
+As root (postgres refuses to run as root) the folder belongs to `nobody` and initdb, pg_ctl
+and the server run as that user through `runuser -u nobody --` (util-linux, on every Debian
+system; it needs no password and no PAM session when root calls it).
+"""
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+INSTALL_HINT = ("PostgreSQL's server binaries (initdb, pg_ctl, postgres) were not found, through "
+                "`pg_config --bindir` or in /usr/lib/postgresql/*/bin. `make test` installs them "
+                "(apt-get install postgresql) where it runs as root; elsewhere install "
+                "PostgreSQL yourself. The PostgreSQL backend tests never skip.")
+SUPERUSER = "postgres"
+TEMPLATE = "ninelives_template"
+
+
+def find_bindir() -> Path:
+    """Where initdb and pg_ctl are. Raises RuntimeError with INSTALL_HINT when nowhere."""
+    candidates = []
+    try:
+        out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True,
+                             timeout=10)
+        if out.returncode == 0:
+            candidates.append(out.stdout.strip())
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True)  # newest first
+    for folder in candidates:
+        if all(os.access(os.path.join(folder, tool), os.X_OK)
+               for tool in ("initdb", "pg_ctl", "postgres")):
+            return Path(folder)
+    raise RuntimeError(INSTALL_HINT)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PostgresServer:
+    """One server in a folder of its own, for the lifetime of a test session.
+
+    `start()` initialises and starts it (and its watchdog); `stop()` stops it and removes
+    the folder, and is safe to call twice. `create_database()` returns the URL of a new,
+    migrated database (or an empty one with `empty=True`).
+    """
+
+    def __init__(self) -> None:
+        self.bindir = find_bindir()
+        self.as_root = os.geteuid() == 0
+        self.folder = Path(tempfile.mkdtemp(prefix="ninelives-pg-"))
+        self.data, self.log = self.folder / "data", self.folder / "server.log"
+        self.port = free_port()
+        self.watchdog: subprocess.Popen | None = None
+        self._names = itertools.count(1)
+        self.running = False
+
+    @property
+    def url(self) -> str:
+        """The URL of the `postgres` maintenance database (superuser, trust auth)."""
+        return self.url_for("postgres")
+
+    def url_for(self, dbname: str) -> str:
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{dbname}"
+
+    def _run(self, *argv: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+        command = [str(self.bindir / argv[0]), *argv[1:]]
+        if self.as_root:
+            command = ["runuser", "-u", "nobody", "--", *command]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+        if done.returncode != 0:
+            log = self.log.read_text(errors="replace") if self.log.exists() else ""
+            raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n"
+                               f"{done.stdout}{done.stderr}{log}")
+        return done
+
+    def start(self) -> "PostgresServer":
+        if self.as_root:
+            shutil.chown(self.folder, "nobody")
+        self.folder.chmod(0o700)
+        # fsync off: a test server's crash durability is not under test, and it saves
+        # seconds per database created.
+        self._run("initdb", "-D", str(self.data), "-U", SUPERUSER, "-A", "trust", "-E", "UTF8",
+                  "--no-sync", "--no-instructions")
+        self._start_watchdog()
+        options = (f"-k {self.folder} -c listen_addresses=127.0.0.1 -p {self.port}"
+                   " -c fsync=off -c full_page_writes=off -c max_connections=100")
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w",
+                  "-t", "60", "start")
+        self.running = True
+        self._create_template()
+        return self
+
+    def _start_watchdog(self) -> None:
+        # Its own session: a signal to the test run's process group does not take it along
+        # before it has stopped the server.
+        self.watchdog = subprocess.Popen(
+            [sys.executable, __file__, str(os.getpid()), str(self.bindir), str(self.data),
+             str(self.folder), "1" if self.as_root else "0"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+
+    def _create_template(self) -> None:
+        from engine.store import open_store
+        self._execute(f"CREATE DATABASE {TEMPLATE}")
+        open_store(self.url_for(TEMPLATE)).close()  # migrated once, copied per test
+
+    def _execute(self, sql: str) -> None:
+        import psycopg
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(sql)
+
+    def create_database(self, *, empty: bool = False) -> str:
+        """A new database for one test: a copy of the migrated template, or (empty) of
+        template0. Returns its URL."""
+        name = f"test_{os.getpid()}_{next(self._names)}"
+        self._execute(f"CREATE DATABASE {name} TEMPLATE {'template0' if empty else TEMPLATE}")
+        return self.url_for(name)
+
+    def drop_database(self, url: str) -> None:
+        """Drop a test's database (closing whatever still connects to it)."""
+        self._execute(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
+
+    def stop(self) -> None:
+        try:
+            if self.running:
+                self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+                self.running = False
+        finally:
+            if self.watchdog is not None:
+                self.watchdog.terminate()  # ours: started above, ended by its pid
+                self.watchdog.wait(timeout=10)
+                self.watchdog = None
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def watch(parent: int, bindir: str, data: str, folder: str, as_root: bool) -> None:
+    """Stop the server in `data` once process `parent` is gone, then remove `folder`."""
+    while True:
+        try:
+            os.kill(parent, 0)
+        except ProcessLookupError:
+            break
+        except PermissionError:
+            pass  # alive, under another user
+        if not os.path.exists(data):
+            return  # stopped and removed by its owner
+        time.sleep(0.5)
+    command = [os.path.join(bindir, "pg_ctl"), "-D", data, "-m", "immediate", "-w", "stop"]
+    if as_root:
+        command = ["runuser", "-u", "nobody", "--", *command]
+    subprocess.run(command, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    watch(int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "1")
