@@ -23,7 +23,8 @@ from .retry import PoisonError, SchemaError, StepError
 from .states import PipelineError, get_pipeline
 from .steps import (PAYLOAD_SHAPE, SCHEMAS, StepContext, check_payload, check_schema,
                     make_runner)
-from .store import (DatabaseError, OperatorError, Store, SubmissionConflict, open_store)
+from .store import (DatabaseError, OperatorError, Store, SubmissionConflict, open_store,
+                    shown_target)
 from .worker import Worker
 
 OPERATOR = f"operator:{os.environ.get('USER', 'unknown')}"
@@ -99,7 +100,7 @@ def cmd_worker(args: argparse.Namespace, config: EngineConfig) -> int:
     store = open_for(config)
     worker = Worker(store, config, clock=clock)
     stop = stop_on_signals()
-    print(f"worker {worker.id} on {config.db}", file=sys.stderr, flush=True)
+    print(f"worker {worker.id} on {shown_target(config.db)}", file=sys.stderr, flush=True)
     if config.calls_may_outlive_lease:
         print(f"warning: unsafe_long_calls is on: calls may outlive the {config.lease} s lease "
               "with heartbeat off; another worker may pay for the same step", file=sys.stderr)

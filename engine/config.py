@@ -103,7 +103,7 @@ class EngineConfig:
 FIELDS = {f.name: f for f in fields(EngineConfig)}
 #: What each setting means, for the help of the flags.
 MEANING = {
-    "db": "the SQLite file",
+    "db": "the SQLite file, or a postgresql://user@host:port/dbname URL",
     "pipeline": "the pipeline: a built-in name or a TOML file",
     "steps": "step implementations: document, instant, or module:object",
     "lease": "seconds a claim lasts without a heartbeat",

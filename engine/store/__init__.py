@@ -3,6 +3,7 @@ PostgreSQL serves workers on several hosts."""
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from .base import (Claim, DatabaseError, Effect, LeaseLost, OutboxClaim, Spend, StoreBusy,
@@ -13,7 +14,7 @@ from .sqlite import SQLiteStore
 
 __all__ = ["Claim", "DatabaseError", "Effect", "LeaseLost", "OperatorError", "OutboxClaim",
            "PostgresStore", "SQLiteStore", "Spend", "Store", "StoreBusy", "SubmissionConflict",
-           "canonical_json", "is_postgres_url", "open_store"]
+           "canonical_json", "is_postgres_url", "open_store", "shown_target"]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -21,6 +22,11 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 def is_postgres_url(target: str | os.PathLike) -> bool:
     """True when `target` names a PostgreSQL database (a postgresql:// URL)."""
     return os.fspath(target).startswith(POSTGRES_SCHEMES)
+
+
+def shown_target(target: str | os.PathLike) -> str:
+    """`target` as it may be printed or logged: a URL's password replaced by ***."""
+    return re.sub(r"://([^:/@]*):[^@]*@", r"://\1:***@", os.fspath(target))
 
 
 def open_store(target: str | os.PathLike, **options: Any) -> Store:

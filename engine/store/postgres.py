@@ -19,7 +19,6 @@ Time: leases run on the server's clock (see `Store`): SQL below writes `{NOW}`, 
 """
 from __future__ import annotations
 
-import re
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
@@ -27,6 +26,7 @@ import psycopg
 
 from ..hooks import crashpoint
 from ..states import Pipeline
+from . import shown_target
 from .base import (Claim, DatabaseError, Effect, LeaseLost, OutboxClaim, Spend, StoreBusy,
                    SubmissionConflict, canonical_json, step_input)
 from .operator import OperatorSQL
@@ -103,7 +103,7 @@ class PostgresStore(OperatorSQL):
         if lease_clock not in LEASE_CLOCKS:
             raise ValueError(f"lease_clock must be one of {LEASE_CLOCKS}, not {lease_clock!r}")
         self.url, self.read_only = url, read_only
-        self.where = re.sub(r"://([^:/@]*):[^@]*@", r"://\1:***@", url)  # no password shown
+        self.where = shown_target(url)  # never the password
         self.synchronous, self.busy_timeout = synchronous.upper(), busy_timeout
         self.db_clock = lease_clock == "database"
         self.connect_timeout = connect_timeout

@@ -36,7 +36,7 @@ class Ran:
 class EngineProcesses:
     """Runs `python -m engine COMMAND` against one database with a set of settings flags.
 
-    db: the database file; log_dir: where each process's stdout and stderr go (files, so a
+    db: the database (a file, or a URL); log_dir: where each process's stdout and stderr go (files, so a
     chatty process can never block on a full pipe); settings: flags every command gets (a
     value of None leaves the flag out). `close()` kills and reaps every process still running.
     """
@@ -107,11 +107,12 @@ class EngineProcesses:
 
 
 @pytest.fixture
-def engine(db_path, tmp_path, start_fakes):
-    """Engine processes on this test's database; fast polling, so idle workers notice work.
+def engine(db_target, tmp_path, start_fakes):
+    """Engine processes on this test's database (a SQLite file, or a PostgreSQL database in a
+    module that runs on every backend); fast polling, so idle workers notice work.
 
     (It depends on start_fakes so that its processes are killed before the fakes close.)"""
-    processes = EngineProcesses(db_path, tmp_path / "logs", {"poll_interval": 0.02})
+    processes = EngineProcesses(db_target, tmp_path / "logs", {"poll_interval": 0.02})
     try:
         yield processes
     finally:

@@ -2,12 +2,12 @@
 NINELIVES_CRASH_AT SIGKILLs itself there, against the fake provider and receiver. Then fresh
 processes finish the work, and: the job is delivered, no provider call for a step started after
 that step's memo committed, each effect was applied exactly once at the receiver, what a crash
-there costs in provider calls is what it should be, and the database is intact."""
+there costs in provider calls is what it should be, and the database is intact. On every
+store backend: a SQLite file, and a database on a real PostgreSQL server (leases on its clock)."""
 from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 from collections import Counter
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -17,6 +17,11 @@ import pytest
 
 from chaos.fakes import ScriptedFaults
 from engine.hooks import CRASHPOINTS
+from engine.store import open_store
+
+from store_backends import BACKENDS
+
+STORE_BACKENDS = BACKENDS
 
 JOB = "doc-1"
 BODY = "Ada Lovelace of Analytical Engines Ltd wrote from London. The invoice is attached."
@@ -115,28 +120,23 @@ def test_every_crash_point_has_a_scenario():
 
 # --- reading the outcome ------------------------------------------------------------------------
 
-def rows(db: str, sql: str, params: tuple = (JOB,)) -> list[dict]:
-    conn = sqlite3.connect(db)
-    try:
-        cur = conn.execute(sql, params)
-        return [dict(zip([d[0] for d in cur.description], r)) for r in cur.fetchall()]
-    finally:
-        conn.close()
-
-
 def snapshot(db: str, provider, receiver) -> SimpleNamespace:
     """The job's rows, its memos {step: output}, the provider calls and receiver effects."""
-    job = rows(db, "SELECT * FROM job WHERE id=?")
-    memos = rows(db, "SELECT step, output, at FROM step_result WHERE job_id=?")
-    return SimpleNamespace(
-        job=job[0] if job else None,
-        memos={m["step"]: json.loads(m["output"]) for m in memos},
-        memo_at={m["step"]: m["at"] for m in memos},
-        outbox=rows(db, "SELECT * FROM outbox WHERE job_id=?"),
-        spend=rows(db, "SELECT * FROM spend WHERE job_id=?"),
-        calls=[c for c in provider.entries() if c["job"] == JOB],
-        applied=[e["key"] for e in receiver.applied()],
-        integrity=rows(db, "PRAGMA integrity_check", ())[0]["integrity_check"])
+    store = open_store(db, read_only=True)
+    try:
+        job = store.query("SELECT * FROM job WHERE id=?", (JOB,))
+        memos = store.query("SELECT step, output, at FROM step_result WHERE job_id=?", (JOB,))
+        return SimpleNamespace(
+            job=job[0] if job else None,
+            memos={m["step"]: json.loads(m["output"]) for m in memos},
+            memo_at={m["step"]: m["at"] for m in memos},
+            outbox=store.query("SELECT * FROM outbox WHERE job_id=?", (JOB,)),
+            spend=store.query("SELECT * FROM spend WHERE job_id=?", (JOB,)),
+            calls=[c for c in provider.entries() if c["job"] == JOB],
+            applied=[e["key"] for e in receiver.applied()],
+            integrity=store.integrity_check())
+    finally:
+        store.close()
 
 
 def describe(s: SimpleNamespace) -> str:
@@ -171,7 +171,7 @@ def recover(engine, scenario: Scenario) -> None:
 
 @pytest.mark.parametrize("point", CRASHPOINTS)
 def test_a_kill_at_the_crash_point_loses_nothing_and_pays_for_nothing_twice(
-        point, engine, start_fakes, db_path):
+        point, engine, start_fakes, db_target):
     scenario = SCENARIOS[point]
     provider, receiver = start_fakes(ScriptedFaults(
         provider={(JOB, step, n): fault for (step, n), fault in scenario.faults.items()}))
@@ -182,12 +182,12 @@ def test_a_kill_at_the_crash_point_loses_nothing_and_pays_for_nothing_twice(
     args = submit_args("Invoice") if scenario.crash == "submit" else ARGS[scenario.crash]
     died = engine.run(scenario.crash, *args, crash_at=point)
     assert died.returncode == -signal.SIGKILL, f"{point} was never reached:\n{died}"
-    after_kill = snapshot(db_path, provider, receiver)
+    after_kill = snapshot(db_target, provider, receiver)
     assert scenario.left(after_kill), f"a kill at {point} left: {describe(after_kill)}"
     assert after_kill.integrity == "ok"
 
     recover(engine, scenario)
-    end = snapshot(db_path, provider, receiver)
+    end = snapshot(db_target, provider, receiver)
     assert end.job["state"] == "delivered", describe(end)
     late = [c for c in end.calls if c["t_start"] >= end.memo_at[c["step"]]]
     assert not late, f"provider called after the step's memo committed: {late}"

@@ -1,6 +1,8 @@
-"""Stateful property test of the SQLite store under several simulated workers and an operator.
+"""Stateful property test of the store, on every backend, under several simulated workers and
+an operator.
 
-A Hypothesis rule-based machine drives one real database file (a fresh temp dir per example)
+A Hypothesis rule-based machine drives one real database (a fresh file or PostgreSQL database
+per example)
 with a manual clock through random interleavings of submit, claim, complete, fail, heartbeat,
 lease expiry, worker crashes and operator actions. A small model tracks each worker's claim
 (and whether it was fenced out), each job's last seen row, the memos, the expected outbox
@@ -11,9 +13,6 @@ is not vacuous (and they pin down the paths too rare for it to hit every time).
 """
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
@@ -22,10 +21,14 @@ import pytest
 from hypothesis import currently_in_test_context, event, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
-                                 rule)
+                                 rule, run_state_machine_as_test)
 
-from engine import DOCUMENT, LeaseLost, ManualClock, OperatorError, SubmissionConflict, open_store
-from engine.store import Claim, Effect, Spend, canonical_json
+from engine import DOCUMENT, LeaseLost, ManualClock, OperatorError, SubmissionConflict
+from engine.store import Claim, Effect, Spend, Store, canonical_json
+
+from store_backends import BACKENDS
+
+STORE_BACKENDS = BACKENDS
 
 JOBS = ("j0", "j1", "j2")
 PAYLOADS = ({"doc_id": "d0", "title": "A", "body": "x"},
@@ -97,12 +100,16 @@ class Allowed:
 
 
 class StoreMachine(RuleBasedStateMachine):
-    """Workers w0..w2, one operator and a manual clock against one real SQLite store."""
+    """Workers w0..w2, one operator and a manual clock against one real store.
 
-    def __init__(self) -> None:
+    new_store: opens a store on a new database (the `new_store` fixture); `discard` closes
+    it and removes its database at teardown.
+    """
+
+    def __init__(self, new_store: Callable[[], Store]) -> None:
         super().__init__()
-        self.dir = tempfile.mkdtemp(prefix="ninelives-stateful-")
-        self.store = open_store(os.path.join(self.dir, "engine.db"), synchronous="NORMAL")
+        self.new_store = new_store
+        self.store = new_store()
         self.clock = ManualClock()
         # Lock waits measured on the model's clock: a lease runs from exactly the time given.
         self.store.wait_clock = self.clock
@@ -121,8 +128,7 @@ class StoreMachine(RuleBasedStateMachine):
         try:
             assert self.store.integrity_check() == "ok"
         finally:
-            self.store.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
+            self.new_store.discard(self.store)
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -136,9 +142,8 @@ class StoreMachine(RuleBasedStateMachine):
 
     def raw_rows(self) -> tuple[list, list]:
         """Every job and outbox row, every column, as stored."""
-        conn = self.store.conn
-        return (conn.execute("SELECT * FROM job ORDER BY id").fetchall(),
-                conn.execute("SELECT * FROM outbox ORDER BY id").fetchall())
+        return (self.store.query("SELECT * FROM job ORDER BY id"),
+                self.store.query("SELECT * FROM outbox ORDER BY id"))
 
     def memos_of(self, job: str) -> dict[str, str]:
         return {step: out for (j, step), out in self.memos.items() if j == job}
@@ -505,16 +510,18 @@ class StoreMachine(RuleBasedStateMachine):
 # operator moves or crash-loop parks that keep the token; memo overwrites; resolve keeping
 # the memo) fail it within seconds; the rarer ones (outbox rows written when fenced, the
 # result of a memo hit) are caught every time by the scripted tests below.
-StoreMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40,
-                                          deadline=None)
-TestStoreUnderRandomWorkers = StoreMachine.TestCase
+RANDOM_RUN = settings(max_examples=150, stateful_step_count=40, deadline=None)
+
+
+def test_the_store_under_random_workers(backend, new_store):
+    run_state_machine_as_test(lambda: StoreMachine(new_store), settings=RANDOM_RUN)
 
 
 # -- the machine is not vacuous: scripted runs through the same methods -----------------------
 
 @pytest.fixture
-def machine():
-    m = StoreMachine()
+def machine(backend, new_store):
+    m = StoreMachine(new_store)
     m.check_all()
     yield m
     m.teardown()
