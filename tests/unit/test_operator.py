@@ -17,6 +17,9 @@ from engine.retry import PoisonError, RetryableError
 from engine.steps import CallResult, DocumentSteps, InstantSteps
 from engine.store import LeaseLost, OperatorError, Spend
 
+from store_backends import BACKENDS
+
+STORE_BACKENDS = BACKENDS
 NOW = 1_000_000.0
 LEASE = 5.0
 
