@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 SCENARIO ?= smoke
 PYTEST_ARGS ?=
 
-.PHONY: run test bench clean browser
+.PHONY: run test bench clean browser postgres
 
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 LOG    := $(VENV)/install.log
@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/ninelives run $(SCENARIO)
 
-test: $(STAMP) browser
+test: $(STAMP) browser postgres
 	$(BIN)/python -m pytest -n auto $(PYTEST_ARGS)
 
 # The report page is checked in a headless browser; install one where we may (root, apt).
@@ -31,6 +31,21 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
 	  && { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
 	  || echo "note: no chromium; the browser check of report.html will be skipped"; }
+
+# The store's contract tests start a real PostgreSQL server of their own (initdb, pg_ctl) and
+# never skip: install its binaries where we may (root, apt), else say what is missing. No
+# main cluster is made, so the install starts no server of its own.
+PG_BINS := $(shell { pg_config --bindir 2>/dev/null; ls -d /usr/lib/postgresql/*/bin 2>/dev/null; } \
+             | while read d; do [ -x "$$d/initdb" ] && [ -x "$$d/pg_ctl" ] && echo "$$d"; done | head -n 1)
+APT_QUIET := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+             -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold
+postgres:
+	@[ -n "$(PG_BINS)" ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+	  && { echo "installing PostgreSQL (apt) for the store tests"; \
+	       [ -e /etc/postgresql-common/createcluster.conf ] || { mkdir -p /etc/postgresql-common \
+	         && echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf; }; \
+	       apt-get update -qq && $(APT_QUIET) postgresql >/dev/null; } \
+	  || echo "note: no PostgreSQL server binaries (initdb, pg_ctl); the PostgreSQL store tests will fail until they are installed"; }
 
 bench: $(STAMP)
 	$(BIN)/python bench/engine_throughput.py
