@@ -5,7 +5,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..states import Pipeline, Step
+from ..states import Step
 
 
 class DatabaseError(Exception):
@@ -104,18 +104,3 @@ def canonical_json(value: Any) -> str:
                           allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"payload is not JSON-serialisable: {exc}") from None
-
-
-def step_input(claim: Claim, pipeline: Pipeline) -> Any:
-    """The claimed step's input: the job payload for the first step, else the previous memo.
-
-    Raises DatabaseError when the previous step's memo is missing (the database is corrupt).
-    """
-    index = pipeline.steps.index(claim.step)
-    if index == 0:
-        return json.loads(claim.payload)
-    prev = pipeline.steps[index - 1].name
-    if prev not in claim.memos:
-        raise DatabaseError(f"job {claim.job_id} is at step {claim.step.name!r} but has no "
-                            f"memo for the previous step {prev!r}")
-    return json.loads(claim.memos[prev])

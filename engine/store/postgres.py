@@ -28,9 +28,10 @@ from ..hooks import crashpoint
 from ..states import Pipeline
 from . import shown_target
 from .base import (Claim, DatabaseError, Effect, LeaseLost, OutboxClaim, Spend, StoreBusy,
-                   SubmissionConflict, canonical_json, step_input)
+                   SubmissionConflict, canonical_json)
 from .operator import OperatorSQL
 from .postgres_schema import MIGRATIONS, SCHEMA_VERSION, VERSION_TABLE
+from .sqlite import SQLiteStore
 
 LEASE_CLOCKS = ("database", "caller")
 
@@ -86,6 +87,8 @@ class PostgresStore(OperatorSQL):
     lease_clock: "database" (leases and times on the server's clock, the default) or
     "caller" (the `now` each call gives, as SQLite: for deterministic tests and simulation);
     read_only: no migration, and every transaction is read-only.
+    A Worker's heartbeat opens its own connection with `open_store(target)`, on the server's
+    clock; a caller-clock user (a simulation) passes the Worker its own `beat_store`.
     Raises DatabaseError naming the server when it cannot connect, or the schema is newer.
     """
 
@@ -341,9 +344,9 @@ class PostgresStore(OperatorSQL):
 
     # -- finishing a step -------------------------------------------------------------------
 
-    def input_for(self, claim: Claim, pipeline: Pipeline) -> Any:
-        """The step's input: the job payload for the first step, else the previous memo."""
-        return step_input(claim, pipeline)
+    #: The step's input: the payload for the first step, else the previous memo (it reads
+    #: only the Claim, so both backends share the one reading of it).
+    input_for = SQLiteStore.input_for
 
     def complete(self, claim: Claim, pipeline: Pipeline, worker: str, now: float, *,
                  output: str | None, cost: float = 0.0, effects: tuple[Effect, ...] = (),

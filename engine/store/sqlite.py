@@ -6,6 +6,7 @@ their row count: a worker whose lease was taken cannot change the job.
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import sqlite3
@@ -16,7 +17,7 @@ from typing import Any, Iterator
 from ..hooks import crashpoint
 from ..states import Pipeline, Step
 from .base import (Claim, DatabaseError, Effect, LeaseLost, OutboxClaim, Spend,
-                   SubmissionConflict, canonical_json, step_input)
+                   SubmissionConflict, canonical_json)
 from .operator import OperatorSQL
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -252,7 +253,14 @@ class SQLiteStore(OperatorSQL):
 
     def input_for(self, claim: Claim, pipeline: Pipeline) -> Any:
         """The step's input: the job payload for the first step, else the previous memo."""
-        return step_input(claim, pipeline)
+        index = pipeline.steps.index(claim.step)
+        if index == 0:
+            return json.loads(claim.payload)
+        prev = pipeline.steps[index - 1].name
+        if prev not in claim.memos:
+            raise DatabaseError(f"job {claim.job_id} is at step {claim.step.name!r} but has no "
+                                f"memo for the previous step {prev!r}")
+        return json.loads(claim.memos[prev])
 
     # -- finishing a step --------------------------------------------------------------
 
