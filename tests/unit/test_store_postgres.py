@@ -215,12 +215,17 @@ def test_a_completion_whose_commit_dropped_is_not_run_again(url, opened, monkeyp
     store.submit("job-1", DOCUMENT, {}, 1.0)
     claim = store.claim(DOCUMENT, "w1", 1.0, LEASE, 10)
     import engine.store.postgres as backend
-    monkeypatch.setattr(backend, "crashpoint",
-                        lambda point: point == "worker.before_commit" and terminate(url, store))
+    hits = []
+
+    def drop_once(point: str) -> None:
+        if point == "worker.before_commit" and not hits:
+            hits.append(point)
+            terminate(url, store)
+
+    monkeypatch.setattr(backend, "crashpoint", drop_once)
     with pytest.raises(ConnectionDropped, match="unknown") as err:
         store.complete(claim, DOCUMENT, "w1", 2.0, output='{"x":1}')
-    assert err.value.at_commit
-    monkeypatch.setattr(backend, "crashpoint", lambda point: None)
+    assert err.value.at_commit and hits == ["worker.before_commit"]  # not run a second time
     job = store.job("job-1")
     assert (job["state"], job["lease_token"]) == ("fetching", claim.lease_token)
     assert store.query("SELECT * FROM step_result") == []
