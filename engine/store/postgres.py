@@ -19,19 +19,18 @@ Time: leases run on the server's clock (see `Store`): SQL below writes `{NOW}`, 
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
-
-import psycopg
+from typing import Any
 
 from ..hooks import crashpoint
 from ..states import Pipeline
-from . import shown_target
-from .base import (Claim, DatabaseError, Effect, LeaseLost, OutboxClaim, Spend, StoreBusy,
+from .base import (Claim, DatabaseError, Effect, LeaseLost, OutboxClaim, Spend,
                    SubmissionConflict, canonical_json)
 from .operator import OperatorSQL
 from .postgres_schema import MIGRATIONS, SCHEMA_VERSION, VERSION_TABLE
+from .postgres_session import ConnectionDropped, Cursor, PostgresSession
 from .sqlite import SQLiteStore
+
+__all__ = ["ConnectionDropped", "PostgresStore"]
 
 LEASE_CLOCKS = ("database", "caller")
 
@@ -42,41 +41,11 @@ CLOCK = ("(CASE WHEN %(db_clock)s THEN extract(epoch FROM statement_timestamp())
          " ELSE 0 END)")
 NOW = f"({CLOCK} + %(now)s)"
 
-#: SQLSTATEs after which nothing was committed and the same call may simply be made again:
-#: lock_timeout expired, deadlock, serialization failure, statement cancelled by a timeout.
-BUSY_STATES = frozenset({"55P03", "40P01", "40001", "57014"})
-
 #: Key of the advisory lock that serialises migrations among processes opening one database.
 MIGRATION_LOCK = 0x6E696E656C697665  # "ninelive"
 
 
-class ConnectionDropped(DatabaseError):
-    """The connection broke during a write. `at_commit`: it broke while COMMIT was in flight,
-    so whether the transaction committed is unknown (otherwise it certainly did not)."""
-
-    def __init__(self, message: str, at_commit: bool) -> None:
-        super().__init__(message)
-        self.at_commit = at_commit
-
-
-class _Cursor:
-    """The connection as the shared operator SQL uses it: `execute` with `?` placeholders
-    (sqlite3's style) or with named `%(name)s` ones, returning the psycopg cursor."""
-
-    def __init__(self, conn: psycopg.Connection) -> None:
-        self._conn = conn
-
-    def execute(self, sql: str, params: Any = ()) -> psycopg.Cursor:
-        if isinstance(params, dict):
-            return self._conn.execute(sql, params)
-        return self._conn.execute(sql.replace("?", "%s"), tuple(params))
-
-    def executemany(self, sql: str, rows: Any) -> None:
-        with self._conn.cursor() as cur:
-            cur.executemany(sql.replace("?", "%s"), list(rows))
-
-
-class PostgresStore(OperatorSQL):
+class PostgresStore(PostgresSession, OperatorSQL):
     """A connection to one engine database on a PostgreSQL server.
 
     url: a libpq URL, `postgresql://user@host:port/dbname`;
@@ -101,132 +70,12 @@ class PostgresStore(OperatorSQL):
     def __init__(self, url: str, *, synchronous: str = "FULL", busy_timeout: float = 5.0,
                  read_only: bool = False, lease_clock: str = "database",
                  connect_timeout: float = 10.0) -> None:
-        if synchronous.upper() not in ("FULL", "NORMAL"):
-            raise ValueError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
         if lease_clock not in LEASE_CLOCKS:
             raise ValueError(f"lease_clock must be one of {LEASE_CLOCKS}, not {lease_clock!r}")
-        self.url, self.read_only = url, read_only
-        self.where = shown_target(url)  # never the password
-        self.synchronous, self.busy_timeout = synchronous.upper(), busy_timeout
         self.db_clock = lease_clock == "database"
-        self.connect_timeout = connect_timeout
-        self.reconnects = 0
-        self.conn = self._connect()
+        super().__init__(url, synchronous=synchronous, busy_timeout=busy_timeout,
+                         read_only=read_only, connect_timeout=connect_timeout)
         self._migrate()
-
-    @property
-    def target(self) -> str:
-        """The URL (what `open_store` opens again for another connection)."""
-        return self.url
-
-    # -- connection and transactions --------------------------------------------------------
-
-    def _connect(self) -> psycopg.Connection:
-        try:
-            conn = psycopg.connect(self.url, autocommit=True,
-                                   connect_timeout=max(1, round(self.connect_timeout)),
-                                   # a server gone silent is noticed in seconds, not hours
-                                   keepalives=1, keepalives_idle=5, keepalives_interval=2,
-                                   keepalives_count=3)
-        except psycopg.Error as exc:
-            raise DatabaseError(f"cannot connect to database {self.where}: "
-                                f"{str(exc).strip()}") from exc
-        conn.execute(f"SET lock_timeout = {max(1, int(self.busy_timeout * 1000))}")
-        conn.execute("SET synchronous_commit = "
-                     + ("on" if self.synchronous == "FULL" else "off"))
-        if self.read_only:
-            conn.execute("SET default_transaction_read_only = on")
-        return conn
-
-    def _connection(self) -> psycopg.Connection:
-        """The live connection, reopened if the last one broke (a dropped connection, a
-        server restart, pg_terminate_backend): its transaction was rolled back by then."""
-        if self.conn.closed or self.conn.broken:
-            try:
-                self.conn.close()
-            finally:
-                self.conn = self._connect()
-                self.reconnects += 1
-        return self.conn
-
-    @contextmanager
-    def write(self) -> Iterator[_Cursor]:
-        """One write transaction: BEGIN, COMMIT, or ROLLBACK on any exception.
-
-        Raises StoreBusy (nothing committed) past the lock timeout or on a deadlock, and
-        ConnectionDropped when the connection broke (see `_write` for what is retried).
-        """
-        conn = self._connection()
-        try:
-            conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-            yield _Cursor(conn)
-        except BaseException as exc:
-            # Also a crash handler's exception in a simulation: nothing uncommitted survives.
-            if not conn.broken and not conn.closed:
-                try:
-                    conn.execute("ROLLBACK")
-                except psycopg.Error:
-                    pass
-            if isinstance(exc, psycopg.Error):
-                raise self._explain(exc, conn, "write", at_commit=False) from exc
-            raise
-        try:
-            conn.execute("COMMIT")
-        except psycopg.Error as exc:
-            raise self._explain(exc, conn, "commit", at_commit=True) from exc
-
-    def _write(self, body: Callable[[_Cursor], Any], *, idempotent: bool) -> Any:
-        """Run `body` in one write transaction, once more on a new connection if it dropped.
-
-        A connection that broke before COMMIT was sent cannot have committed anything (the
-        server rolls back a transaction whose session ended), so any write is run again. One
-        that broke while COMMIT was in flight may or may not have committed: only a write
-        that is idempotent under its fence is run again then (a heartbeat: GREATEST() of the
-        same lease under the same token; an outbox row's sent or retry mark under its token;
-        a submit: ON CONFLICT DO NOTHING). A claim, a step's completion or failure, and a
-        spend record are not: a second run would claim a second job, report a lease lost
-        that the first run used, or bill twice. Those raise, and the worker dies as if
-        killed at that line; the lease expires and the next owner resumes from the memo.
-        """
-        try:
-            with self.write() as cur:
-                return body(cur)
-        except ConnectionDropped as exc:
-            if exc.at_commit and not idempotent:
-                raise
-        with self.write() as cur:
-            return body(cur)
-
-    def _read(self, sql: str, params: Any = ()) -> psycopg.Cursor:
-        """One read on its own (autocommit): run again once on a new connection if it broke."""
-        for attempt in (1, 2):
-            conn = self._connection()
-            try:
-                return _Cursor(conn).execute(sql, params)
-            except psycopg.Error as exc:
-                error = self._explain(exc, conn, "read", at_commit=False)
-                if attempt == 2 or not isinstance(error, ConnectionDropped):
-                    raise error from exc
-        raise AssertionError("unreachable")
-
-    def _explain(self, exc: psycopg.Error, conn: psycopg.Connection, doing: str, *,
-                 at_commit: bool) -> DatabaseError:
-        if conn.broken or conn.closed:
-            return ConnectionDropped(
-                f"database {self.where}: the connection dropped while trying to {doing}"
-                + (" (whether it committed is unknown)" if at_commit else
-                   " (nothing was committed)") + f": {str(exc).strip()}", at_commit)
-        if exc.sqlstate in BUSY_STATES:
-            return StoreBusy(f"database {self.where}: a row stayed locked past the busy "
-                             f"timeout, or a deadlock; could not {doing} (nothing was changed)")
-        if exc.sqlstate == "25006":
-            return DatabaseError(f"database {self.where} was opened read-only; cannot {doing}"
-                                 " (nothing was changed)")
-        return DatabaseError(f"database {self.where}: {str(exc).strip()} (while trying to "
-                             f"{doing})")
-
-    def close(self) -> None:
-        self.conn.close()
 
     def _params(self, now: float, **values: Any) -> dict:
         """Parameters for a statement written with `{NOW}`: the clock switch and `now`."""
@@ -256,7 +105,7 @@ class PostgresStore(OperatorSQL):
         """Bring the database to SCHEMA_VERSION: each migration in one transaction, under an
         advisory lock so that processes opening a new database together migrate it once.
         A current database is only read."""
-        version = self._version(_Cursor(self.conn))
+        version = self._version(Cursor(self.conn))
         if version > SCHEMA_VERSION:
             raise DatabaseError(
                 f"database {self.where} has schema version {version}, newer than this "
@@ -277,7 +126,7 @@ class PostgresStore(OperatorSQL):
                             {"v": target + 1})
 
     def schema_version(self) -> int:
-        return self._version(_Cursor(self._connection()))
+        return self._version(Cursor(self._connection()))
 
     def integrity_check(self) -> str:
         """'ok' when the server answers and the schema is current. (PostgreSQL guards its own
@@ -292,7 +141,7 @@ class PostgresStore(OperatorSQL):
         """Create job `job_id` unless it exists (see Store.submit)."""
         body = canonical_json(payload)
 
-        def run(cur: _Cursor) -> bool:
+        def run(cur: Cursor) -> bool:
             created = cur.execute(
                 "INSERT INTO job (id, pipeline, state, payload, next_run_at, updated_by,"
                 f" created, updated) VALUES (%(id)s, %(pipeline)s, %(state)s, %(payload)s,"
@@ -314,7 +163,7 @@ class PostgresStore(OperatorSQL):
     def claim(self, pipeline: Pipeline, worker: str, now: float, lease: float,
               max_claims: int) -> Claim | None:
         """Lease the job due soonest (see Store.claim); one statement per job looked at."""
-        def run(cur: _Cursor) -> Claim | None:
+        def run(cur: Cursor) -> Claim | None:
             claim = self._claim_in(cur, pipeline, worker, now, lease, max_claims)
             if claim is not None:
                 crashpoint("claim.before_commit")
@@ -322,7 +171,7 @@ class PostgresStore(OperatorSQL):
 
         return self._write(run, idempotent=False)
 
-    def _claim_in(self, cur: _Cursor, pipeline: Pipeline, worker: str, now: float,
+    def _claim_in(self, cur: Cursor, pipeline: Pipeline, worker: str, now: float,
                   lease: float, max_claims: int) -> Claim | None:
         if max_claims < 1:
             raise ValueError(f"max_claims must be at least 1, not {max_claims}")
@@ -360,7 +209,7 @@ class PostgresStore(OperatorSQL):
         target = step.parked if park_reason else step.done
         pipeline.check(step.working, target)
 
-        def run(cur: _Cursor) -> tuple[int, Claim | None]:
+        def run(cur: Cursor) -> tuple[int, Claim | None]:
             result, memos = output, claim.memos
             if output is not None:
                 kept = cur.execute(
@@ -404,7 +253,7 @@ class PostgresStore(OperatorSQL):
             raise LeaseLost(claim.job_id, f"finishing step {step.name!r}")
         return nxt
 
-    def _continue(self, cur: _Cursor, claim: Claim, memos: dict[str, str],
+    def _continue(self, cur: Cursor, claim: Claim, memos: dict[str, str],
                   pipeline: Pipeline, worker: str, now: float, lease: float) -> Claim:
         step = pipeline.step_for(claim.step.done)
         pipeline.check(step.ready, step.working)
@@ -417,7 +266,7 @@ class PostgresStore(OperatorSQL):
         return Claim(job_id=claim.job_id, step=step, lease_token=claim.lease_token, claims=1,
                      attempts=0, lease_until=now + lease, payload=claim.payload, memos=memos)
 
-    def _insert_effects(self, cur: _Cursor, job_id: str, effects: tuple[Effect, ...],
+    def _insert_effects(self, cur: Cursor, job_id: str, effects: tuple[Effect, ...],
                         worker: str, now: float) -> None:
         for effect in effects:
             cur.execute(
@@ -435,7 +284,7 @@ class PostgresStore(OperatorSQL):
         target = step.ready if retry_at is not None else step.parked
         pipeline.check(step.working, target)
 
-        def run(cur: _Cursor) -> int:
+        def run(cur: Cursor) -> int:
             if spend is not None:
                 self._record_spend(cur, spend)
             moved = cur.execute(
@@ -458,7 +307,7 @@ class PostgresStore(OperatorSQL):
         """Extend a lease (see Store.heartbeat). False when the lease was taken."""
         crashpoint("worker.heartbeat")
 
-        def run(cur: _Cursor) -> int:
+        def run(cur: Cursor) -> int:
             # GREATEST: a beat delayed between its clock read and its write never moves a
             # lease back (and so running it twice is the same as once).
             return cur.execute(
@@ -476,7 +325,7 @@ class PostgresStore(OperatorSQL):
         self._write(lambda cur: self._record_spend(cur, spend), idempotent=False)
 
     @staticmethod
-    def _record_spend(cur: _Cursor, s: Spend) -> None:
+    def _record_spend(cur: Cursor, s: Spend) -> None:
         # The call's times are the worker's own observation of it, kept as it reports them.
         cur.execute(
             "INSERT INTO spend (job_id, step, worker, lease_token, started, ended, outcome,"
@@ -492,7 +341,7 @@ class PostgresStore(OperatorSQL):
         per row looked at)."""
         params = self._params(now, sender=sender, lease=lease, max_attempts=max_attempts)
 
-        def run(cur: _Cursor) -> OutboxClaim | None:
+        def run(cur: Cursor) -> OutboxClaim | None:
             while True:
                 row = cur.execute(CLAIM_OUTBOX, params).fetchone()
                 if row is None:
@@ -507,7 +356,7 @@ class PostgresStore(OperatorSQL):
 
     def mark_sent(self, row: OutboxClaim, sender: str, now: float) -> bool:
         """Mark a row sent, fenced by its lease token. False if the lease was taken."""
-        def run(cur: _Cursor) -> int:
+        def run(cur: Cursor) -> int:
             n = cur.execute(
                 f"UPDATE outbox SET sent_at={NOW}, lease_until=0, lease_owner=NULL,"
                 " updated_by=%(sender)s WHERE id=%(id)s AND lease_token=%(token)s"
@@ -523,7 +372,7 @@ class PostgresStore(OperatorSQL):
     def outbox_failed(self, row: OutboxClaim, sender: str, now: float, *, error: str,
                       retry_at: float | None) -> bool:
         """Schedule a retry at `retry_at`, or dead-letter (retry_at None). Fenced."""
-        def run(cur: _Cursor) -> int:
+        def run(cur: Cursor) -> int:
             return cur.execute(
                 f"UPDATE outbox SET next_attempt_at=COALESCE({CLOCK} + %(retry)s,"
                 f" next_attempt_at), dead_at=CASE WHEN %(dead)s THEN {NOW} END,"

@@ -12,7 +12,7 @@ import pytest
 
 from engine import DOCUMENT
 from engine.store import DatabaseError, LeaseLost, PostgresStore, open_store
-from engine.store.postgres import ConnectionDropped
+from engine.store.postgres_session import ConnectionDropped
 from engine.store.postgres_schema import SCHEMA_VERSION
 
 LEASE = 5.0
