@@ -2,9 +2,9 @@
 PostgreSQL server the tests start), and a clock that only moves when told.
 
 A test module runs its store tests on every backend by naming them:
-`STORE_BACKENDS = BACKENDS` (from store_backends); its tests that use `backend` (or `store`, `db_target`,
-`new_store`, `engine`) are then parametrized over them, and a test marked `sqlite_only`
-runs on SQLite alone. Elsewhere `backend` is "sqlite", unparametrized.
+`STORE_BACKENDS = BACKENDS` (from store_backends); its tests that use `backend` (or `store`,
+`db_target`, `new_store`, `engine`) are then parametrized over them, and a test marked
+`sqlite_only` runs on SQLite alone. Elsewhere `backend` is "sqlite", unparametrized.
 """
 from __future__ import annotations
 

@@ -6,15 +6,16 @@ import os
 import re
 from typing import Any
 
-from .base import (Claim, DatabaseError, Effect, LeaseLost, OutboxClaim, Spend, StoreBusy,
-                   SubmissionConflict, canonical_json)
+from .base import (Claim, ConnectionDropped, DatabaseError, Effect, LeaseLost, OutboxClaim,
+                   Spend, StoreBusy, SubmissionConflict, canonical_json)
 from .operator import OperatorError
 from .protocol import Store
 from .sqlite import SQLiteStore
 
-__all__ = ["Claim", "DatabaseError", "Effect", "LeaseLost", "OperatorError", "OutboxClaim",
-           "PostgresStore", "SQLiteStore", "Spend", "Store", "StoreBusy", "SubmissionConflict",
-           "canonical_json", "is_postgres_url", "open_store", "shown_target"]
+__all__ = ["Claim", "ConnectionDropped", "DatabaseError", "Effect", "LeaseLost", "OperatorError",
+           "OutboxClaim", "PostgresStore", "SQLiteStore", "Spend", "Store", "StoreBusy",
+           "SubmissionConflict", "canonical_json", "is_postgres_url", "open_store",
+           "shown_target"]
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 

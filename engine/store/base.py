@@ -16,6 +16,16 @@ class StoreBusy(DatabaseError):
     """Another process held the write lock past the busy timeout. Safe to retry."""
 
 
+class ConnectionDropped(DatabaseError):
+    """A client-server backend's connection broke during a write. `at_commit`: it broke while
+    COMMIT was in flight, so whether the transaction committed is unknown (otherwise it
+    certainly did not). The store reconnects on its next call."""
+
+    def __init__(self, message: str, at_commit: bool) -> None:
+        super().__init__(message)
+        self.at_commit = at_commit
+
+
 class LeaseLost(Exception):
     """A fenced write matched no row: another worker holds the job now."""
 

@@ -27,10 +27,10 @@ from .base import (Claim, DatabaseError, Effect, LeaseLost, OutboxClaim, Spend,
                    SubmissionConflict, canonical_json)
 from .operator import OperatorSQL
 from .postgres_schema import MIGRATIONS, SCHEMA_VERSION, VERSION_TABLE
-from .postgres_session import ConnectionDropped, Cursor, PostgresSession
+from .postgres_session import Cursor, PostgresSession
 from .sqlite import SQLiteStore
 
-__all__ = ["ConnectionDropped", "PostgresStore"]
+__all__ = ["PostgresStore"]
 
 LEASE_CLOCKS = ("database", "caller")
 

@@ -8,20 +8,11 @@ from typing import Any, Callable, Iterator
 import psycopg
 
 from . import shown_target
-from .base import DatabaseError, StoreBusy
+from .base import ConnectionDropped, DatabaseError, StoreBusy
 
 #: SQLSTATEs after which nothing was committed and the same call may simply be made again:
 #: lock_timeout expired, deadlock, serialization failure, statement cancelled by a timeout.
 BUSY_STATES = frozenset({"55P03", "40P01", "40001", "57014"})
-
-
-class ConnectionDropped(DatabaseError):
-    """The connection broke during a write. `at_commit`: it broke while COMMIT was in flight,
-    so whether the transaction committed is unknown (otherwise it certainly did not)."""
-
-    def __init__(self, message: str, at_commit: bool) -> None:
-        super().__init__(message)
-        self.at_commit = at_commit
 
 
 class Cursor:

@@ -11,8 +11,7 @@ import psycopg
 import pytest
 
 from engine import DOCUMENT
-from engine.store import DatabaseError, LeaseLost, PostgresStore, open_store
-from engine.store.postgres_session import ConnectionDropped
+from engine.store import ConnectionDropped, DatabaseError, LeaseLost, PostgresStore, open_store
 from engine.store.postgres_schema import SCHEMA_VERSION
 
 LEASE = 5.0
@@ -320,3 +319,33 @@ def test_a_newer_schema_is_refused_and_left_alone(empty_url, opened):
 def test_a_read_only_open_of_an_empty_database_is_refused(empty_url):
     with pytest.raises(DatabaseError, match="needs migrating.*read-only"):
         open_store(empty_url, read_only=True)
+
+
+def with_a_next_version(monkeypatch, *statements: str) -> None:
+    """Make this engine one schema version newer, its migration being `statements`."""
+    import engine.store.postgres as backend
+    monkeypatch.setattr(backend, "MIGRATIONS", (*backend.MIGRATIONS, statements))
+    monkeypatch.setattr(backend, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+
+
+def test_an_older_database_is_migrated_forward_keeping_its_rows(empty_url, opened, monkeypatch):
+    opened(empty_url).submit("job-1", DOCUMENT, {"doc": 1}, 1.0)
+    with_a_next_version(monkeypatch, "ALTER TABLE job ADD COLUMN priority INTEGER NOT NULL"
+                                     " DEFAULT 0")
+    store = opened(empty_url)
+    assert store.schema_version() == SCHEMA_VERSION + 1
+    job = store.job("job-1")
+    assert (job["state"], job["priority"]) == ("pending", 0)
+
+
+def test_a_migration_that_fails_halfway_leaves_the_version_it_started_at(empty_url, opened,
+                                                                        monkeypatch):
+    opened(empty_url).submit("job-1", DOCUMENT, {"doc": 1}, 1.0)
+    with_a_next_version(monkeypatch, "ALTER TABLE job ADD COLUMN priority INTEGER",
+                        "ALTER TABLE no_such_table ADD COLUMN x INTEGER")
+    with pytest.raises(DatabaseError, match="no_such_table"):
+        open_store(empty_url)
+    monkeypatch.undo()
+    store = opened(empty_url)  # DDL is transactional: the first ALTER was rolled back too
+    assert store.schema_version() == SCHEMA_VERSION
+    assert "priority" not in store.job("job-1")
