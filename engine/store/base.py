@@ -89,6 +89,15 @@ class Spend:
     cost: float | None
     error: str | None = None
 
+    #: The record's insert, the same on every backend, with `row()` as its parameters.
+    INSERT = ("INSERT INTO spend (job_id, step, worker, lease_token, started, ended, outcome,"
+              " cost, error) VALUES (?,?,?,?,?,?,?,?,?)")
+
+    def row(self) -> tuple:
+        """The parameters of `INSERT`."""
+        return (self.job_id, self.step, self.worker, self.lease_token, self.started,
+                self.ended, self.outcome, self.cost, self.error)
+
 
 @dataclass(frozen=True)
 class OutboxClaim:

@@ -327,11 +327,7 @@ class PostgresStore(PostgresSession, OperatorSQL):
     @staticmethod
     def _record_spend(cur: Cursor, s: Spend) -> None:
         # The call's times are the worker's own observation of it, kept as it reports them.
-        cur.execute(
-            "INSERT INTO spend (job_id, step, worker, lease_token, started, ended, outcome,"
-            " cost, error) VALUES (?,?,?,?,?,?,?,?,?)",
-            (s.job_id, s.step, s.worker, s.lease_token, s.started, s.ended, s.outcome, s.cost,
-             s.error))
+        cur.execute(Spend.INSERT, s.row())
 
     # -- outbox -----------------------------------------------------------------------------
 

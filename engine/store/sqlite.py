@@ -391,11 +391,7 @@ class SQLiteStore(OperatorSQL):
 
     @staticmethod
     def _record_spend(conn: sqlite3.Connection, s: Spend) -> None:
-        conn.execute(
-            "INSERT INTO spend (job_id, step, worker, lease_token, started, ended, outcome,"
-            " cost, error) VALUES (?,?,?,?,?,?,?,?,?)",
-            (s.job_id, s.step, s.worker, s.lease_token, s.started, s.ended, s.outcome, s.cost,
-             s.error))
+        conn.execute(Spend.INSERT, s.row())
 
     # -- outbox ----------------------------------------------------------------------
 
