@@ -27,6 +27,7 @@ from .plan import FaultPlan, documents_for, make_plan
 from .render import render_run
 from .report import build_report, faults_applied, start_record, write_report
 from .runfiles import scenario_record, write_json
+from .runqueue import RunQueueWatch
 from .scenario import Scenario, ScenarioError, check_for_engine, crash_points_for
 from .supervisor import Supervisor, evidence_in
 from .writers import attribute_writes
@@ -115,12 +116,17 @@ class Campaign:
                 FakeReceiver(os.path.join(self.run_dir, "receiver.jsonl"), faults=policy) as r:
             self.urls = (p.url, r.url)
             sup = Supervisor(self._command, log_dir=self.run_dir, record=self.record)
+            # What the machine did to the engine's processes (chaos.runqueue): the timing
+            # checks excuse a process only its own stalls.
+            watch = RunQueueWatch(lambda: [c.pid for c in sup.children if c.ended is None],
+                                  self.record).start()
             try:
                 self._phases(sup, policy)
             except BaseException:
                 self._stop_nemesis()  # no fault may land on a process being stopped
                 raise
             finally:
+                watch.stop()
                 sup.close()
                 self.phases["processes_ended"] = time.time()
             applied = r.applied()

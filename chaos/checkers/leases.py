@@ -322,7 +322,9 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     from one ("lease-abandoned").
 
     A lapse is judged only while the worker waits on a provider call of its step (a process
-    the machine stopped running as a whole is no heartbeat's failure). Not judged where the
+    the machine stopped running as a whole is no heartbeat's failure), and is excused when
+    the holder's process stalled (a thread ready to run and not run: chaos.runqueue) between
+    its last renewal and the lapse. Not judged where the
     harness takes leases on purpose: a holding during which the nemesis
     expired leases, paused the holder, or held the write lock, and workers on a skewed clock
     or started without heartbeat."""
@@ -342,7 +344,7 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     if lease is None:
         return verdict if verdict.valid is False else verdict.unknown(
             "the engine declares no lease length")
-    excused = shared.windows
+    excused = {**shared.windows, "stalls": shared.stalls}
     if settings.get("lease_from_write"):
         _check_renewals(verdict, shared, tl, lease, snapshot.get("clock"), at)
     for job, holds in tl.holdings.items():
@@ -478,6 +480,11 @@ def _check_renewals(verdict: Verdict, shared, tl, lease: float, clock: str | Non
                      f"ahead: less than {floor(lease):.3f} s of the lease ({lease:g} s)", e)
 
 
+def _stalled(stalls, pid: int | None, start: float, end: float) -> bool:
+    """Whether process `pid` stalled (chaos.runqueue, or the simulation's) in [start, end]."""
+    return any(p == pid and a <= end + TOL and b >= start - TOL for p, a, b in stalls)
+
+
 def _check_holding(verdict: Verdict, h, events: list[Event], index: JobIndex,
                    excused: dict[str, Any], lease: float, at) -> None:
     start = h.start["t"]
@@ -499,6 +506,8 @@ def _check_holding(verdict: Verdict, h, events: list[Event], index: JobIndex,
     for e in renewals + [None]:
         t = e["t"] if e is not None else end
         if held_until is not None and held_until < t - TOL and _waiting_at(h, held_until):
+            if _stalled(excused["stalls"], index.pids.get(h.worker), last["t"], held_until):
+                return  # the machine ran none of it while its renewal was due
             what = f"its next renewal at {at(t)}" if e is not None else (
                 f"its write at {at(t)}" if h.write is not None and t == h.write["t"]
                 else f"{'its death' if died and t == died['t'] else 'the end of the run'} at "

@@ -296,6 +296,22 @@ def test_a_lease_that_runs_out_under_its_live_worker_fails(history):
     assert "ran out at +" in verdict.failures[0].message
 
 
+def stall(t, seconds, pid=101):
+    return {"t": t, "src": "process", "type": "stall", "pid": pid, "seconds": seconds,
+            "waited": seconds, "cause": "run-queue"}
+
+
+@pytest.mark.parametrize("extra, status", [
+    ([stall(2.4, 0.3)], "pass"),             # not run while its renewal was due (before 3.0)
+    ([stall(2.4, 0.3, pid=102)], "fail"),    # another process's stall excuses nothing
+    ([stall(3.3, 0.1)], "fail"),             # after the lapse: not its cause
+], ids=["its-own-stall", "another-process-stalled", "a-stall-after-the-lapse"])
+def test_a_lapse_is_excused_only_by_its_holders_stall_before_it(extra, status):
+    # W1 (pid 101) never renews its lease to 3.0 and writes at 3.5.
+    verdict = run(check_lease_kept, held() + extra)
+    assert verdict.status == status, verdict.reason
+
+
 @pytest.mark.parametrize("granted, status", [(0.5, "fail"), (1.8, "fail"), (2.2, "pass")],
                          ids=["already-over", "a-fifth-of-the-lease", "a-little-short"])
 def test_a_claim_that_grants_less_than_half_a_lease_fails(granted, status):
