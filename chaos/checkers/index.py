@@ -51,6 +51,27 @@ class Readings:
         return [(e.get("pid"), e["t"], e["t"] + float(e.get("seconds") or 0.0))
                 for e in self.history if e.get("src") == "process" and e.get("type") == "stall"]
 
+    def stalled(self, pid: int | None, start: float, end: float) -> float:
+        """How long process `pid` was ready to run and not run within [start, end]: each of
+        its stalls counts for its overlap, weighed by the share of it the process waited
+        (a run-queue stall records that; the simulation's stop the process whole)."""
+        total = 0.0
+        for e in self._stall_events.get(pid, ()):
+            a, seconds = e["t"], float(e.get("seconds") or 0.0)
+            overlap = min(end, a + seconds) - max(start, a)
+            if overlap > 0 and seconds > 0:
+                share = min(1.0, float(e.get("waited", seconds)) / seconds)
+                total += overlap * share
+        return total
+
+    @cached_property
+    def _stall_events(self) -> dict[int | None, list[Event]]:
+        out: dict[int | None, list[Event]] = defaultdict(list)
+        for e in self.history:
+            if e.get("src") == "process" and e.get("type") == "stall":
+                out[e.get("pid")].append(e)
+        return out
+
     @cached_property
     def own_leases(self) -> dict[tuple, list[Event]]:
         """(job, worker, token) -> the worker's own writes of its lease under that token (its

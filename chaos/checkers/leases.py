@@ -323,8 +323,9 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
 
     A lapse is judged only while the worker waits on a provider call of its step (a process
     the machine stopped running as a whole is no heartbeat's failure), and is excused when
-    the holder's process stalled (a thread ready to run and not run: chaos.runqueue) between
-    its last renewal and the lapse. Not judged where the
+    the holder's process was left unrun (a thread ready to run and not run: chaos.runqueue)
+    for all but one heartbeat interval between its last renewal and the lapse. Not judged
+    where the
     harness takes leases on purpose: a holding during which the nemesis
     expired leases, paused the holder, or held the write lock, and workers on a skewed clock
     or started without heartbeat."""
@@ -344,7 +345,8 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     if lease is None:
         return verdict if verdict.valid is False else verdict.unknown(
             "the engine declares no lease length")
-    excused = {**shared.windows, "stalls": shared.stalls}
+    excused = {**shared.windows, "shared": shared,
+               "beat": settings.get("heartbeat_interval") or lease / 3}
     if settings.get("lease_from_write"):
         _check_renewals(verdict, shared, tl, lease, snapshot.get("clock"), at)
     for job, holds in tl.holdings.items():
@@ -367,14 +369,14 @@ def short_lease(settings: dict, snapshot_clock: str | None) -> tuple[Any, Any]:
     may run from its write, and excuse(shared) the harness windows that may make it shorter.
     For an engine that declares lease_from_write, a whole lease less the machine's slack
     (the time between its clock read and its commit that is not a lock wait), excused only
-    by a pause or a stall of the writer itself; otherwise half a lease, excused by any stop
+    by a pause of the writer itself, or by its stalls where they fill that time but for the
+    slack (`_stalled_through`); otherwise half a lease, excused by any stop
     the harness made (a pause, a held write lock, or a pause of another process that held
     it)."""
     if settings.get("lease_from_write"):
         slack = machine_slack(snapshot_clock)
         return (lambda lease: lease - slack,
-                lambda shared: {**shared.windows, "locks": [], "expiries": [],
-                                "pauses": shared.windows["pauses"] + shared.stalls})
+                lambda shared: {**shared.windows, "locks": [], "expiries": []})
     return (lambda lease: lease / 2,
             # A writer the harness paused inside its transaction held the lock for everyone.
             lambda shared: {**shared.windows,
@@ -405,7 +407,10 @@ def _check_claim_leases(verdict: Verdict, history: list[Event], settings: dict, 
         head = (f"{what} at {at(e['t'])} set its lease to end at {at(granted)}, "
                 f"{granted - e['t']:+.3f} s from the claim")
         if granted < e["t"] + floor(lease):
-            if disturbed(windows, tl.pids.get(e.get("worker")), granted - lease, e["t"]):
+            pid = tl.pids.get(e.get("worker"))
+            if disturbed(windows, pid, granted - lease, e["t"]) or (
+                    settings.get("lease_from_write") and _stalled_through(
+                        shared, pid, granted - lease, e["t"], lease - floor(lease))):
                 continue
             verdict.fail("claim-lease-short", f"{head}: less than {floor(lease):.3f} s of the "
                          f"lease ({lease:g} s)", e)
@@ -473,16 +478,20 @@ def _check_renewals(verdict: Verdict, shared, tl, lease: float, clock: str | Non
         until = e["lease_until"]
         if not is_heartbeat(e) or tl.is_skewed(e.get("worker")) or until >= e["t"] + floor(lease):
             continue
-        if disturbed(windows, tl.pids.get(e.get("worker")), until - lease, e["t"]):
+        pid = tl.pids.get(e.get("worker"))
+        if disturbed(windows, pid, until - lease, e["t"]) or _stalled_through(
+                shared, pid, until - lease, e["t"], lease - floor(lease)):
             continue
         verdict.fail("renewal-short", f"job {e['job']}: {e.get('worker')}'s renewal at "
                      f"{at(e['t'])} left its lease ending at {at(until)}, {until - e['t']:.3f} s "
                      f"ahead: less than {floor(lease):.3f} s of the lease ({lease:g} s)", e)
 
 
-def _stalled(stalls, pid: int | None, start: float, end: float) -> bool:
-    """Whether process `pid` stalled (chaos.runqueue, or the simulation's) in [start, end]."""
-    return any(p == pid and a <= end + TOL and b >= start - TOL for p, a, b in stalls)
+def _stalled_through(shared, pid: int | None, start: float, end: float, spare: float) -> bool:
+    """Whether process `pid` was left unrun (its stalls: chaos.runqueue, or the
+    simulation's) for all of [start, end] but `spare` seconds: a stall delays a write by at
+    most its own length, so only one that long explains the delay."""
+    return end > start and shared.stalled(pid, start, end) >= (end - start) - spare - TOL
 
 
 def _check_holding(verdict: Verdict, h, events: list[Event], index: JobIndex,
@@ -506,8 +515,9 @@ def _check_holding(verdict: Verdict, h, events: list[Event], index: JobIndex,
     for e in renewals + [None]:
         t = e["t"] if e is not None else end
         if held_until is not None and held_until < t - TOL and _waiting_at(h, held_until):
-            if _stalled(excused["stalls"], index.pids.get(h.worker), last["t"], held_until):
-                return  # the machine ran none of it while its renewal was due
+            if _stalled_through(excused["shared"], index.pids.get(h.worker), last["t"],
+                                held_until, excused["beat"]):
+                return  # the machine ran it for less than a beat while its renewal was due
             what = f"its next renewal at {at(t)}" if e is not None else (
                 f"its write at {at(t)}" if h.write is not None and t == h.write["t"]
                 else f"{'its death' if died and t == died['t'] else 'the end of the run'} at "

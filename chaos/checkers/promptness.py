@@ -282,6 +282,7 @@ def _check_latency(verdict: Verdict, reading: _Reading, history: list[Event],
     end = phases.get("drain_end") or (history[-1]["t"] if history else 0.0)
     slack = machine_slack(snapshot.get("clock"))
     bound = latency + slack
+    shared = readings(history)
     excluded = _excluded(history, snapshot)
     free = _free_windows(reading, history, end, excluded)
     spells = reading.spells + [(k, max(j.due, j.seen or j.due), end, "open")
@@ -293,8 +294,11 @@ def _check_latency(verdict: Verdict, reading: _Reading, history: list[Event],
         judged += 1
         worst = None
         for worker, windows in free.items():
+            pid = reading.workers[worker].pid
             for a, b in _overlaps(windows, due, ended):
-                if b - a > bound and (worst is None or b - a > worst[2] - worst[1]):
+                # Free, less what the machine left it unrun (its stalls, proportionately).
+                if b - a - shared.stalled(pid, a, b) > bound and (
+                        worst is None or b - a > worst[2] - worst[1]):
                     worst = (worker, a, b)
         if worst is None:
             continue
@@ -314,15 +318,14 @@ def _check_latency(verdict: Verdict, reading: _Reading, history: list[Event],
 
 
 def _excluded(history: list[Event], snapshot: dict) -> dict[int | None, list]:
-    """Per pid, the spans the harness stopped it (pauses, stalls); key None: every pid
-    (the write lock held)."""
+    """Per pid, the spans the harness stopped it (pauses); key None: every pid (the write
+    lock held). A process's stalls are not cut out whole: `_check_latency` takes off the
+    time they left it unrun."""
     shared = readings(history)
     out: dict[int | None, list] = defaultdict(list)
     for pid, a, b in shared.windows["pauses"]:
         out[pid].append((a, b))
     out[None] += shared.windows["locks"] + shared.paused_holds
-    for pid, a, b in shared.stalls:
-        out[pid].append((a, b))
     if snapshot.get("clock") != "virtual":
         out[None] += _store_stalls(history, snapshot["settings"])
     return out

@@ -117,6 +117,20 @@ def test_a_worker_the_harness_stopped_is_not_free(excuse):
     assert verdict.status == "pass", verdict.reason
 
 
+@pytest.mark.parametrize("seconds, waited, status", [
+    (2.8, 2.8, "pass"),     # unrun nearly all the wait: what is left is within the bound
+    (2.8, 1.0, "fail"),     # ready for 2.8 s but run for most of it: it could have claimed
+    (0.5, 0.5, "fail"),     # a short stall inside a long wait excuses only itself
+], ids=["unrun-throughout", "a-thin-stall", "a-short-stall"])
+def test_a_stall_takes_off_only_the_time_it_left_the_worker_unrun(seconds, waited, status):
+    # The job waits 1.0..4.0 beside W1; the bound is the latency plus a 1 s slack.
+    pid = int(W1.split(":")[2])
+    cut = [{"t": 1.1, "src": "process", "type": "stall", "pid": pid, "seconds": seconds,
+            "waited": waited, "cause": "run-queue"}]
+    history = sorted(free_worker_and_waiting_job(4.0) + cut, key=lambda e: e["t"])
+    assert declared(history).status == status
+
+
 def test_a_worker_on_a_skewed_clock_is_not_counted_free():
     pid = int(W1.split(":")[2])
     history = [nemesis(0.0, "skew", pid=pid)] + free_worker_and_waiting_job(4.0)
