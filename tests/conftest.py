@@ -38,10 +38,11 @@ def backend(request):
 @pytest.fixture(scope="session")
 def pg_server():
     """A PostgreSQL server for this test session (per xdist worker), always stopped."""
-    from postgres_server import PostgresServer
+    from chaos.pgserver import PostgresServer
     server = PostgresServer()
     try:
-        yield server.start()
+        # the template is migrated once; every test's database is a copy of it
+        yield server.start(prepare=lambda url: open_store(url).close())
     finally:
         server.stop()
 

@@ -1,4 +1,4 @@
-"""The tests' own PostgreSQL server leaves nothing behind: stopped at the end of a session,
+"""The PostgreSQL server the tests and the harness start (chaos.pgserver) leaves nothing behind: stopped at the end of a session,
 and stopped by its watchdog when the process that started it is SIGKILLed."""
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from postgres_server import PostgresServer
+from chaos import pgserver
+from chaos.pgserver import PostgresServer
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -56,8 +57,7 @@ def test_a_stopped_server_leaves_no_process_and_no_folder():
 def test_a_test_run_killed_outright_does_not_leave_its_server_running():
     script = textwrap.dedent(f"""
         import sys, time
-        sys.path.insert(0, {str(TESTS)!r})
-        from postgres_server import PostgresServer
+        from chaos.pgserver import PostgresServer
         server = PostgresServer().start()
         print(server.data, flush=True)
         time.sleep(600)
@@ -77,8 +77,7 @@ def test_a_test_run_killed_outright_does_not_leave_its_server_running():
 
 
 def test_missing_binaries_fail_with_how_to_install_them(monkeypatch):
-    import postgres_server
-    monkeypatch.setattr(postgres_server.glob, "glob", lambda pattern: [])
+    monkeypatch.setattr(pgserver.glob, "glob", lambda pattern: [])
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(RuntimeError, match="`make test` installs them"):
         PostgresServer()

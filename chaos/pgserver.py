@@ -1,10 +1,11 @@
-"""A real PostgreSQL server for the tests: `initdb` and `pg_ctl start` in a temporary folder,
-on a unix socket in that folder and 127.0.0.1 on a free port, stopped with `pg_ctl stop -m
-fast`; one database per test, made from a migrated template.
+"""A PostgreSQL server of our own, for a chaos run (`ninelives run --backend postgres`) or a
+test session: `initdb` and `pg_ctl start` in a temporary folder, on a unix socket in that
+folder and 127.0.0.1 on a free port, stopped with `pg_ctl stop -m fast`; new databases made
+from a template (empty, or prepared once by the caller: the tests' is migrated).
 
 No orphan server: beside it runs a watchdog (this file run as a script) in its own session,
 which polls the pid of the process that started the server and, when that process is gone
-(a test run killed with SIGKILL), stops the server and removes the folder. postgres cannot
+(a run or a test session killed with SIGKILL), stops the server and removes the folder. postgres cannot
 have PR_SET_PDEATHSIG (pg_ctl daemonises it), so the watch is a pid check instead.
 
 As root (postgres refuses to run as root) the folder belongs to `nobody` and initdb, pg_ctl
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 INSTALL_HINT = ("PostgreSQL's server binaries (initdb, pg_ctl, postgres) were not found, through "
                 "`pg_config --bindir` or in /usr/lib/postgresql/*/bin. `make test` installs them "
@@ -32,8 +34,13 @@ SUPERUSER = "postgres"
 TEMPLATE = "ninelives_template"
 
 
+class ServerError(RuntimeError):
+    """The server could not be found, started or used; the message says why (INSTALL_HINT
+    when its binaries are missing)."""
+
+
 def find_bindir() -> Path:
-    """Where initdb and pg_ctl are. Raises RuntimeError with INSTALL_HINT when nowhere."""
+    """Where initdb and pg_ctl are. Raises ServerError with INSTALL_HINT when nowhere."""
     candidates = []
     try:
         out = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True,
@@ -47,21 +54,25 @@ def find_bindir() -> Path:
         if all(os.access(os.path.join(folder, tool), os.X_OK)
                for tool in ("initdb", "pg_ctl", "postgres")):
             return Path(folder)
-    raise RuntimeError(INSTALL_HINT)
+    raise ServerError(INSTALL_HINT)
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 class PostgresServer:
-    """One server in a folder of its own, for the lifetime of a test session.
+    """One server in a folder of its own, for the lifetime of a run or a test session.
 
-    `start()` initialises and starts it (and its watchdog); `stop()` stops it and removes
-    the folder, and is safe to call twice. `create_database()` returns the URL of a new,
-    migrated database (or an empty one with `empty=True`).
+    `start(prepare=None)` initialises and starts it (and its watchdog), and hands the URL of
+    the template database to `prepare` (the tests migrate it once); `stop()` stops it and
+    removes the folder, and is safe to call twice. `create_database()` returns the URL of a
+    new database copied from the template (or an empty one with `empty=True`). Raises
+    ServerError when the binaries are missing or a step fails (the server is then stopped).
+    Also a context manager: started on entry, stopped on exit.
     """
 
     def __init__(self) -> None:
@@ -80,6 +91,7 @@ class PostgresServer:
         return self.url_for("postgres")
 
     def url_for(self, dbname: str) -> str:
+        """The URL of database `dbname` on this server, over 127.0.0.1."""
         return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{dbname}"
 
     def _run(self, *argv: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
@@ -90,11 +102,26 @@ class PostgresServer:
                               stdin=subprocess.DEVNULL)
         if done.returncode != 0:
             log = self.log.read_text(errors="replace") if self.log.exists() else ""
-            raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n"
+            raise ServerError(f"{' '.join(command)} failed ({done.returncode}):\n"
                                f"{done.stdout}{done.stderr}{log}")
         return done
 
-    def start(self) -> "PostgresServer":
+    def __enter__(self) -> "PostgresServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, prepare: Callable[[str], None] | None = None) -> "PostgresServer":
+        """Start the server (see the class); on any failure it is stopped again."""
+        try:
+            self._start(prepare)
+        except BaseException:
+            self.stop()  # a half-started server is never left behind
+            raise
+        return self
+
+    def _start(self, prepare: Callable[[str], None] | None) -> None:
         if self.as_root:
             shutil.chown(self.folder, "nobody")
         self.folder.chmod(0o700)
@@ -108,8 +135,9 @@ class PostgresServer:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w",
                   "-t", "60", "start")
         self.running = True
-        self._create_template()
-        return self
+        self._execute(f"CREATE DATABASE {TEMPLATE}")
+        if prepare is not None:
+            prepare(self.url_for(TEMPLATE))  # done once, copied into every database
 
     def _start_watchdog(self) -> None:
         # Its own session: a signal to the test run's process group does not take it along
@@ -120,20 +148,15 @@ class PostgresServer:
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)
 
-    def _create_template(self) -> None:
-        from engine.store import open_store
-        self._execute(f"CREATE DATABASE {TEMPLATE}")
-        open_store(self.url_for(TEMPLATE)).close()  # migrated once, copied per test
-
     def _execute(self, sql: str) -> None:
         import psycopg
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(sql)
 
-    def create_database(self, *, empty: bool = False) -> str:
-        """A new database for one test: a copy of the migrated template, or (empty) of
-        template0. Returns its URL."""
-        name = f"test_{os.getpid()}_{next(self._names)}"
+    def create_database(self, name: str | None = None, *, empty: bool = False) -> str:
+        """A new database (named `name`, or test_<pid>_<n>): a copy of the template, or
+        (empty) of template0. Returns its URL."""
+        name = name or f"test_{os.getpid()}_{next(self._names)}"
         self._execute(f"CREATE DATABASE {name} TEMPLATE {'template0' if empty else TEMPLATE}")
         return self.url_for(name)
 
@@ -142,6 +165,7 @@ class PostgresServer:
         self._execute(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
 
     def stop(self) -> None:
+        """Stop the server (fast: sessions are ended) and its watchdog; remove the folder."""
         try:
             if self.running:
                 self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
