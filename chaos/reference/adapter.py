@@ -16,14 +16,14 @@ from typing import Any, ContextManager
 from engine import CRASHPOINTS, DOCUMENT, ConfigError, load_config, open_store
 from engine.config import FIELDS as CONFIG_FIELDS
 from engine.states import Pipeline as EnginePipeline
-from engine.store import OperatorError, SubmissionConflict
+from engine.store import OperatorError, SubmissionConflict, is_postgres_url
 
 from .. import sqlite
 from ..contract import Command, EngineSettings, ProcessContext
 from ..history import Event, fingerprint
 from ..pipeline import Pipeline, Step
 from ..runfiles import is_secret, secret_names
-from . import audit, observer
+from . import audit, observer, pg_audit
 
 #: The reference engine's CLI names the outbox role "send".
 ROLE_COMMANDS = {"worker": "worker", "sender": "send"}
@@ -80,6 +80,8 @@ class ReferenceEngine:
         "fencing", "spend_records", "crash_points", "outbox", "operator", "heartbeat",
         "lease_expiry", "write_lock", "integrity", "crash_loop_cap", "attempt_cap", "backoff",
         "clock_skew", "in_process"})
+    #: the stores it runs on (chaos.backends): a SQLite file, or a PostgreSQL database
+    backends = ("sqlite", "postgres")
     crashpoints = CRASHPOINTS
     crash_loop_point = "worker.after_call"
     pid_of = staticmethod(observer.pid_of)
@@ -145,20 +147,46 @@ class ReferenceEngine:
 
     # -- observer ----------------------------------------------------------------------------
 
+    # `db` is a SQLite file's path or a postgresql:// URL (chaos.backends); on PostgreSQL
+    # the audit is chaos.reference.pg_audit's triggers, read through the same mapping.
+
     def install(self, db: str) -> None:
-        store = open_store(db)
-        with store.write() as conn:
-            audit.install(conn)
-        store.close()
+        store = open_store(db)  # creates or migrates the engine's tables
+        try:
+            if store.backend == "postgres":
+                with pg_audit.connect(db, autocommit=False) as conn:  # one transaction
+                    pg_audit.install(conn)
+            else:
+                with store.write() as conn:
+                    audit.install(conn)
+        finally:
+            store.close()
 
     def operations(self, db: str) -> list[Event]:
+        if is_postgres_url(db):
+            with pg_audit.connect(db) as pg:
+                return observer.operations(pg_audit.read_audit(pg), self.pipeline)
         conn = sqlite3.connect(db, timeout=10.0)
         try:
             return observer.operations(audit.read_audit(conn), self.pipeline)
         finally:
             conn.close()
 
+    def store_settings(self, db: str) -> dict[str, Any]:
+        """The settings that depend on the store at `db` (see the contract). PostgreSQL: the
+        server's clock places leases (lease_clock "store": a skewed worker can neither steal
+        a live lease nor keep an expired one); and a claim takes the due job first among
+        those no other transaction holds locked (FOR UPDATE SKIP LOCKED), so a claimer that
+        dies holding a row's lock, until the server rolls it back, lets later jobs go
+        first: no exact claim order is promised (claim_order None; the claim latency
+        still is). SQLite: as `settings` says (claims commit one at a time)."""
+        if is_postgres_url(db):
+            return {"lease_clock": "store", "claim_order": None}
+        return {}
+
     def progress(self, db: str) -> dict[str, Any]:
+        if is_postgres_url(db):
+            return pg_audit.progress(db)
         conn = sqlite3.connect(db, timeout=10.0)
         try:
             states = dict(conn.execute("SELECT state, COUNT(*) FROM job GROUP BY state"))
@@ -217,14 +245,26 @@ class ReferenceEngine:
         store = self._store(db)
         try:
             with store.write() as conn:
-                return expire_leases(conn, time.time())
+                # the leases' own clock: the server's on PostgreSQL, this machine's on SQLite
+                now = pg_audit.server_now(conn) if store.backend == "postgres" else time.time()
+                return expire_leases(conn, now)
         finally:
             store.close()
 
     def hold_write_lock(self, db: str) -> ContextManager[None]:
+        if is_postgres_url(db):
+            return pg_audit.hold_write_lock(db)
         return sqlite.hold_write_lock(db)
 
     def integrity(self, db: str) -> str:
+        """SQLite: PRAGMA integrity_check. PostgreSQL: the server answers, the schema is
+        current and the audit triggers are in place (see pg_audit.integrity)."""
+        if is_postgres_url(db):
+            store = open_store(db, read_only=True)
+            try:
+                return pg_audit.integrity(db, store.integrity_check())
+            finally:
+                store.close()
         return sqlite.integrity(db)
 
 

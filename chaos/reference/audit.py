@@ -9,58 +9,85 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterable
 
 
 NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
-# length:first 40:last 40 characters of the canonical payload; built-ins only, because the
-# triggers run inside engine processes that know nothing of the harness.
-PAYLOAD_HASH = "(length({p}) || ':' || substr({p}, 1, 40) || ':' || substr({p}, -40))"
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one database spells the audit's two expressions: a JSON object of key-value
+    pairs, and the payload's hash (length:first 40:last 40 characters of the canonical
+    payload; built-ins only, because the triggers run inside engine processes that know
+    nothing of the harness)."""
+
+    json_object: str
+    payload_hash: str
 
 
-def _job(row: str, op: str, old: str | None) -> str:
-    return (f"json_object('job', {row}.id, 'from', {old}, 'to', {row}.state, 'writer',"
-            f" {row}.updated_by, 'token', {row}.lease_token, 'old_token',"
-            f" {'OLD.lease_token' if op == 'update' else row + '.lease_token'},"
-            f" 'claims', {row}.claims, 'attempts', {row}.attempts, 'lease_until',"
-            f" {row}.lease_until, 'lease_owner', {row}.lease_owner, 'next_run_at',"
-            f" {row}.next_run_at, 'last_error', {row}.last_error, 'payload_hash',"
-            f" {PAYLOAD_HASH.format(p=row + '.payload')})")
+SQLITE = Dialect("json_object",
+                 "(length({p}) || ':' || substr({p}, 1, 40) || ':' || substr({p}, -40))")
+#: PostgreSQL (chaos.reference.pg_audit): the same object, the same hash.
+POSTGRES = Dialect("json_build_object",
+                   "(length({p}) || ':' || substr({p}, 1, 40) || ':' || right({p}, 40))")
+
+Fields = tuple[tuple[str, str], ...]
 
 
-def _memo(row: str) -> str:
-    return (f"json_object('job', {row}.job_id, 'step', {row}.step, 'writer', {row}.worker,"
-            f" 'token', {row}.lease_token, 'cost', {row}.cost)")
+def _job(row: str, op: str, old: str, d: Dialect) -> Fields:
+    return (("job", f"{row}.id"), ("from", old), ("to", f"{row}.state"),
+            ("writer", f"{row}.updated_by"), ("token", f"{row}.lease_token"),
+            ("old_token", "OLD.lease_token" if op == "update" else f"{row}.lease_token"),
+            ("claims", f"{row}.claims"), ("attempts", f"{row}.attempts"),
+            ("lease_until", f"{row}.lease_until"), ("lease_owner", f"{row}.lease_owner"),
+            ("next_run_at", f"{row}.next_run_at"), ("last_error", f"{row}.last_error"),
+            ("payload_hash", d.payload_hash.format(p=f"{row}.payload")))
 
 
-def _outbox(row: str, op: str) -> str:
-    return (f"json_object('row', {row}.id, 'job', {row}.job_id, 'kind', {row}.kind, 'key',"
-            f" {row}.idempotency_key, 'was_sent', {'OLD.sent_at' if op == 'update' else 'NULL'},"
-            f" 'writer',"
-            f" {row}.updated_by, 'token', {row}.lease_token, 'old_token',"
-            f" {'OLD.lease_token' if op == 'update' else row + '.lease_token'},"
-            f" 'attempts', {row}.attempts, 'sent_at', {row}.sent_at, 'dead_at', {row}.dead_at,"
-            f" 'lease_owner', {row}.lease_owner, 'lease_until', {row}.lease_until,"
-            f" 'next_attempt_at', {row}.next_attempt_at, 'last_error', {row}.last_error)")
+def _memo(row: str, d: Dialect) -> Fields:
+    return (("job", f"{row}.job_id"), ("step", f"{row}.step"), ("writer", f"{row}.worker"),
+            ("token", f"{row}.lease_token"), ("cost", f"{row}.cost"))
 
 
-def _spend(row: str) -> str:
-    return (f"json_object('job', {row}.job_id, 'step', {row}.step, 'worker', {row}.worker,"
-            f" 'token', {row}.lease_token, 'started', {row}.started, 'ended', {row}.ended,"
-            f" 'outcome', {row}.outcome, 'cost', {row}.cost, 'error', {row}.error)")
+def _outbox(row: str, op: str, d: Dialect) -> Fields:
+    return (("row", f"{row}.id"), ("job", f"{row}.job_id"), ("kind", f"{row}.kind"),
+            ("key", f"{row}.idempotency_key"),
+            ("was_sent", "OLD.sent_at" if op == "update" else "NULL"),
+            ("writer", f"{row}.updated_by"), ("token", f"{row}.lease_token"),
+            ("old_token", "OLD.lease_token" if op == "update" else f"{row}.lease_token"),
+            ("attempts", f"{row}.attempts"), ("sent_at", f"{row}.sent_at"),
+            ("dead_at", f"{row}.dead_at"), ("lease_owner", f"{row}.lease_owner"),
+            ("lease_until", f"{row}.lease_until"),
+            ("next_attempt_at", f"{row}.next_attempt_at"), ("last_error", f"{row}.last_error"))
 
 
-TRIGGERS = {
-    ("job", "insert"): _job("NEW", "insert", "NULL"),
-    ("job", "update"): _job("NEW", "update", "OLD.state"),
-    ("job", "delete"): _job("OLD", "delete", "OLD.state"),
-    ("step_result", "insert"): _memo("NEW"),
-    ("step_result", "delete"): _memo("OLD"),
-    ("outbox", "insert"): _outbox("NEW", "insert"),
-    ("outbox", "update"): _outbox("NEW", "update"),
-    ("spend", "insert"): _spend("NEW"),
-}
+def _spend(row: str, d: Dialect) -> Fields:
+    return (("job", f"{row}.job_id"), ("step", f"{row}.step"), ("worker", f"{row}.worker"),
+            ("token", f"{row}.lease_token"), ("started", f"{row}.started"),
+            ("ended", f"{row}.ended"), ("outcome", f"{row}.outcome"), ("cost", f"{row}.cost"),
+            ("error", f"{row}.error"))
+
+
+def triggers(d: Dialect) -> dict[tuple[str, str], str]:
+    """(table, op) -> the JSON expression its trigger records, in dialect `d`: one
+    definition of what the audit holds, for every backend."""
+    fields = {
+        ("job", "insert"): _job("NEW", "insert", "NULL", d),
+        ("job", "update"): _job("NEW", "update", "OLD.state", d),
+        ("job", "delete"): _job("OLD", "delete", "OLD.state", d),
+        ("step_result", "insert"): _memo("NEW", d),
+        ("step_result", "delete"): _memo("OLD", d),
+        ("outbox", "insert"): _outbox("NEW", "insert", d),
+        ("outbox", "update"): _outbox("NEW", "update", d),
+        ("spend", "insert"): _spend("NEW", d),
+    }
+    return {key: f"{d.json_object}(" + ", ".join(f"'{k}', {v}" for k, v in pairs) + ")"
+            for key, pairs in fields.items()}
+
+
+TRIGGERS = triggers(SQLITE)
 KIND = {"job": "job", "step_result": "memo", "outbox": "outbox", "spend": "spend"}
 
 
@@ -84,10 +111,15 @@ def uninstall(conn: sqlite3.Connection) -> None:
 def read_audit(conn: sqlite3.Connection, after_seq: int = 0) -> list[dict[str, Any]]:
     """The audit rows after `after_seq`, in commit order: {"t", "seq", "table", "op", ...}
     (read as operations by `chaos.reference.observer`)."""
-    rows = []
-    for seq, t, kind, op, data in conn.execute(
-            "SELECT seq, t, kind, op, data FROM audit WHERE seq > ? ORDER BY seq", (after_seq,)):
+    return audit_rows(conn.execute(
+        "SELECT seq, t, kind, op, data FROM audit WHERE seq > ? ORDER BY seq", (after_seq,)))
+
+
+def audit_rows(rows: Iterable[tuple]) -> list[dict[str, Any]]:
+    """Rows of (seq, t, kind, op, data) as the observer reads them, on any backend."""
+    read = []
+    for seq, t, kind, op, data in rows:
         row: dict[str, Any] = {"t": t, "seq": seq, "table": kind, "op": op}
         row.update(json.loads(data))
-        rows.append(row)
-    return rows
+        read.append(row)
+    return read

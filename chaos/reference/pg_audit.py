@@ -1,0 +1,107 @@
+"""The reference adapter on PostgreSQL: the audit as PL/pgSQL triggers, and the observer's
+and controls' reads and writes on a server.
+
+The triggers record what the SQLite triggers record (`chaos.reference.audit.triggers`, one
+definition in two dialects), AFTER each row change and IN ITS TRANSACTION: the audit row
+commits with the change or not at all, so the audit cannot disagree with the database.
+`seq` is a sequence, taken inside the writing transaction; a row another transaction
+changes next waits for this one's row lock, so the changes of one row are in commit order
+(which the observer's mapping relies on), while the changes of two rows committed at once
+may be numbered either way, as their times are. Times are the server's clock
+(clock_timestamp()), never a worker's: a skewed worker cannot hide a write.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import psycopg
+
+from . import audit
+
+#: Seconds since the epoch on the server's clock, when the trigger runs.
+NOW = "extract(epoch FROM clock_timestamp())::float8"
+TABLES = ("job", "step_result", "outbox", "spend")
+
+
+def connect(url: str, *, autocommit: bool = True) -> psycopg.Connection:
+    """A connection of the harness to the engine database at `url` (no password in it:
+    libpq reads PGPASSWORD from the environment)."""
+    return psycopg.connect(url, autocommit=autocommit, connect_timeout=10)
+
+
+def install(conn: psycopg.Connection) -> None:
+    """Create the audit table, one trigger function per (table, op) and its trigger
+    (idempotent), in the caller's transaction."""
+    conn.execute("CREATE TABLE IF NOT EXISTS audit (seq BIGSERIAL PRIMARY KEY,"
+                 " t DOUBLE PRECISION NOT NULL, kind TEXT NOT NULL, op TEXT NOT NULL,"
+                 " data TEXT NOT NULL)")
+    for (table, op), body in audit.triggers(audit.POSTGRES).items():
+        name = f"audit_{table}_{op}"
+        conn.execute(
+            f"CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$"
+            f" BEGIN INSERT INTO audit (t, kind, op, data)"
+            f" VALUES ({NOW}, '{audit.KIND[table]}', '{op}', ({body})::text);"
+            f" RETURN NULL; END $$")
+        conn.execute(f"DROP TRIGGER IF EXISTS {name} ON {table}")
+        conn.execute(f"CREATE TRIGGER {name} AFTER {op.upper()} ON {table}"
+                     f" FOR EACH ROW EXECUTE FUNCTION {name}()")
+
+
+def read_audit(conn: psycopg.Connection, after_seq: int = 0) -> list[dict[str, Any]]:
+    """The audit rows after `after_seq`, in `seq` order, as `audit.read_audit` gives them."""
+    return audit.audit_rows(conn.execute(
+        "SELECT seq, t, kind, op, data FROM audit WHERE seq > %s ORDER BY seq", (after_seq,)))
+
+
+def triggers_missing(conn: psycopg.Connection) -> list[str]:
+    """The audit triggers that are not installed (none, when the observer is whole)."""
+    present = {r[0] for r in conn.execute(
+        "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal AND tgname LIKE 'audit_%'")}
+    return sorted(f"audit_{t}_{op}" for t, op in audit.TRIGGERS
+                  if f"audit_{t}_{op}" not in present)
+
+
+def progress(url: str) -> dict[str, Any]:
+    """Jobs per state and unsent outbox rows now (the contract's `progress`)."""
+    with connect(url) as conn:
+        states = dict(conn.execute("SELECT state, COUNT(*) FROM job GROUP BY state").fetchall())
+        unsent = conn.execute("SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL AND"
+                              " dead_at IS NULL").fetchone()[0]
+    return {"states": states, "unsent": unsent}
+
+
+def server_now(cur: Any) -> float:
+    """The server's clock now, which places every lease on PostgreSQL."""
+    return cur.execute(f"SELECT {NOW}").fetchone()[0]
+
+
+@contextmanager
+def hold_write_lock(url: str) -> Iterator[None]:
+    """Hold every engine table in EXCLUSIVE mode until the block ends, then roll back.
+
+    EXCLUSIVE blocks every write and every SELECT ... FOR UPDATE (a claim), and lets plain
+    reads through, as SQLite's BEGIN IMMEDIATE does: the engine's writes wait on the server
+    up to their lock_timeout, then retry as busy."""
+    conn = connect(url, autocommit=False)
+    try:
+        conn.execute(f"LOCK TABLE {', '.join(TABLES)} IN EXCLUSIVE MODE")
+        try:
+            yield
+        finally:
+            conn.rollback()
+    finally:
+        conn.close()
+
+
+def integrity(url: str, store_check: str) -> str:
+    """What can go wrong with a PostgreSQL engine database when an engine process is killed,
+    and is checked: the server answers, the schema is current (`store_check`, the store's own
+    `integrity_check`), and the audit's triggers are all in place. Pages are the server's
+    business (WAL; a killed client cannot tear them). "ok", or the problems."""
+    with connect(url) as conn:
+        missing = triggers_missing(conn)
+    problems = [p for p in (store_check if store_check != "ok" else "",
+                            f"audit triggers missing: {', '.join(missing)}" if missing else "")
+                if p]
+    return "; ".join(problems) or "ok"
