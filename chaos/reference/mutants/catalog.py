@@ -136,6 +136,20 @@ CATALOG: tuple[Mutant, ...] = (
 
 BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOG}
 
+#: Mutants that break PostgreSQL runs too: their patch is in code both backends run (the
+#: Worker, the Sender, the retry policy, the provider client, the operator move's shared
+#: SQL). Every other mutant edits SQLiteStore's SQL or methods, which PostgresStore does not
+#: run: on --backend postgres it would be the reference engine under a mutant's name, so the
+#: run is refused (chaos.backends.check_backend) rather than reported as a miss.
+ON_POSTGRES = frozenset({
+    "no_crash_loop_cap", "memo_check_skipped", "spend_unrecorded", "poison_retried",
+    "retry_after_ignored", "backoff_without_jitter", "jitter_narrowed", "no_call_deadline",
+    "sender_without_key", "dead_letter_at_first_failure", "outbox_retry_at_once",
+    "client_fails_before_sending", "heartbeat_inverted", "mark_sent_before_send",
+    "operator_move_not_written"})
+SQLITE_ONLY_NOTE = ("its patch edits SQLiteStore's SQL or methods, which the PostgreSQL "
+                    "store does not run")
+
 
 class MutantEngine(ReferenceEngine):
     """The reference engine's adapter, whose processes run patched as mutant `mutant.name`."""
@@ -144,6 +158,9 @@ class MutantEngine(ReferenceEngine):
         super().__init__()
         self.mutant = mutant
         self.name = f"mutant:{mutant.name}"
+        if mutant.name not in ON_POSTGRES:
+            self.backends = ("sqlite",)
+            self.backend_note = SQLITE_ONLY_NOTE
 
     def command(self, role: str, ctx: ProcessContext) -> Command:
         """The reference's command, run through `python -m chaos.reference.mutants NAME`."""
