@@ -1,6 +1,7 @@
 """`ninelives`: one command for the engine (`ninelives engine ...`) and the harness.
 
     ninelives run SCENARIO [--seed N] [--profile P] [--engine E] [--out DIR] [--quiet]
+                  [--backend sqlite|postgres [--pg-url postgresql://...]]
     ninelives replay RUN [--tries K] [--out DIR]
     ninelives check RUN
     ninelives report RUN [--format html,junit,md]
@@ -40,6 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1, help="the seed of the fault plan (default 1)")
     p.add_argument("--profile", default=None, help="smoke, ci (default) or soak")
     p.add_argument("--engine", default="reference", help="reference, or module:object")
+    p.add_argument("--backend", default="sqlite", choices=("sqlite", "postgres"),
+                   help="the engine's store: sqlite (a file in the run folder, the default) "
+                        "or postgres (a new database on a server the run starts, or on "
+                        "--pg-url's)")
+    p.add_argument("--pg-url", default=None, metavar="postgresql://...",
+                   help="with --backend postgres: an existing server, on which each run "
+                        "creates a database of its own (a password goes to the engine's "
+                        "processes as PGPASSWORD, never on a command line)")
     p.add_argument("--out", default="reports", help="where run folders go (default reports)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p = sub.add_parser("replay", help="rerun a saved run's plan and say how often it reproduces")
@@ -83,17 +92,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from .backends import Backend
     from .contract import load_engine
     from .report import summary
     from .runner import run_campaign
     from .scenario import load_scenario
+    backend = Backend(args.backend, args.pg_url)  # BackendError (exit 2) names the flag
     engine = load_engine(args.engine)
     scenario = load_scenario(args.scenario, args.profile, engine)
     print(f"ninelives run {scenario.name} (profile {scenario.profile}, seed {args.seed}, "
-          f"engine {args.engine}): {scenario.run.jobs} jobs, {scenario.run.workers} workers, "
-          f"{scenario.run.chaos:.1f} s of chaos", file=sys.stderr, flush=True)
+          f"engine {args.engine}, backend {backend.name}): {scenario.run.jobs} jobs, "
+          f"{scenario.run.workers} workers, {scenario.run.chaos:.1f} s of chaos",
+          file=sys.stderr, flush=True)
     result = run_campaign(scenario, args.seed, engine, args.out, engine_spec=args.engine,
-                          progress=not args.quiet)
+                          backend=backend, progress=not args.quiet)
     print(summary(result.report))
     html = os.path.join(result.run_dir, "report.html")
     if os.path.exists(html):
@@ -109,6 +121,7 @@ def load_report(run: str) -> dict:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    from .backends import Backend
     from .contract import load_engine
     from .plan import FaultPlan
     from .report import RESULTS
@@ -120,6 +133,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     engine = load_engine(report["engine"])
     scenario = load_scenario(report["scenario"]["path"], report["profile"], engine)
     plan = FaultPlan.from_json(report["plan"])
+    # The same backend; on PostgreSQL a server of its own (a --pg-url's password is not kept)
+    backend = Backend(report.get("backend", "sqlite"))
     out = args.out or os.path.join(os.path.dirname(os.path.dirname(args.run.rstrip("/"))),
                                    "replays")
     # A partial run (killed before its checks) has no verdicts to reproduce: its plan is
@@ -131,7 +146,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"try {i + 1}/{args.tries}: {scenario.name}, seed {plan.seed}", file=sys.stderr,
               flush=True)
         result = run_campaign(scenario, plan.seed, engine, out, plan=plan,
-                              engine_spec=report["engine"])
+                              engine_spec=report["engine"], backend=backend)
         got = [(v["name"], v["verdict"]) for v in result.report["verdicts"]]
         codes.append(result.exit_code)
         same += got == want

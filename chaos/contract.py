@@ -26,7 +26,9 @@ name no worker: the worker id that the process the harness started (its spawn re
 name, role, slot, pid) writes under, so that a request the fakes tied to its process
 (by its socket) is tied to the worker too; and `write_points`, the probe points after which a process writes to the job it names
 (with crash_points), for an engine whose rows do not say who wrote: the harness traces every
-point and attributes such writes itself (`chaos.writers`).
+point and attributes such writes itself (`chaos.writers`); `store_settings(db) -> dict`, the
+`EngineSettings` fields whose values depend on the store at `db` (an engine with several
+backends: whose clock places leases, `lease_clock`; which claim order it keeps there).
 
 With in_process: `in_process`, the hooks `ninelives sim` runs the engine's own loops through
 (`chaos.sim.threads`), and `submit`, `operator` and `expire_leases` taking `now=` (the time to
@@ -130,8 +132,15 @@ class EngineSettings:
     #: long the writer waited for the write lock (lease-kept checks it to the machine's
     #: slack); False: only at least half a lease is expected
     lease_from_write: bool = False
+    #: whose clock places a lease: "worker" (the `now` each worker writes with: a worker on
+    #: a skewed clock can take a live lease or keep an expired one) or "store" (the
+    #: database's own clock: a skewed worker cannot); see the adapter's `store_settings(db)`
+    lease_clock: str = "worker"
 
     def __post_init__(self) -> None:
+        if self.lease_clock not in ("worker", "store"):
+            raise ValueError(f"engine setting lease_clock must be 'worker' or 'store', "
+                             f"got {self.lease_clock!r}")
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):

@@ -37,11 +37,15 @@ def settled(engine: Any, progress: dict[str, Any]) -> bool:
 
 def expectations(scenario: Scenario, engine: Any, settings: EngineSettings) -> dict[str, Any]:
     """What the invariants may expect of this scenario on this engine: leases exclusive only
-    with heartbeat on, a lease longer than the call timeout and no fault that takes leases."""
+    with heartbeat on, a lease longer than the call timeout and no fault that takes leases.
+    A skewed worker takes leases only where its own clock places them (`lease_clock`
+    "worker", as on SQLite); where the store's clock does (PostgreSQL), exclusivity is
+    still expected of a scenario with skewed workers."""
     f, c = scenario.faults, settings
+    skew_takes_leases = bool(f.skewed_workers) and c.lease_clock != "store"
     exclusive = (has(engine, "heartbeat") and c.heartbeat and c.lease is not None
                  and c.call_timeout is not None and c.lease > c.call_timeout
-                 and not f.skewed_workers and not f.pause and not f.lease_expiry
+                 and not skew_takes_leases and not f.pause and not f.lease_expiry
                  and not f.contention and not f.heartbeat_off_workers)
     return {"duplicate_spend_allowance": scenario.expect.duplicate_spend_allowance,
             "lease_exclusive": exclusive, "settle": True}

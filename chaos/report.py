@@ -196,11 +196,18 @@ def replay_command(run_dir: str) -> str:
     return f"ninelives replay {shlex.quote(run_dir)}"
 
 
-def run_command(scenario: Scenario, seed: int, engine_spec: str | None) -> str:
+def run_command(scenario: Scenario, seed: int, engine_spec: str | None,
+                database: dict | None = None) -> str:
+    """The command that reruns this scenario and seed (on the same backend; a --pg-url
+    shown without its password)."""
     parts = ["ninelives", "run", os.path.relpath(scenario.path), "--seed", str(seed),
              "--profile", scenario.profile]
     if engine_spec and engine_spec != "reference":
         parts += ["--engine", engine_spec]
+    if database and database.get("backend", "sqlite") != "sqlite":
+        parts += ["--backend", database["backend"]]
+        if database.get("server") not in (None, "started for the run"):
+            parts += ["--pg-url", database["server"]]
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -222,10 +229,13 @@ RESULTS = {0: "pass", 1: "fail", 2: "error"}
 
 
 def start_record(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str | None,
-                 run_dir: str, started: float) -> dict:
-    """What report.json says from a run's start: what runs, with which plan, and how to
-    rerun and replay it; `partial` until the run's end replaces it with the whole report,
+                 run_dir: str, started: float, database: dict | None = None) -> dict:
+    """What report.json says from a run's start: what runs, with which plan, on which
+    database (`database`: chaos.backends.RunDatabase.to_json(), never a password), and how
+    to rerun and replay it; `partial` until the run's end replaces it with the whole report,
     so that a run killed halfway can still be checked, replayed and rendered."""
+    database = database or {"backend": "sqlite", "name": "engine.db", "server": None,
+                            "target": ""}
     return {
         "schema": REPORT_SCHEMA, "partial": True, "result": "partial", "exit_code": None,
         "run_id": os.path.basename(run_dir), "run_dir": run_dir, "started": started,
@@ -236,14 +246,16 @@ def start_record(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str |
         "versions": {"ninelives": VERSION, "python": platform.python_version(),
                      "sqlite": sqlite3.sqlite_version, "platform": platform.platform()},
         "capabilities": sorted(getattr(engine, "capabilities", ())),
-        "run_command": run_command(scenario, plan.seed, engine_spec),
+        "backend": database["backend"], "database": database,
+        "run_command": run_command(scenario, plan.seed, engine_spec, database),
         "replay_command": replay_command(run_dir),
     }
 
 
 def build_report(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str | None,
                  run_dir: str, verdicts: list[Verdict], applied: dict[str, int],
-                 events: list[Event], snapshot: dict[str, Any], started: float) -> dict:
+                 events: list[Event], snapshot: dict[str, Any], started: float,
+                 database: dict | None = None) -> dict:
     """The report dict; `exit_code` and `result` follow from verdicts and fault evidence
     (see `exit_code_for`). An `unknown` verdict is reported with its reason."""
     skip = not_applicable(scenario, engine)
@@ -253,7 +265,7 @@ def build_report(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str |
     verdicts_json = [v.to_json() for v in verdicts]
     exit_code = exit_code_for(verdicts_json, missing)
     return {
-        **start_record(scenario, plan, engine, engine_spec, run_dir, started),
+        **start_record(scenario, plan, engine, engine_spec, run_dir, started, database),
         "partial": False, "finished": time.time(),
         "faults_applied": applied, "faults_unfired": missing, "faults_not_applicable": skip,
         "faults_prevented": taken,

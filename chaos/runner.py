@@ -12,11 +12,13 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
 from . import history as hist
+from .backends import (SQLITE_FILE, Backend, RunDatabase, check_backend, database_name,
+                       run_database)
 from .checkers import run_checkers
 from .console import Progress, plural
 from .contract import Command, Engine, ProcessContext, has
@@ -88,10 +90,13 @@ class Campaign:
     """One run of one scenario with one plan against one engine."""
 
     def __init__(self, scenario: Scenario, plan: FaultPlan, engine: Engine,
-                 run_dir: str, *, progress: bool = True) -> None:
+                 run_dir: str, *, progress: bool = True,
+                 database: RunDatabase | None = None) -> None:
         self.scenario, self.plan, self.engine, self.run_dir = scenario, plan, engine, run_dir
         self.progress = progress
-        self.db = os.path.join(run_dir, "engine.db")
+        # a SQLite file in the run folder, or the URL of the run's PostgreSQL database
+        self.db = database.target if database and database.target else \
+            os.path.join(run_dir, SQLITE_FILE)
         self.record = Recorder(os.path.join(run_dir, "events.jsonl"))
         self.integrity: list[dict[str, Any]] = []
         self.phases: dict[str, Any] = {}
@@ -101,6 +106,8 @@ class Campaign:
             self.settings = check_for_engine(scenario, engine)
         except ScenarioError as exc:
             raise HarnessError(str(exc)) from None
+        if hasattr(engine, "store_settings"):  # what this store changes (whose clock, ...)
+            self.settings = replace(self.settings, **engine.store_settings(self.db))
         self.urls = ("", "")
 
     # -- the phases ------------------------------------------------------------------------
@@ -310,11 +317,13 @@ class Campaign:
 
     def history(self) -> list[hist.Event]:
         """Every source merged into one time-ordered history."""
-        return collect_history(self.run_dir, self.engine, self.record.events)
+        return collect_history(self.run_dir, self.engine, self.record.events, self.db)
 
 
-def collect_history(run_dir: str, engine: Engine, recorded: list[hist.Event]) -> list[hist.Event]:
-    """The history of the run in `run_dir`: the engine's operations from its database, the
+def collect_history(run_dir: str, engine: Engine, recorded: list[hist.Event],
+                    db: str | None = None) -> list[hist.Event]:
+    """The history of the run in `run_dir`: the engine's operations from its database (`db`,
+    by default the SQLite file in `run_dir`), the
     fakes' ledgers, the crash log and trace, and the runner's `recorded` events (lifecycle,
     nemesis, phases), merged in time order. Works on a finished run and on one killed
     halfway (every source is appended to as the run goes)."""
@@ -327,7 +336,7 @@ def collect_history(run_dir: str, engine: Engine, recorded: list[hist.Event]) ->
     trace = [{**e, "src": "process", "type": "point"}
              for e in read_ledger(os.path.join(run_dir, "trace.jsonl"))]
     attribute_callers(provider + receiver, engine, recorded)
-    events = hist.merge(engine.operations(os.path.join(run_dir, "engine.db")), provider,
+    events = hist.merge(engine.operations(db or os.path.join(run_dir, SQLITE_FILE)), provider,
                         receiver, crashes, trace, recorded)
     if trace:
         attribute_writes(events, engine.write_points)
@@ -358,19 +367,32 @@ def attribute_callers(requests: list[hist.Event], engine: Engine,
 
 def run_campaign(scenario: Scenario, seed: int, engine: Engine, out: str, *,
                  plan: FaultPlan | None = None, engine_spec: str | None = None,
-                 progress: bool = True) -> RunResult:
-    """Run one scenario end to end and write its reports. Raises HarnessError when the run
-    itself could not be carried out."""
+                 progress: bool = True, backend: Backend = Backend()) -> RunResult:
+    """Run one scenario end to end, on a fresh database of `backend`, and write its reports.
+    Raises HarnessError when the run itself could not be carried out, BackendError (before
+    any run folder is made) when its database cannot be."""
     if plan is None:
         with Progress("planning", enabled=progress) as shown:
             shown.update(detail=f"the fault plan of {plural(scenario.run.jobs, 'job')}, "
                                 f"seed {seed}")
             plan = make_plan(scenario, seed, engine.pipeline)
+    check_backend(engine, backend)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+    # The database first: a server that cannot be started or reached fails the run before
+    # it leaves a folder; a server started here stops when the run ends, however it ends.
+    with run_database(backend, database_name(scenario.name, stamp, seed)) as database:
+        return _run_on(scenario, plan, engine, out, engine_spec, progress, database)
+
+
+def _run_on(scenario: Scenario, plan: FaultPlan, engine: Engine, out: str,
+            engine_spec: str | None, progress: bool, database: RunDatabase) -> RunResult:
+    seed = plan.seed
     run_dir = run_dir_for(out, scenario, seed)
     started = time.time()
     # First of all, what runs and how to replay it: a run killed halfway stays usable.
-    write_report(run_dir, start_record(scenario, plan, engine, engine_spec, run_dir, started))
-    campaign = Campaign(scenario, plan, engine, run_dir, progress=progress)
+    write_report(run_dir, start_record(scenario, plan, engine, engine_spec, run_dir, started,
+                                       database.to_json()))
+    campaign = Campaign(scenario, plan, engine, run_dir, progress=progress, database=database)
     try:
         with evidence_in(run_dir):
             snapshot = campaign.run()
@@ -384,7 +406,7 @@ def run_campaign(scenario: Scenario, seed: int, engine: Engine, out: str, *,
         verdicts = run_checkers(events, snapshot)
     applied = faults_applied(plan, events, campaign.nemesis.applied)
     report = build_report(scenario, plan, engine, engine_spec, run_dir, verdicts, applied,
-                          events, snapshot, started)
+                          events, snapshot, started, database.to_json())
     write_report(run_dir, report)
     render_reports(run_dir)
     return RunResult(run_dir, report)

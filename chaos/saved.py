@@ -90,7 +90,9 @@ def load_run(run: str) -> SavedRun:
     elif partial:
         from .runner import collect_history
         engine = engine or _engine(report)
-        history, tear = collect_history(run, engine, _recorded(run)), None
+        from .backends import saved_target
+        history, tear = collect_history(run, engine, _recorded(run),
+                                        saved_target(run, report)), None
     else:
         raise ValueError(f"{history_path} does not exist: the run's checks need it")
     return SavedRun(run, report, history, snapshot, tear, partial)
@@ -132,7 +134,8 @@ def partial_snapshot(run: str, report: dict[str, Any], engine: Any) -> dict[str,
     scenario = scenario_from_json(report["scenario"])
     plan = FaultPlan.from_json(report["plan"])
     settings = engine.settings(scenario.engine)
-    snapshot = engine.snapshot(os.path.join(run, "engine.db"))
+    from .backends import saved_target
+    snapshot = engine.snapshot(saved_target(run, report))
     applied, seen = [], Counter()
     for e in read_ledger(os.path.join(run, "receiver.jsonl")):
         if e.get("applied") and e.get("effect_id") and not seen[e["effect_id"]]:

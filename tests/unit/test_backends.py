@@ -1,0 +1,128 @@
+"""Where a run's engine database lives (chaos.backends): the flags checked at once and named,
+a password kept out of every target and record, a database made per run, nothing left when
+a server cannot be had; and what a store's clock changes in the run's expectations."""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import psycopg
+import pytest
+
+from chaos import pgserver
+from chaos.backends import (Backend, BackendError, check_backend, database_name, redacted,
+                            run_database, saved_target, split_password, with_dbname)
+from chaos.contract import EngineSettings
+from chaos.expect import expectations
+from chaos.reference import REFERENCE
+from chaos.reference.mutants.catalog import ENGINES, ON_POSTGRES
+from chaos.scenario import load_scenario
+
+
+@pytest.mark.parametrize("name, url, words", [
+    ("mysql", None, ["--backend", "sqlite, postgres", "mysql"]),
+    ("sqlite", "postgresql://u@h/db", ["--pg-url needs --backend postgres"]),
+    ("postgres", "mysql://u:pw@h/db", ["--pg-url", "postgresql://", "mysql://u:***@h/db"]),
+    ("postgres", "postgresql:///", ["--pg-url", "postgresql://user@host"]),
+])
+def test_bad_flags_fail_at_construction_naming_the_flag(name, url, words):
+    with pytest.raises(BackendError) as err:
+        Backend(name, url)
+    assert all(w in str(err.value) for w in words), str(err.value)
+    assert "pw" not in str(err.value)
+
+
+def test_a_password_is_split_off_and_redacted_wherever_it_is_written():
+    assert split_password("postgresql://bob:s3cr%40t@127.0.0.1:5432/db?sslmode=disable") == (
+        "postgresql://bob@127.0.0.1:5432/db?sslmode=disable", "s3cr%40t")
+    assert split_password("postgresql://bob@127.0.0.1/db?password=pw&application_name=x") == (
+        "postgresql://bob@127.0.0.1/db?application_name=x", "pw")
+    assert split_password("postgresql://127.0.0.1/db") == ("postgresql://127.0.0.1/db", None)
+    assert redacted("postgresql://bob:pw@h:1/db?password=pw2") == \
+        "postgresql://bob:***@h:1/db?password=***"
+    assert with_dbname("postgresql://bob@h:1/postgres?dbname=x&sslmode=disable", "run_1") == \
+        "postgresql://bob@h:1/run_1?sslmode=disable"
+
+
+def test_a_run_database_name_is_a_plain_identifier_within_63_bytes():
+    assert database_name("kill-storm", "20261202T010203000001", 7) == \
+        "ninelives_kill_storm_20261202t010203000001_seed7"
+    assert len(database_name("x" * 80, "20261202T010203000001", 1)) == 63
+
+
+def test_a_sqlite_only_mutant_is_refused_on_postgres_saying_why():
+    check_backend(REFERENCE, Backend("postgres"))
+    check_backend(ENGINES["poison_retried"], Backend("postgres"))
+    with pytest.raises(BackendError, match=r"--backend postgres: engine "
+                                           r"mutant:no_token_on_complete runs on sqlite only "
+                                           r"\(its patch edits SQLiteStore"):
+        check_backend(ENGINES["no_token_on_complete"], Backend("postgres"))
+    assert ON_POSTGRES <= set(ENGINES)
+    assert all(e.backends == ("sqlite",) for n, e in ENGINES.items() if n not in ON_POSTGRES)
+    assert all(not hasattr(e, "backends") or "sqlite" in e.backends for e in ENGINES.values())
+
+
+def test_no_server_binaries_is_a_clear_error_naming_the_flag_and_leaves_nothing(monkeypatch):
+    monkeypatch.setattr(pgserver.glob, "glob", lambda pattern: [])
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(BackendError, match=r"--backend postgres: could not start a PostgreSQL "
+                                           r"server .*`make test` installs them.*--pg-url"):
+        with run_database(Backend("postgres"), "x"):
+            pass
+
+
+def test_an_unreachable_pg_url_is_a_clear_error_naming_the_flag_without_the_password():
+    with pytest.raises(BackendError) as err:
+        with run_database(Backend("postgres", "postgresql://u:hunter2@127.0.0.1:1/postgres"),
+                          "x"):
+            pass
+    assert "--pg-url: cannot create database x on postgresql://u:***@127.0.0.1:1/postgres" \
+        in str(err.value)
+    assert "hunter2" not in str(err.value)
+
+
+def test_a_pg_url_run_gets_a_new_database_without_the_password_in_its_target(pg_server):
+    url = pg_server.url.replace("postgres@", "postgres:hunter2@")  # trust: any password
+    before = os.environ.get("PGPASSWORD")
+    name = database_name("unit", "20261202T000000000000", os.getpid())
+    with run_database(Backend("postgres", url), name) as db:
+        assert os.environ["PGPASSWORD"] == "hunter2"  # for the engine's processes
+        assert "hunter2" not in repr(db.to_json()) and db.name == name
+        assert db.server == pg_server.url and db.target == pg_server.url_for(name)
+        with psycopg.connect(db.target) as conn:
+            assert conn.execute("SELECT current_database()").fetchone()[0] == name
+    assert os.environ.get("PGPASSWORD") == before
+    assert saved_target("run", {"database": db.to_json()}) == db.target  # kept there
+    pg_server.drop_database(db.target)
+
+
+def test_a_run_on_its_own_server_stops_it_however_the_block_ends():
+    with pytest.raises(KeyboardInterrupt):
+        with run_database(Backend("postgres"), "interrupted") as db:
+            with psycopg.connect(db.target) as conn:  # the run's server answers
+                conn.execute("SELECT 1")
+            raise KeyboardInterrupt
+    with pytest.raises(psycopg.OperationalError):  # and is gone with the run
+        psycopg.connect(db.target, connect_timeout=2)
+    with pytest.raises(ValueError, match="ended with it"):
+        saved_target("run", {"database": db.to_json()})
+
+
+def _skewed_only():
+    scenario = load_scenario("smoke", "smoke")
+    faults = dataclasses.replace(scenario.faults, skewed_workers=1, kill=0.0)
+    return dataclasses.replace(scenario, faults=faults)
+
+
+def test_skewed_workers_take_leases_only_where_their_clock_places_them():
+    scenario = _skewed_only()
+    settings = REFERENCE.settings(scenario.engine)
+    assert settings.lease_clock == "worker"
+    assert expectations(scenario, REFERENCE, settings)["lease_exclusive"] is False
+    on_server = dataclasses.replace(settings, **REFERENCE.store_settings("postgresql://h/d"))
+    assert expectations(scenario, REFERENCE, on_server)["lease_exclusive"] is True
+
+
+def test_a_lease_clock_other_than_worker_or_store_is_refused():
+    with pytest.raises(ValueError, match="lease_clock must be 'worker' or 'store'"):
+        EngineSettings(lease_clock="wall")
