@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -57,6 +57,9 @@ class RunDatabase:
     target: str
     name: str
     server: str | None = None
+    #: the chaos.pgserver.PostgresServer the run started (its faults: crash, restart,
+    #: terminate_clients), or None
+    control: Any = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"backend": self.backend, "name": self.name, "server": self.server,
@@ -143,7 +146,8 @@ def run_database(backend: Backend, name: str) -> Iterator[RunDatabase]:
     elif backend.pg_url is None:
         with _own_server() as server:
             _create(server.url, name, "--backend postgres")
-            yield RunDatabase("postgres", server.url_for(name), name, "started for the run")
+            yield RunDatabase("postgres", server.url_for(name), name, "started for the run",
+                              server)
     else:
         bare, password = split_password(backend.pg_url)
         with _password(password):

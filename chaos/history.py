@@ -49,7 +49,9 @@ src "receiver": the fake receiver's ledger, one per request, t = t_start:
                  effect_id, completion ("info" when the sender cannot know whether it applied)
 src "nemesis": every fault it applied, and its healing (type is the fault: kill, pause,
   resume, expire, skew, heartbeat_off, outage, outage_end, contention, contention_end,
-  duplicate_submit, operator, error)
+  duplicate_submit, operator, server_crash, server_restart (the database server crashed and
+  started again: PostgreSQL), connection_kill (an engine process's connections ended by the
+  server: pid, backends, in_transaction), error)
 src "process": the supervisor's lifecycle records and the probe's log:
   spawn | exit   name, role ("worker" | "sender"), slot, pid, code, signal, killed (exit:
                  True when the harness sent the signal), log_tail (exit by itself)

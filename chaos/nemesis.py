@@ -23,8 +23,10 @@ from .scenario import Scenario
 from .supervisor import Supervisor
 
 
-#: Faults that write to the engine database, and so may wait for its write lock.
-WAITS_ON_DATABASE = frozenset({"lease_expiry", "operator", "duplicate_submit"})
+#: Faults that write to the engine database, and so may wait for its write lock; and the
+#: server's own (a restart takes its down time): each runs aside.
+WAITS_ON_DATABASE = frozenset({"lease_expiry", "operator", "duplicate_submit",
+                               "server_restart", "connection_kill"})
 
 
 class FaultPolicy:
@@ -82,8 +84,10 @@ class Nemesis:
 
     def __init__(self, scenario: Scenario, plan: FaultPlan, engine: Engine, db: str,
                  supervisor: Supervisor, policy: FaultPolicy,
-                 record: Callable[[Event], None]) -> None:
+                 record: Callable[[Event], None], server: Any = None) -> None:
         self.scenario, self.plan, self.engine, self.db = scenario, plan, engine, db
+        self.server = server  # the database server the run started (its own faults), or None
+        self._server_lock = threading.Lock()  # one crash-and-restart at a time
         self.supervisor, self.policy, self.record = supervisor, policy, record
         self.applied: Counter[str] = Counter()
         self._stop = threading.Event()
@@ -243,6 +247,36 @@ class Nemesis:
         if result == "done":
             self._count(f"operator_{event['action']}")
         self._count("operator")
+
+
+    # -- the database server's own (chaos.pgserver, a server the run started) -------------
+
+    def _server_restart(self, event: dict) -> None:
+        """Crash the server (pg_ctl stop -m immediate), restart it server_down_seconds
+        later. heal() joins this thread, so no run ends with its server down."""
+        down = self.scenario.faults.server_down_seconds
+        with self._server_lock:
+            self.server.crash()
+            self._log("server_crash", seconds=down)
+            self._count("server_restart")
+            try:
+                time.sleep(down)
+            finally:
+                self.server.restart()  # also when the run is being stopped: healing
+                self._log("server_restart")
+
+    def _connection_kill(self, event: dict) -> None:
+        """End one engine process's connections on the server (pg_terminate_backend), in
+        whatever it was doing: mid-transaction, its write is rolled back."""
+        child = self._target(event, ("worker", "sender"))
+        if child is None:
+            return
+        with self._server_lock:  # never against a server being restarted
+            ended = self.server.terminate_clients(child.pid)
+        if ended:
+            self._log("connection_kill", target=child.name, pid=child.pid,
+                      backends=len(ended), in_transaction=any(e["in_transaction"] for e in ended))
+            self._count("connection_kill")
 
 
 def _signal(pid: int, sig: int) -> None:

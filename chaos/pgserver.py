@@ -125,19 +125,66 @@ class PostgresServer:
         if self.as_root:
             shutil.chown(self.folder, "nobody")
         self.folder.chmod(0o700)
-        # fsync off: a test server's crash durability is not under test, and it saves
-        # seconds per database created.
         self._run("initdb", "-D", str(self.data), "-U", SUPERUSER, "-A", "trust", "-E", "UTF8",
                   "--no-sync", "--no-instructions")
         self._start_watchdog()
-        options = (f"-k {self.folder} -c listen_addresses=127.0.0.1 -p {self.port}"
-                   " -c fsync=off -c full_page_writes=off -c max_connections=100")
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w",
-                  "-t", "60", "start")
+        self._pg_ctl_start()
         self.running = True
         self._execute(f"CREATE DATABASE {TEMPLATE}")
         if prepare is not None:
             prepare(self.url_for(TEMPLATE))  # done once, copied into every database
+
+    def _pg_ctl_start(self) -> None:
+        # fsync and full_page_writes off guard against an operating system's crash alone:
+        # a crash of the server (`crash()`) loses nothing committed, its WAL being in the
+        # system's cache; and a test server's durability across power loss is not under test.
+        options = (f"-k {self.folder} -c listen_addresses=127.0.0.1 -p {self.port}"
+                   " -c fsync=off -c full_page_writes=off -c max_connections=100")
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w",
+                  "-t", "60", "start")
+
+    def crash(self) -> None:
+        """Stop the server as a crash would (`pg_ctl stop -m immediate`: no checkpoint,
+        every session cut; it recovers from its WAL at the next start)."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        self.running = False
+
+    def restart(self) -> None:
+        """Start the server again after `crash()`, on the same port and folder."""
+        self._pg_ctl_start()
+        self.running = True
+
+    def terminate_clients(self, pid: int, within: float = 0.5) -> list[dict]:
+        """End, on the server (pg_terminate_backend), the connections that process `pid`
+        holds to it: the first of them seen in a transaction within `within` seconds (a
+        write cut halfway), else all of them as they are. Returns what each ended one was
+        doing: [{"backend", "state", "in_transaction"}]. A process's connections are found
+        by its TCP ports (psutil)."""
+        import psutil
+        import psycopg
+        try:
+            ports = [c.laddr.port for c in psutil.Process(pid).net_connections("tcp")
+                     if c.raddr and c.raddr.port == self.port]
+        except psutil.Error:
+            return []
+        if not ports:
+            return []
+        mine = "client_port = ANY(%s) AND client_addr = '127.0.0.1'"
+        busy = " AND state IN ('active', 'idle in transaction')"
+        ended: list = []
+        with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as conn:
+            deadline = time.monotonic() + within
+            while not ended and time.monotonic() < deadline:
+                ended = conn.execute(f"SELECT pid, state, pg_terminate_backend(pid) FROM"
+                                     f" pg_stat_activity WHERE {mine}{busy} LIMIT 1",
+                                     (ports,)).fetchall()
+                time.sleep(0.002)
+            if not ended:
+                ended = conn.execute(f"SELECT pid, state, pg_terminate_backend(pid) FROM"
+                                     f" pg_stat_activity WHERE {mine}", (ports,)).fetchall()
+        return [{"backend": b, "state": state,
+                 "in_transaction": state in ("active", "idle in transaction")}
+                for b, state, done in ended if done]
 
     def _start_watchdog(self) -> None:
         # Its own session: a signal to the test run's process group does not take it along

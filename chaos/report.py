@@ -93,6 +93,7 @@ EVIDENCE = {
     "receiver_5xx": "receiver_5xx", "receiver_timeout": "receiver_timeout",
     "receiver_drop": "receiver_drop", "receiver_lost": "receiver_lost", "declined": "declined",
     "contention": "contention", "operator": "operator", "crash_points": "crash_point",
+    "server_restart": "server_restart", "connection_kill": "connection_kill",
 }
 
 

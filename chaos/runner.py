@@ -30,7 +30,8 @@ from .render import render_run
 from .report import build_report, faults_applied, start_record, write_report
 from .runfiles import scenario_record, write_json
 from .runqueue import RunQueueWatch
-from .scenario import Scenario, ScenarioError, check_for_engine, crash_points_for
+from .scenario import (SERVER_FAULTS, Scenario, ScenarioError, check_for_engine,
+                       crash_points_for)
 from .supervisor import Supervisor, evidence_in
 from .writers import attribute_writes
 
@@ -106,6 +107,12 @@ class Campaign:
             self.settings = check_for_engine(scenario, engine)
         except ScenarioError as exc:
             raise HarnessError(str(exc)) from None
+        self.server = database.control if database else None
+        configured = [name for name in SERVER_FAULTS if getattr(scenario.faults, name)]
+        if configured and self.server is None:
+            raise HarnessError(f"faults.{configured[0]} needs --backend postgres on a server the "
+                               "run starts itself (without --pg-url): it crashes and restarts "
+                               "that server, or ends its connections")
         if hasattr(engine, "store_settings"):  # what this store changes (whose clock, ...)
             self.settings = replace(self.settings, **engine.store_settings(self.db))
         self.urls = ("", "")
@@ -142,7 +149,7 @@ class Campaign:
     def _phases(self, sup: Supervisor, policy: FaultPolicy) -> None:
         counts = {"worker": self.scenario.run.workers, "sender": self.scenario.run.senders}
         nemesis = Nemesis(self.scenario, self.plan, self.engine, self.db, sup, policy,
-                          self.record)
+                          self.record, self.server)
         self.nemesis = nemesis
         self.chaos_on = True
         sup.keep(counts)

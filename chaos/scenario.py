@@ -90,6 +90,11 @@ class Faults:
     contention_seconds_max: float = 0.0   # above contention_seconds: each hold's length is
                                           # drawn from [contention_seconds, this]
     operator: float = 0.0                 # operator actions per second (cancel, requeue, resolve)
+    # the database server's own faults (--backend postgres, on a server the run starts)
+    server_restart: float = 0.0           # crashes per second (pg_ctl stop -m immediate),
+    server_down_seconds: float = 0.5      # each followed by a restart this much later
+    connection_kill: float = 0.0          # per second: one engine process's connection ended
+                                          # by the server (pg_terminate_backend)
 
 
 @dataclass(frozen=True)
@@ -121,7 +126,10 @@ SHARES = ("slow", "provider_429", "provider_5xx", "hang", "reset", "poison", "un
           "crash_loop",
           "duplicate_same", "duplicate_different", "receiver_5xx", "receiver_timeout",
           "receiver_drop", "receiver_lost", "declined", "crash_point_probability")
-RATES = ("kill", "pause", "lease_expiry", "contention", "operator")
+RATES = ("kill", "pause", "lease_expiry", "contention", "operator", "server_restart",
+         "connection_kill")
+#: The faults of a PostgreSQL server the run started itself (chaos.backends).
+SERVER_FAULTS = ("server_restart", "connection_kill")
 
 
 def resolve_path(name: str) -> str:
@@ -302,7 +310,7 @@ def _check(where: str, s: Scenario) -> None:
             raise ScenarioError(f"{where}: field 'faults.{name}' is a rate and must be >= 0, "
                                 f"got {getattr(f, name)}")
     for name in ("pause_seconds", "skew_seconds", "slow_seconds", "retry_after", "hang_seconds",
-                 "contention_seconds", "contention_seconds_max", "skewed_workers",
+                 "contention_seconds", "server_down_seconds", "contention_seconds_max", "skewed_workers",
                  "heartbeat_off_workers"):
         if getattr(f, name) < 0:
             raise ScenarioError(f"{where}: field 'faults.{name}' must be >= 0, "

@@ -131,9 +131,9 @@ def harness_windows(history: list[Event]) -> dict[str, Any]:
             opened[e.get("pid")] = e["t"]
         elif kind == "resume" and e.get("pid") in opened:
             pauses.append((e["pid"], opened.pop(e["pid"]), e["t"]))
-        elif kind == "contention":
+        elif kind in ("contention", "server_crash"):  # a server down holds every writer off
             lock = e["t"]
-        elif kind == "contention_end" and lock is not None:
+        elif kind in ("contention_end", "server_restart") and lock is not None:
             locks.append((lock, e["t"]))
             lock = None
     pauses += [(pid, t, float("inf")) for pid, t in opened.items()]

@@ -116,3 +116,40 @@ def test_bad_backend_input_is_exit_2_naming_the_flag_and_leaves_no_run(tmp_path,
     assert done.returncode == 2, done.stdout + done.stderr
     assert says in done.stderr and ":pw@" not in done.stderr
     assert not os.listdir(tmp_path)
+
+
+def test_postgres_faults_crash_the_server_and_cut_connections_and_committed_work_survives(
+        tmp_path):
+    done = ninelives("run", "postgres-faults", "--profile", "smoke", "--seed", "1",
+                     "--backend", "postgres", "--out", str(tmp_path), "--quiet")
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    run = only_run(tmp_path)
+    report = json.loads((run / "report.json").read_text())
+    applied = report["faults_applied"]
+    assert applied.get("server_restart", 0) >= 1 and applied.get("connection_kill", 0) >= 1
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    nemesis = [e["type"] for e in events if e["src"] == "nemesis"]
+    assert nemesis.count("server_crash") == nemesis.count("server_restart") >= 1
+    assert any(e.get("in_transaction") for e in events if e["type"] == "connection_kill")
+    verdicts = {v["name"]: v for v in report["verdicts"]}
+    # Every safety and liveness invariant holds through the crash and the cut connections.
+    assert {n for n, v in verdicts.items() if v["verdict"] == "fail"} <= {"processes-survive"}
+    assert verdicts["all-jobs-settle"]["verdict"] == "pass"
+    assert verdicts["db-intact"]["verdict"] == "pass"
+    # An engine process may die of a database fault (it exits 2 on a connection it cannot
+    # reopen, or whose commit it cannot know): reported, and only for that reason.
+    for error in verdicts["processes-survive"].get("errors", []):
+        assert "exit code 2" in error["message"], error["message"]
+    servers = servers_on(report["database"]["target"].rsplit(":", 1)[1].split("/")[0])
+    assert servers == [], "the restarted server outlived its run"
+
+
+@pytest.mark.parametrize("args", [[], ["--backend", "postgres", "--pg-url",
+                                       "postgresql://postgres@127.0.0.1:1/postgres"]])
+def test_server_faults_need_a_server_the_run_starts(tmp_path, args, pg_server):
+    args = [a.replace("127.0.0.1:1/postgres", pg_server.url.split("@", 1)[1]) for a in args]
+    done = ninelives("run", "postgres-faults", "--profile", "smoke", *args, "--out",
+                     str(tmp_path), "--quiet", timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "faults.server_restart needs --backend postgres on a server the run starts" \
+        in done.stderr
