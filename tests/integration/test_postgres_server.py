@@ -55,7 +55,7 @@ def test_a_stopped_server_leaves_no_process_and_no_folder():
 
 
 def test_a_test_run_killed_outright_does_not_leave_its_server_running():
-    script = textwrap.dedent(f"""
+    script = textwrap.dedent("""
         import sys, time
         from chaos.pgserver import PostgresServer
         server = PostgresServer().start()

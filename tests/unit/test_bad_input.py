@@ -354,6 +354,10 @@ def harness_case(row: str, tmp: str) -> tuple[list[str], list[str]]:
         return ["sweep", "--lease", "nan", "--out", out], ["--lease", "finite"]
     if row == "an engine that cannot be loaded":
         return ["run", "smoke", "--engine", "nosuch:X", "--out", out], ["'nosuch:X'"]
+    if row == "a store that cannot be had":  # the others of the row: test_postgres_campaign
+        return ["run", "smoke", "--backend", "postgres", "--pg-url",
+                "mysql://u:pw@127.0.0.1/db", "--out", out], ["--pg-url", "postgresql://",
+                                                             "mysql://u:***@127.0.0.1/db"]
     raise AssertionError(f"the README's harness table has a row no case covers: {row!r}")
 
 
