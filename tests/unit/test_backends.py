@@ -126,3 +126,12 @@ def test_skewed_workers_take_leases_only_where_their_clock_places_them():
 def test_a_lease_clock_other_than_worker_or_store_is_refused():
     with pytest.raises(ValueError, match="lease_clock must be 'worker' or 'store'"):
         EngineSettings(lease_clock="wall")
+
+
+def test_the_simulation_refuses_server_faults_rather_than_passing_without_them(tmp_path,
+                                                                               capsys):
+    from chaos.cli import main
+    assert main(["sim", "postgres-faults", "--profile", "smoke", "--seed", "1", "--out",
+                 str(tmp_path)]) == 2
+    assert "faults.server_restart crashes a real PostgreSQL server" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
