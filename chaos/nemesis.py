@@ -248,7 +248,6 @@ class Nemesis:
             self._count(f"operator_{event['action']}")
         self._count("operator")
 
-
     # -- the database server's own (chaos.pgserver, a server the run started) -------------
 
     def _server_restart(self, event: dict) -> None:
