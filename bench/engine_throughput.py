@@ -55,13 +55,14 @@ def _worker(db: str, sync: str, go, counts, index: int) -> None:
 
 
 def engine_rate(jobs: int, workers: int, sync: str,
-                prepare=None) -> tuple[float, list[int]]:
+                prepare=None, db: str | None = None) -> tuple[float, list[int]]:
     """Jobs/s for `jobs` jobs through `workers` processes, and each worker's share.
 
     prepare(store), when given, runs on the fresh database first (e.g. to install an observer).
+    db: a fresh database to use (a `postgresql://` URL, say); else a SQLite file of its own.
     """
     with tempfile.TemporaryDirectory() as tmp:
-        db = os.path.join(tmp, "engine.db")
+        db = db or os.path.join(tmp, "engine.db")
         store = open_store(db, synchronous="NORMAL")
         if prepare is not None:
             prepare(store)
