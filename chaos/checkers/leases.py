@@ -332,7 +332,7 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     verdict = Verdict("lease-kept")
     settings = snapshot["settings"]
     shared = readings(history)
-    tl, index = shared.timeline(snapshot["pipeline"]), shared.jobs
+    tl = shared.timeline(snapshot["pipeline"])
     at = clock_of(history)
     _check_abandoned(verdict, tl, settings.get("slots") or 1, at,
                      settings.get("finish_retry_slack") or 0.0)
@@ -345,8 +345,8 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     if lease is None:
         return verdict if verdict.valid is False else verdict.unknown(
             "the engine declares no lease length")
-    excused = {**shared.windows, "shared": shared,
-               "beat": settings.get("heartbeat_interval") or lease / 3}
+    excused = shared.windows
+    beat = settings.get("heartbeat_interval") or lease / 3
     if settings.get("lease_from_write"):
         _check_renewals(verdict, shared, tl, lease, snapshot.get("clock"), at)
     for job, holds in tl.holdings.items():
@@ -355,7 +355,7 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
             if tl.is_skewed(h.worker) or tl.pids.get(h.worker) in excused["no-heartbeat"]:
                 continue
             verdict.checked += 1
-            _check_holding(verdict, h, events, index, excused, lease, at)
+            _check_holding(verdict, h, events, shared, lease, beat, at)
     if not verdict.checked and verdict.valid is not False:
         verdict.unknown("no holding to judge: every claim was by a worker on a skewed clock or "
                         "without heartbeat")
@@ -494,8 +494,9 @@ def _stalled_through(shared, pid: int | None, start: float, end: float, spare: f
     return end > start and shared.stalled(pid, start, end) >= (end - start) - spare - TOL
 
 
-def _check_holding(verdict: Verdict, h, events: list[Event], index: JobIndex,
-                   excused: dict[str, Any], lease: float, at) -> None:
+def _check_holding(verdict: Verdict, h, events: list[Event], shared, lease: float,
+                   beat: float, at) -> None:
+    index, excused = shared.jobs, shared.windows
     start = h.start["t"]
     granted = h.start.get("lease_until")
     if granted is not None and granted < start + lease / 2:
@@ -515,8 +516,8 @@ def _check_holding(verdict: Verdict, h, events: list[Event], index: JobIndex,
     for e in renewals + [None]:
         t = e["t"] if e is not None else end
         if held_until is not None and held_until < t - TOL and _waiting_at(h, held_until):
-            if _stalled_through(excused["shared"], index.pids.get(h.worker), last["t"],
-                                held_until, excused["beat"]):
+            if _stalled_through(shared, index.pids.get(h.worker), last["t"], held_until,
+                                beat):
                 return  # the machine ran it for less than a beat while its renewal was due
             what = f"its next renewal at {at(t)}" if e is not None else (
                 f"its write at {at(t)}" if h.write is not None and t == h.write["t"]

@@ -1,10 +1,10 @@
 """The fakes' pure parts, without a server: the answer to any step, the attribution order, and the
 completion each outcome maps to."""
 
-import os
 import hashlib
 import json
 import math
+import os
 import time
 
 import pytest

@@ -14,7 +14,7 @@ from typing import Any
 
 from ...contract import Command, ProcessContext
 from ..adapter import ReferenceEngine
-from .patches import EditingConnection, SQLEdit
+from .patches import EditingConnection, SQLEdit, operator_move_not_written
 
 
 @dataclass(frozen=True)
@@ -201,7 +201,7 @@ class UnwrittenOperator(MutantEngine):
         # This store only, never the class: the harness runs operator actions on threads
         # of their own, and a class patched by one call would be seen by every other, and
         # by the runs this process makes next.
-        store._operator_move = lambda *args, **kwargs: None
+        operator_move_not_written(store)
         return self.operate_with(store, action, job_id)
 
 
