@@ -18,10 +18,12 @@ import tempfile
 import time
 from importlib.metadata import version
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from chaos.supervisor import OwnedPool  # noqa: E402
+from chaos.supervisor import OwnedPool, die_with_parent  # noqa: E402
 from engine import DOCUMENT, Worker, load_config, open_store  # noqa: E402
+from pg_statements import StatementCounter  # noqa: E402
 
 TX_PER_JOB = 4  # one commit per step; the last one also claims the next job
 
@@ -44,22 +46,30 @@ def raw_commit_ceiling(sync: str, seconds: float = 2.0) -> float:
     return rate
 
 
-def _worker(db: str, sync: str, go, counts, index: int) -> None:
-    config = load_config(env={}, overrides={"db": db, "steps": "instant", "synchronous": sync,
+def _worker(db: str, sync: str, go, counts, index: int, steps: str,
+            count_into: str | None, parent: int) -> None:
+    die_with_parent(parent)  # never outlives the benchmark, however it ends
+    counter = StatementCounter().install() if count_into else None
+    config = load_config(env={}, overrides={"db": db, "steps": steps, "synchronous": sync,
                                             "poll_interval": 0.002})
     store = open_store(db, synchronous=sync)
     worker = Worker(store, config)
     go.wait()
     stats = worker.run(exit_when_idle=True)
     counts[index] = stats.claims
+    if counter is not None:
+        counter.dump(count_into)
 
 
-def engine_rate(jobs: int, workers: int, sync: str,
-                prepare=None, db: str | None = None) -> tuple[float, list[int]]:
+def engine_rate(jobs: int, workers: int, sync: str, prepare=None, db: str | None = None,
+                steps: str = "instant", count_into: str | None = None
+                ) -> tuple[float, list[int]]:
     """Jobs/s for `jobs` jobs through `workers` processes, and each worker's share.
 
     prepare(store), when given, runs on the fresh database first (e.g. to install an observer).
     db: a fresh database to use (a `postgresql://` URL, say); else a SQLite file of its own.
+    steps: the step runner (the config's `steps`). count_into: a folder where each worker
+    writes the statements it sent to PostgreSQL (pg_statements.StatementCounter).
     """
     with tempfile.TemporaryDirectory() as tmp:
         db = db or os.path.join(tmp, "engine.db")
@@ -73,7 +83,8 @@ def engine_rate(jobs: int, workers: int, sync: str,
         ctx = mp.get_context("fork")
         go = ctx.Event()
         counts = ctx.Array("i", workers)
-        procs = [ctx.Process(target=_worker, args=(db, sync, go, counts, i))
+        procs = [ctx.Process(target=_worker, args=(db, sync, go, counts, i, steps, count_into,
+                                                       os.getpid()))
                  for i in range(workers)]
         for p in procs:
             p.start()
