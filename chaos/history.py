@@ -51,7 +51,10 @@ src "nemesis": every fault it applied, and its healing (type is the fault: kill,
   resume, expire, skew, heartbeat_off, outage, outage_end, contention, contention_end,
   duplicate_submit, operator, server_crash, server_restart (the database server crashed and
   started again: PostgreSQL), connection_kill (an engine process's connections ended by the
-  server: pid, backends, in_transaction), error)
+  server: pid, backends, in_transaction), statement_timeout and statement_timeout_end (the
+  write lock held until engine statements have waited `seconds`, when the server cancels
+  them as a statement_timeout does, SQLSTATE 57014; `cancelled`: how many, on the end),
+  statement_cancelled (one statement cancelled: target, pid, backend), error)
 src "process": the supervisor's lifecycle records and the probe's log:
   spawn | exit   name, role ("worker" | "sender"), slot, pid, code, signal, killed (exit:
                  True when the harness sent the signal), log_tail (exit by itself)

@@ -26,7 +26,10 @@ from .supervisor import Supervisor
 #: Faults that write to the engine database, and so may wait for its write lock; and the
 #: server's own (a restart takes its down time): each runs aside.
 WAITS_ON_DATABASE = frozenset({"lease_expiry", "operator", "duplicate_submit",
-                               "server_restart", "connection_kill"})
+                               "server_restart", "connection_kill", "statement_timeout"})
+#: Seconds a statement timeout fault waits, past the timeout itself, for its target to run a
+#: write the held lock keeps waiting: a worker writes at least every poll or heartbeat.
+STATEMENT_WAIT = 2.0
 
 
 class FaultPolicy:
@@ -88,6 +91,7 @@ class Nemesis:
         self.scenario, self.plan, self.engine, self.db = scenario, plan, engine, db
         self.server = server  # the database server the run started (its own faults), or None
         self._server_lock = threading.Lock()  # one crash-and-restart at a time
+        self._up = threading.Lock()  # held while the server is down (see `server_up`)
         self.supervisor, self.policy, self.record = supervisor, policy, record
         self.applied: Counter[str] = Counter()
         self._stop = threading.Event()
@@ -113,6 +117,12 @@ class Nemesis:
         for thread in self._threads:
             thread.join()
         self.policy.heal()
+
+    def server_up(self) -> threading.Lock:
+        """Held, the database server stays up (a crash waits): the runner's own reads of the
+        database (progress, integrity after a kill) wait out a server down instead of
+        failing."""
+        return self._up
 
     def _log(self, type_: str, **details: Any) -> None:
         self.record({"t": time.time(), "src": "nemesis", "type": type_, **details})
@@ -254,7 +264,7 @@ class Nemesis:
         """Crash the server (pg_ctl stop -m immediate), restart it server_down_seconds
         later. heal() joins this thread, so no run ends with its server down."""
         down = self.scenario.faults.server_down_seconds
-        with self._server_lock:
+        with self._server_lock, self._up:
             self.server.crash()
             self._log("server_crash", seconds=down)
             self._count("server_restart")
@@ -276,6 +286,34 @@ class Nemesis:
             self._log("connection_kill", target=child.name, pid=child.pid,
                       backends=len(ended), in_transaction=any(e["in_transaction"] for e in ended))
             self._count("connection_kill")
+
+    def _statement_timeout(self, event: dict) -> None:
+        """Have the server cancel engine statements as a statement_timeout would (SQLSTATE
+        57014). A statement runs long when something holds what it needs: the write lock is
+        held (the engine's control, as contention holds it) until a statement of some
+        engine process has waited statement_timeout_seconds; every one that has is then
+        cancelled (pg_cancel_backend), and the lock goes, or STATEMENT_WAIT later. (A
+        timeout set on the server, ALTER ROLE ... SET statement_timeout, would reach only
+        connections opened after it: the engine's live ones would never see it.)"""
+        children = {c.pid: c.name for c in self.supervisor.alive()
+                    if c.role in ("worker", "sender")}
+        if not children:
+            return
+        seconds = self.scenario.faults.statement_timeout_seconds
+        cancelled: list = []
+        with self._server_lock:  # never against a server being restarted
+            try:
+                with self.engine.hold_write_lock(self.db):
+                    self._log("statement_timeout", seconds=seconds)
+                    cancelled = self.server.cancel_statements(
+                        sorted(children), running_for=seconds, within=seconds + STATEMENT_WAIT)
+                    for c in cancelled:
+                        self._log("statement_cancelled", target=children.get(c["client"]),
+                                  pid=c["client"], backend=c["backend"])
+                    if cancelled:
+                        self._count("statement_timeout")
+            finally:  # the held lock's window closes in the history however this ends
+                self._log("statement_timeout_end", cancelled=len(cancelled))
 
 
 def _signal(pid: int, sig: int) -> None:

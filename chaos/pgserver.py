@@ -158,33 +158,56 @@ class PostgresServer:
         """End, on the server (pg_terminate_backend), the connections that process `pid`
         holds to it: the first of them seen in a transaction within `within` seconds (a
         write cut halfway), else all of them as they are. Returns what each ended one was
-        doing: [{"backend", "state", "in_transaction"}]. A process's connections are found
-        by its TCP ports (psutil)."""
-        import psutil
-        import psycopg
-        try:
-            ports = [c.laddr.port for c in psutil.Process(pid).net_connections("tcp")
-                     if c.raddr and c.raddr.port == self.port]
-        except psutil.Error:
-            return []
-        if not ports:
-            return []
-        mine = "client_port = ANY(%s) AND client_addr = '127.0.0.1'"
-        busy = " AND state IN ('active', 'idle in transaction')"
-        ended: list = []
-        with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as conn:
-            deadline = time.monotonic() + within
-            while not ended and time.monotonic() < deadline:
-                ended = conn.execute(f"SELECT pid, state, pg_terminate_backend(pid) FROM"
-                                     f" pg_stat_activity WHERE {mine}{busy} LIMIT 1",
-                                     (ports,)).fetchall()
-                time.sleep(0.002)
-            if not ended:
-                ended = conn.execute(f"SELECT pid, state, pg_terminate_backend(pid) FROM"
-                                     f" pg_stat_activity WHERE {mine}", (ports,)).fetchall()
+        doing: [{"backend", "state", "in_transaction"}]."""
+        busy = " AND state IN ('active', 'idle in transaction') LIMIT 1"
+        ended = self._signal_clients([pid], "pg_terminate_backend", busy, within)
+        if ended is not None and not ended:
+            ended = self._signal_clients([pid], "pg_terminate_backend", "", 0.0)
         return [{"backend": b, "state": state,
                  "in_transaction": state in ("active", "idle in transaction")}
-                for b, state, done in ended if done]
+                for b, state, _, done in ended or () if done]
+
+    def cancel_statements(self, pids: list[int], running_for: float,
+                          within: float) -> list[dict]:
+        """Cancel (pg_cancel_backend: SQLSTATE 57014, as a statement_timeout of
+        `running_for` seconds does) every statement of processes `pids` running for longer
+        than that, as soon as there is one, waiting up to `within` seconds for one. Returns
+        what was cancelled: [{"backend", "state", "client"}] (client: the process's pid;
+        empty: none ran that long)."""
+        long = (" AND state = 'active' AND clock_timestamp() - query_start"
+                f" > make_interval(secs => {float(running_for)})")
+        cancelled = self._signal_clients(pids, "pg_cancel_backend", long, within)
+        return [{"backend": b, "state": state, "client": client}
+                for b, state, client, done in cancelled or () if done]
+
+    def _signal_clients(self, pids: list[int], function: str, where: str,
+                        within: float) -> list[tuple] | None:
+        """Call `function` (pg_terminate_backend or pg_cancel_backend) on processes `pids`'
+        connections matching `where`, polling for up to `within` seconds until one does;
+        [(backend, state, client pid, done)], or None when they hold no connection to us.
+        A process's connections are found by its TCP ports (psutil), read again at each
+        poll: it may open one meanwhile."""
+        import psycopg
+        sql = (f"SELECT pid, state, client_port, {function}(pid) FROM pg_stat_activity WHERE"
+               f" client_port = ANY(%s) AND client_addr = '127.0.0.1'{where}")
+        with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as conn:
+            deadline = time.monotonic() + within
+            while True:
+                ports = {port: pid for pid in pids for port in self._client_ports(pid)}
+                found = conn.execute(sql, (list(ports),)).fetchall() if ports else None
+                if found or time.monotonic() >= deadline:
+                    return [(b, state, ports.get(port), done)
+                            for b, state, port, done in found] if found is not None else None
+                time.sleep(0.002)
+
+    def _client_ports(self, pid: int) -> list[int]:
+        """The local TCP ports of process `pid`'s connections to this server."""
+        import psutil
+        try:
+            return [c.laddr.port for c in psutil.Process(pid).net_connections("tcp")
+                    if c.raddr and c.raddr.port == self.port]
+        except psutil.Error:
+            return []
 
     def _start_watchdog(self) -> None:
         # Its own session: a signal to the test run's process group does not take it along

@@ -94,6 +94,7 @@ EVIDENCE = {
     "receiver_drop": "receiver_drop", "receiver_lost": "receiver_lost", "declined": "declined",
     "contention": "contention", "operator": "operator", "crash_points": "crash_point",
     "server_restart": "server_restart", "connection_kill": "connection_kill",
+    "statement_timeout": "statement_timeout",
 }
 
 
@@ -101,7 +102,7 @@ EVIDENCE = {
 NEEDS_CAPABILITY = {
     "lease_expiry": "lease_expiry", "contention": "write_lock", "operator": "operator",
     "crash_points": "crash_points", "crash_loop": "crash_points", "skewed_workers": "clock_skew",
-    "heartbeat_off_workers": "heartbeat",
+    "heartbeat_off_workers": "heartbeat", "statement_timeout": "write_lock",
 }
 #: Faults of the receiver: they apply to any engine whose pipeline sends it effects, with an
 #: outbox or without (a refusal is a refusal, whoever posted).

@@ -7,6 +7,7 @@ still leaves its evidence, which `chaos.saved` reads back.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -216,20 +217,30 @@ class Campaign:
             while time.time() < until:
                 for child in sup.reap():
                     if child.proc.returncode == -9 and has(self.engine, "integrity"):
-                        self.integrity.append({"t": time.time(),
-                                               "after": f"kill of {child.name}",
-                                               "result": self.engine.integrity(self.db)})
+                        with self._server_up():
+                            self.integrity.append({"t": time.time(),
+                                                   "after": f"kill of {child.name}",
+                                                   "result": self.engine.integrity(self.db)})
                 sup.keep(counts)
                 if until_settled or (self.progress and time.time() - looked > LOOK):
-                    looked, state = time.time(), self.engine.progress(self.db)
+                    with self._server_up():
+                        looked, state = time.time(), self.engine.progress(self.db)
                     if until_settled and settled(self.engine, state):
                         shown.update(sum(state["states"].values()), detail="all settled")
                         return True
                     self._show(shown, state, until, until_settled)
                 time.sleep(POLL)
             if self.progress:  # the phase as it ended, not as it was a second before
-                self._show(shown, self.engine.progress(self.db), until, until_settled)
+                with self._server_up():
+                    state = self.engine.progress(self.db)
+                self._show(shown, state, until, until_settled)
         return until_settled and self._settled()
+
+    def _server_up(self):
+        """While faults apply, a database server the nemesis crashes is held up for a read
+        of ours (the nemesis's `server_up`); otherwise nothing to hold."""
+        return self.nemesis.server_up() if self.faulting and self.server is not None \
+            else contextlib.nullcontext()
 
     def _settled(self) -> bool:
         return settled(self.engine, self.engine.progress(self.db))

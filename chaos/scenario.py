@@ -95,6 +95,9 @@ class Faults:
     server_down_seconds: float = 0.5      # each followed by a restart this much later
     connection_kill: float = 0.0          # per second: one engine process's connection ended
                                           # by the server (pg_terminate_backend)
+    statement_timeout: float = 0.0        # per second: one engine process's statement, kept
+    statement_timeout_seconds: float = 0.2  # waiting by a held lock, cancelled by the server
+                                          # once it ran this long (SQLSTATE 57014)
 
 
 @dataclass(frozen=True)
@@ -127,9 +130,10 @@ SHARES = ("slow", "provider_429", "provider_5xx", "hang", "reset", "poison", "un
           "duplicate_same", "duplicate_different", "receiver_5xx", "receiver_timeout",
           "receiver_drop", "receiver_lost", "declined", "crash_point_probability")
 RATES = ("kill", "pause", "lease_expiry", "contention", "operator", "server_restart",
-         "connection_kill")
-#: The faults of a PostgreSQL server the run started itself (chaos.backends).
-SERVER_FAULTS = ("server_restart", "connection_kill")
+         "connection_kill", "statement_timeout")
+#: The faults of a PostgreSQL server the run started itself (chaos.backends), in the order
+#: the plan draws them (a new one goes last: the others keep their draws).
+SERVER_FAULTS = ("server_restart", "connection_kill", "statement_timeout")
 
 
 def resolve_path(name: str) -> str:
@@ -311,10 +315,13 @@ def _check(where: str, s: Scenario) -> None:
                                 f"got {getattr(f, name)}")
     for name in ("pause_seconds", "skew_seconds", "slow_seconds", "retry_after", "hang_seconds",
                  "contention_seconds", "server_down_seconds", "contention_seconds_max", "skewed_workers",
-                 "heartbeat_off_workers"):
+                 "heartbeat_off_workers", "statement_timeout_seconds"):
         if getattr(f, name) < 0:
             raise ScenarioError(f"{where}: field 'faults.{name}' must be >= 0, "
                                 f"got {getattr(f, name)}")
+    if f.statement_timeout and f.statement_timeout_seconds <= 0:
+        raise ScenarioError(f"{where}: field 'faults.statement_timeout_seconds' must be > 0 "
+                            "with faults.statement_timeout set (0 is no timeout at all)")
     if f.contention_seconds_max and f.contention_seconds_max < f.contention_seconds:
         raise ScenarioError(f"{where}: field 'faults.contention_seconds_max' "
                             f"({f.contention_seconds_max}) is below faults.contention_seconds "

@@ -113,10 +113,17 @@ def capable(snapshot: dict, capability: str) -> bool:
     return capability in engine["capabilities"]
 
 
+#: The nemesis's events that open a window in which engine writes wait (a held write lock,
+#: the server down), and the events that close each (faults of different kinds overlap).
+LOCK_WINDOWS = ("contention", "server_crash", "statement_timeout")
+LOCK_ENDS = {"contention_end": "contention", "server_restart": "server_crash",
+             "statement_timeout_end": "statement_timeout"}
+
+
 def harness_windows(history: list[Event]) -> dict[str, Any]:
     """When the harness took leases on purpose: [t, t] of each forced expiry, (pid, from, to)
     of each pause, [from, to] of each held write lock; pids run without heartbeat."""
-    pauses, locks, expiries, opened, lock = [], [], [], {}, None
+    pauses, expiries, opened = [], [], {}
     off_slots = {e.get("slot") for e in history
                  if e.get("src") == "nemesis" and e.get("type") == "heartbeat_off"}
     off = {e["pid"] for e in history if e.get("src") == "process" and e.get("type") == "spawn"
@@ -131,15 +138,26 @@ def harness_windows(history: list[Event]) -> dict[str, Any]:
             opened[e.get("pid")] = e["t"]
         elif kind == "resume" and e.get("pid") in opened:
             pauses.append((e["pid"], opened.pop(e["pid"]), e["t"]))
-        elif kind in ("contention", "server_crash"):  # a server down holds every writer off
-            lock = e["t"]
-        elif kind in ("contention_end", "server_restart") and lock is not None:
-            locks.append((lock, e["t"]))
-            lock = None
     pauses += [(pid, t, float("inf")) for pid, t in opened.items()]
-    if lock is not None:
-        locks.append((lock, float("inf")))
-    return {"pauses": pauses, "locks": locks, "expiries": expiries, "no-heartbeat": off}
+    return {"pauses": pauses, "locks": lock_windows(history), "expiries": expiries,
+            "no-heartbeat": off}
+
+
+def lock_windows(history: list[Event]) -> list[tuple[float, float]]:
+    """[from, to] of each span in which some nemesis window of LOCK_WINDOWS was open, from
+    the first opened to the last closed: windows of different kinds overlap, and a hold
+    that waited for another's lock may log its start before the other logs its end."""
+    locks, open_, since = [], {kind: 0 for kind in LOCK_WINDOWS}, None
+    for e in history:
+        kind = e.get("type") if e.get("src") == "nemesis" else None
+        if kind in LOCK_WINDOWS:
+            since = e["t"] if not any(open_.values()) else since
+            open_[kind] += 1
+        elif kind in LOCK_ENDS and open_[LOCK_ENDS[kind]]:
+            open_[LOCK_ENDS[kind]] -= 1
+            if not any(open_.values()):
+                locks.append((since, e["t"]))
+    return locks + ([(since, float("inf"))] if any(open_.values()) else [])
 
 
 def paused_holds(history: list[Event], windows: dict[str, Any]) -> list[tuple[float, float]]:

@@ -262,13 +262,15 @@ def calls_and_sends(history: list[Event], lanes: Lanes, t0: float) -> list[Bar]:
 
 MARKED = {("nemesis", "kill"): "kill", ("process", "crashpoint"): "crashpoint",
           ("nemesis", "operator"): "operator", ("nemesis", "duplicate_submit"): "submit"}
-WINDOW_END = {"resume": "pause", "outage_end": "outage", "contention_end": "contention"}
+WINDOW_END = {"resume": "pause", "outage_end": "outage", "contention_end": "contention",
+              "server_restart": "server_crash", "statement_timeout_end": "statement_timeout"}
 
 
 def faults(history: list[Event], lanes: Lanes, t0: float,
            t1: float) -> tuple[list[Mark], list[Band]]:
     """Kills, crash-point kills, operator actions and duplicate submits as marks; forced
-    lease expiries across every lane; pauses, outages and contention as bands."""
+    lease expiries across every lane; pauses, outages, contention, a database server down
+    and a statement timeout's held lock as bands."""
     marks, bands, opened = [], [], {}
     for e in history:
         kind = MARKED.get((e["src"], e["type"]))
@@ -295,7 +297,11 @@ def _band(start: Event, end: float, lanes: Lanes, t0: float) -> Band:
     kind = start["type"]
     lane = lanes.of_event(start) if kind == "pause" else HARNESS
     what = {"pause": f"{start.get('target', 'process')} paused (SIGSTOP)",
-            "outage": "provider outage", "contention": "database write lock held"}[kind]
+            "outage": "provider outage", "contention": "database write lock held",
+            "server_crash": "database server down (crashed, then restarted)",
+            "statement_timeout": f"database write lock held until statements waited "
+                                 f"{start.get('seconds')} s, then cancelled (statement "
+                                 "timeout)"}[kind]
     return Band(lane, kind, start["t"], end, f"{what}: {at(start['t'], t0)} to {at(end, t0)}")
 
 
