@@ -274,9 +274,24 @@ def build_report(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str |
         "crash_points_not_declared": list(crash_points_for(scenario, engine)[1]),
         "crashpoint_coverage": crashpoint_coverage(getattr(engine, "crashpoints", ()), events),
         "verdicts": verdicts_json,
+        "skew": skew_of(verdicts_json),
         "metrics": metrics(scenario, events, snapshot, applied),
         "result": RESULTS[exit_code], "exit_code": exit_code,
     }
+
+
+def skew_of(verdicts: list[dict]) -> dict | None:
+    """What workers on a skewed clock did with leases (lease-exclusive's reading, see
+    chaos.checkers.skew), or None when no worker ran on one."""
+    return next((v["metrics"]["skew"] for v in verdicts
+                 if v["name"] == "lease-exclusive" and (v.get("metrics") or {}).get("skew")),
+                None)
+
+
+def skew_text(report: dict) -> str | None:
+    """What the report says of skewed workers (None without them)."""
+    skew = report.get("skew") or skew_of(report.get("verdicts") or [])
+    return f"leases on the {skew['lease_clock']}'s clock; {skew['note']}" if skew else None
 
 
 def write_report(run_dir: str, report: dict) -> str:
@@ -352,6 +367,7 @@ def summary(report: dict, console: Console | str | None = AUTO) -> str:
         f"kills {m['kills']} ({m['kills_per_minute']}/min), provider calls "
         f"{m['provider_calls']}, billed {m['billed']}, wasted {m['wasted']}",
         *_progress_line(m.get("progress_latency")),
+        *([f"skewed workers: {skew_text(report)}"] if skew_text(report) else []),
         "", verdict_table(report, console), "",
     ]
     if report["faults_unfired"]:

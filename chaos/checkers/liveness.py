@@ -61,8 +61,9 @@ class Timeline:
     interventions: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
     segment: Counter = field(default_factory=Counter)
     outages: list[list[Event | None]] = field(default_factory=list)
-    skewed_slots: set[int] = field(default_factory=set)
+    skewed_slots: dict[int, float] = field(default_factory=dict)  # slot -> seconds ahead
     skewed: set[int] = field(default_factory=set)          # pids of workers on a skewed clock
+    skew: dict[int, float] = field(default_factory=dict)   # pid -> seconds its clock is ahead
     call_timeouts: list[float] = field(default_factory=list)  # per-slot overrides
     pids: dict[str, int] = field(default_factory=dict)        # worker id -> process id
 
@@ -71,6 +72,10 @@ class Timeline:
 
     def is_skewed(self, worker: str | None) -> bool:
         return self.pids.get(worker) in self.skewed
+
+    def skew_of(self, worker: str | None) -> float:
+        """Seconds `worker`'s clock runs ahead of the true one (0.0 when not skewed)."""
+        return self.skew.get(self.pids.get(worker), 0.0)
 
 
 def read_timeline(history: list[Event], pipeline: dict[str, Any]) -> Timeline:
@@ -101,7 +106,10 @@ def read_timeline(history: list[Event], pipeline: dict[str, Any]) -> Timeline:
             reader.died(e["pid"])
     # The runner records a skew per worker slot before spawning it: process names are
     # "worker-SLOT.N", which ties the slot to the pids that ran with that clock.
-    tl.skewed |= {e["pid"] for e in spawned if _slot(e.get("name")) in tl.skewed_slots}
+    for e in spawned:
+        if _slot(e.get("name")) in tl.skewed_slots:
+            tl.skewed.add(e["pid"])
+            tl.skew[e["pid"]] = tl.skewed_slots[_slot(e.get("name"))]
     return tl
 
 
@@ -120,8 +128,9 @@ def _read_nemesis(tl: Timeline, e: Event) -> None:
     elif e["type"] == "skew":
         if e.get("pid") is not None:
             tl.skewed.add(e["pid"])
+            tl.skew[e["pid"]] = e.get("seconds") or 0.0
         if e.get("slot") is not None:
-            tl.skewed_slots.add(e["slot"])
+            tl.skewed_slots[e["slot"]] = e.get("seconds") or 0.0
     elif e["type"] == "heartbeat_off" and e.get("call_timeout") is not None:
         tl.call_timeouts.append(e["call_timeout"])
 

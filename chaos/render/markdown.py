@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..report import skew_text
 from .evidence import ordered
 
 ICON = {"pass": "✅", "fail": "❌", "unknown": "❓", "error": "⚠️", "partial": "⚠️"}
@@ -27,6 +28,8 @@ def render_markdown(report: dict[str, Any]) -> str:
                      f"| {v['error_count']} | {_cell(v.get('reason') or '')} |")
     applied = ", ".join(f"{k} {n}" for k, n in report.get("faults_applied", {}).items())
     lines += ["", f"**Faults applied:** {applied or 'none'}"]
+    if skew_text(report):
+        lines.append(f"**Skewed workers:** {skew_text(report)}")
     if report.get("faults_unfired"):
         lines.append(f"**Configured but never fired:** {', '.join(report['faults_unfired'])}")
     if report.get("faults_prevented"):
