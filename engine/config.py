@@ -38,6 +38,9 @@ class EngineConfig:
     keep_job: bool = True              # move on to the next step under the same lease
     synchronous: str = "FULL"
     busy_timeout: float = 5.0
+    # A PostgreSQL server's crash and restart (recovery included) takes seconds; a worker
+    # that gives up sooner dies of an outage it could have ridden out.
+    reconnect_window: float = 30.0
     poll_interval: float = 0.05
     provider_url: str = "http://127.0.0.1:8080/v1"
     provider_key: str = ""
@@ -66,7 +69,8 @@ class EngineConfig:
             if f.type == "float" and not math.isfinite(getattr(self, f.name)):
                 raise ConfigError(f"setting {f.name!r} must be a finite number, "
                                   f"got {getattr(self, f.name)}")
-        for name in ("heartbeat_interval", "price_prompt_per_1k", "price_completion_per_1k"):
+        for name in ("heartbeat_interval", "price_prompt_per_1k", "price_completion_per_1k",
+                     "reconnect_window"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"setting {name!r} must be >= 0, got {getattr(self, name)}")
         for name in ("lease", "call_timeout", "backoff_base", "backoff_cap", "busy_timeout",
@@ -117,6 +121,8 @@ MEANING = {
     "keep_job": "move on to the next step under the same lease",
     "synchronous": "FULL (committed means durable) or NORMAL (faster)",
     "busy_timeout": "seconds a write waits for the database lock",
+    "reconnect_window": "seconds to keep trying a PostgreSQL server that cannot be reached "
+                        "(down, restarting, in recovery) before giving up; 0: one try",
     "poll_interval": "seconds an idle worker or sender sleeps between polls",
     "provider_url": "the OpenAI-compatible endpoint",
     "provider_key": "the provider's API key (better in NINELIVES_PROVIDER_KEY: flags show in ps)",

@@ -17,9 +17,12 @@ class StoreBusy(DatabaseError):
 
 
 class ConnectionDropped(DatabaseError):
-    """A client-server backend's connection broke during a write. `at_commit`: it broke while
-    COMMIT was in flight, so whether the transaction committed is unknown (otherwise it
-    certainly did not). The store reconnects on its next call."""
+    """A client-server backend's connection broke during a write, and the store could not
+    make it good: `at_commit`, it broke while COMMIT was in flight and whether the
+    transaction committed could not be found out (the store resolves that itself where it
+    can: see PostgresSession._write); otherwise nothing was committed, and the connection
+    broke again on every try within the reconnect window. The store reconnects on its next
+    call."""
 
     def __init__(self, message: str, at_commit: bool) -> None:
         super().__init__(message)

@@ -28,6 +28,7 @@ from .base import (Claim, DatabaseError, Effect, LeaseLost, OutboxClaim, Spend,
 from .operator import OperatorSQL
 from .postgres_schema import MIGRATIONS, SCHEMA_VERSION, VERSION_TABLE
 from .postgres_session import Cursor, PostgresSession
+from .postgres_verify import CommitEvidence
 from .sqlite import SQLiteStore
 
 __all__ = ["PostgresStore"]
@@ -45,7 +46,7 @@ NOW = f"({CLOCK} + %(now)s)"
 MIGRATION_LOCK = 0x6E696E656C697665  # "ninelive"
 
 
-class PostgresStore(PostgresSession, OperatorSQL):
+class PostgresStore(PostgresSession, CommitEvidence, OperatorSQL):
     """A connection to one engine database on a PostgreSQL server.
 
     url: a libpq URL, `postgresql://user@host:port/dbname`;
@@ -55,7 +56,9 @@ class PostgresStore(PostgresSession, OperatorSQL):
     busy_timeout: seconds a write waits for a row lock (lock_timeout) before StoreBusy;
     lease_clock: "database" (leases and times on the server's clock, the default) or
     "caller" (the `now` each call gives, as SQLite: for deterministic tests and simulation);
-    read_only: no migration, and every transaction is read-only.
+    read_only: no migration, and every transaction is read-only;
+    connect_timeout, reconnect_window and rng: see PostgresSession (how long to keep trying
+    a server that cannot be reached; 0, the default, is one attempt).
     A Worker's heartbeat opens its own connection with `open_store(target)`, on the server's
     clock; a caller-clock user (a simulation) passes the Worker its own `beat_store`.
     Raises DatabaseError naming the server when it cannot connect, or the schema is newer.
@@ -69,12 +72,14 @@ class PostgresStore(PostgresSession, OperatorSQL):
 
     def __init__(self, url: str, *, synchronous: str = "FULL", busy_timeout: float = 5.0,
                  read_only: bool = False, lease_clock: str = "database",
-                 connect_timeout: float = 10.0) -> None:
+                 connect_timeout: float = 10.0, reconnect_window: float = 0.0,
+                 rng: Any = None) -> None:
         if lease_clock not in LEASE_CLOCKS:
             raise ValueError(f"lease_clock must be one of {LEASE_CLOCKS}, not {lease_clock!r}")
         self.db_clock = lease_clock == "database"
         super().__init__(url, synchronous=synchronous, busy_timeout=busy_timeout,
-                         read_only=read_only, connect_timeout=connect_timeout)
+                         read_only=read_only, connect_timeout=connect_timeout,
+                         reconnect_window=reconnect_window, rng=rng)
         self._migrate()
 
     def _params(self, now: float, **values: Any) -> dict:
@@ -169,7 +174,8 @@ class PostgresStore(PostgresSession, OperatorSQL):
                 crashpoint("claim.before_commit")
             return claim
 
-        return self._write(run, idempotent=False)
+        return self._write(run, idempotent=False,
+                           verify=lambda claim: self._holds("job", claim, worker))
 
     def _claim_in(self, cur: Cursor, pipeline: Pipeline, worker: str, now: float,
                   lease: float, max_claims: int) -> Claim | None:
@@ -248,7 +254,8 @@ class PostgresStore(PostgresSession, OperatorSQL):
             crashpoint("worker.before_commit")
             return moved, nxt
 
-        moved, nxt = self._write(run, idempotent=False)
+        moved, nxt = self._write(run, idempotent=False, verify=lambda result: self._finished(
+            claim, spend, result[0]))
         if moved != 1:
             raise LeaseLost(claim.job_id, f"finishing step {step.name!r}")
         return nxt
@@ -298,7 +305,8 @@ class PostgresStore(PostgresSession, OperatorSQL):
             crashpoint("worker.fail.before_commit")
             return moved
 
-        if self._write(run, idempotent=False) != 1:
+        if self._write(run, idempotent=False,
+                       verify=lambda moved: self._finished(claim, spend, moved)) != 1:
             raise LeaseLost(claim.job_id, f"recording a failure of step {step.name!r}")
         return target
 
@@ -322,7 +330,8 @@ class PostgresStore(PostgresSession, OperatorSQL):
 
     def record_spend(self, spend: Spend) -> None:
         """Write a spend record on its own (a call billed after the lease was lost)."""
-        self._write(lambda cur: self._record_spend(cur, spend), idempotent=False)
+        self._write(lambda cur: self._record_spend(cur, spend), idempotent=False,
+                    verify=lambda _: self._spent(spend))
 
     @staticmethod
     def _record_spend(cur: Cursor, s: Spend) -> None:
@@ -345,7 +354,8 @@ class PostgresStore(PostgresSession, OperatorSQL):
                 if row[-1]:  # leased, not dead-lettered
                     return OutboxClaim(*row[:-1], lease_until=now + lease)
 
-        got = self._write(run, idempotent=False)
+        got = self._write(run, idempotent=False,
+                          verify=lambda row: self._holds("outbox", row, sender))
         if got is not None:
             crashpoint("sender.after_claim")
         return got

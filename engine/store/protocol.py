@@ -26,6 +26,12 @@ class Store(Protocol):
       its transition or its outbox rows.
     - **Busy is retryable.** StoreBusy means nothing was committed and the call may be made
       again; any other DatabaseError is not to be retried blindly.
+    - **A lost connection is the store's to ride out** (client-server backends): within its
+      reconnect window it reconnects, runs again a write that cannot have committed, and
+      resolves one whose COMMIT's answer was lost (PostgreSQL: by its transaction id), so
+      that a write returns once it committed exactly once. ConnectionDropped with
+      `at_commit` means that could not be known: the caller may hold a claim it was not
+      told of, and waits out its lease before claiming again (engine.worker.unknown_write).
 
     Time. Every method takes `now`, the caller's clock reading. The backends differ in whose
     clock places a lease:

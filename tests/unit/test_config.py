@@ -32,6 +32,7 @@ def test_defaults_are_valid():
     ({"call_timeout": 0.0}, ["call_timeout"]),
     ({"max_attempts": 0}, ["max_attempts"]),
     ({"synchronous": "OFF"}, ["synchronous"]),
+    ({"reconnect_window": -1.0}, ["reconnect_window"]),
 ])
 def test_unsafe_or_invalid_settings_are_refused_naming_them(settings, named):
     with pytest.raises(ConfigError) as err:
@@ -46,6 +47,7 @@ def test_unsafe_or_invalid_settings_are_refused_naming_them(settings, named):
     {"heartbeat_interval": 29.0, "lease": 30.0},
     {"max_claims": 6, "max_attempts": 5},
     {"synchronous": "normal"},
+    {"reconnect_window": 0.0},   # one try, as before the window existed
 ])
 def test_safe_settings_next_to_the_limits_are_accepted(settings):
     cfg = load_config(env={}, overrides=settings)
@@ -169,13 +171,15 @@ def test_an_infinite_integer_setting_is_refused_not_raised(tmp_path, text):
         load_config(env={"NINELIVES_MAX_CLAIMS": text})
 
 
-@pytest.mark.parametrize("name", ["lease", "send_timeout", "price_prompt_per_1k"])
+@pytest.mark.parametrize("name", ["lease", "send_timeout", "price_prompt_per_1k",
+                                  "reconnect_window"])
 def test_a_config_built_directly_is_checked_for_finite_numbers(name):
     with pytest.raises(ConfigError, match=f"{name!r} must be a finite number"):
         EngineConfig(**{name: float("nan")}).validate()
 
 
-@pytest.mark.parametrize("name", ["heartbeat_interval", "price_completion_per_1k"])
+@pytest.mark.parametrize("name", ["heartbeat_interval", "price_completion_per_1k",
+                                  "reconnect_window"])
 def test_a_negative_interval_or_price_is_refused(name):
     with pytest.raises(ConfigError, match=f"{name!r} must be >= 0"):
         load_config(env={}, overrides={name: -1.0})
@@ -253,3 +257,11 @@ def test_the_probe_other_engines_import_refuses_what_would_disarm_or_crash_it(en
         Armed(env, ["a.point"])
     assert "NINELIVES_CRASH_" in str(refused.value)
     assert Armed({"NINELIVES_CRASH_AT": "a.point@0.5,a.point:2"}, ["a.point"]).nth == {"a.point": 2}
+
+
+def test_the_reconnect_window_comes_from_the_environment_and_flags_and_names_its_source():
+    assert EngineConfig().reconnect_window == 30.0
+    assert load_config(env={"NINELIVES_RECONNECT_WINDOW": "5"}).reconnect_window == 5.0
+    with pytest.raises(ConfigError, match="flag --reconnect-window: setting 'reconnect_window'"
+                                          " must be a finite number"):
+        load_config(env={}, flags={"reconnect_window": "soon"})
