@@ -25,13 +25,13 @@ from .steps import (PAYLOAD_SHAPE, SCHEMAS, StepContext, check_payload, check_sc
                     make_runner)
 from .store import (DatabaseError, OperatorError, Store, SubmissionConflict, open_store,
                     shown_target)
-from .worker import Worker
+from .worker import Worker, store_options
 
 OPERATOR = f"operator:{os.environ.get('USER', 'unknown')}"
 
 
 #: The settings of a database, which every command opens.
-STORE_SETTINGS = ("db", "pipeline", "synchronous", "busy_timeout")
+STORE_SETTINGS = ("db", "pipeline", "synchronous", "busy_timeout", "reconnect_window")
 #: The settings of the provider's client, for the commands that call the model.
 CLIENT_SETTINGS = ("steps", "call_timeout", "provider_url", "provider_key", "model",
                    "price_prompt_per_1k", "price_completion_per_1k")
@@ -73,8 +73,7 @@ def settings(args: argparse.Namespace) -> EngineConfig:
 
 
 def open_for(config: EngineConfig, read_only: bool = False) -> Store:
-    return open_store(config.db, synchronous=config.synchronous,
-                      busy_timeout=config.busy_timeout, read_only=read_only)
+    return open_store(config.db, read_only=read_only, **store_options(config, config.db))
 
 
 def die_with_parent() -> None:

@@ -14,8 +14,8 @@ from .config import EngineConfig
 from .hooks import Clock, SystemClock, crashpoint
 from .http import post_json
 from .retry import Backoff, classify
-from .store import OutboxClaim, Store, StoreBusy
-from .worker import new_worker_id, retry_store
+from .store import ConnectionDropped, OutboxClaim, Store, StoreBusy
+from .worker import new_worker_id, retry_store, unknown_write
 
 log = logging.getLogger("ninelives.sender")
 
@@ -44,6 +44,11 @@ class Sender:
             try:
                 worked = self.run_once()
             except StoreBusy:
+                worked = False
+            except ConnectionDropped as exc:  # an outbox row claimed, perhaps
+                if not exc.at_commit:
+                    raise  # it reconnected, and lost the connection again, past the window
+                unknown_write(exc, self.config.outbox_lease, self.clock, self.id)
                 worked = False
             if worked:
                 continue

@@ -25,7 +25,8 @@ from .hooks import Clock, SystemClock, crashpoint
 from .retry import Backoff, CallTimeout, PoisonError, StepError, classify
 from .states import Pipeline, get_pipeline
 from .steps import StepContext, StepRunner, make_runner
-from .store import Claim, LeaseLost, Spend, Store, StoreBusy, open_store
+from .store import (Claim, ConnectionDropped, DatabaseError, LeaseLost, Spend, Store,
+                    StoreBusy, is_postgres_url, open_store)
 
 log = logging.getLogger("ninelives.worker")
 
@@ -33,6 +34,28 @@ log = logging.getLogger("ninelives.worker")
 def new_worker_id(role: str = "worker") -> str:
     """A worker id unique per boot: host, pid and a random nonce (pids are reused)."""
     return f"{role}:{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def store_options(config: EngineConfig, target: str) -> dict[str, Any]:
+    """What `open_store(target, ...)` takes from the settings; the reconnect window only
+    where there is a server to reconnect to."""
+    options: dict[str, Any] = {"synchronous": config.synchronous,
+                               "busy_timeout": config.busy_timeout}
+    if is_postgres_url(target):
+        options["reconnect_window"] = config.reconnect_window
+    return options
+
+
+def unknown_write(exc: ConnectionDropped, lease: float, clock: Clock, who: str) -> None:
+    """Ride out a write whose commit the store could not resolve (see the store's
+    `_write`): it may have committed, and so this process may hold a lease (a claim, or a
+    job kept for its next step) that it does not know of. Walking away at once would leave
+    that lease to lapse under a live holder, and claiming again would hold two; so wait
+    until any lease it could hold has run out (one lease from now: every lease it writes
+    runs from its write, which was before now). The next owner then resumes from what
+    committed, as after a crash; every later write of this process is fenced."""
+    log.warning("%s: %s; waiting out the %s s lease before going on", who, exc, lease)
+    clock.sleep(lease)
 
 
 #: The longest wait between two tries of a store write; a write gives up at most this long
@@ -97,7 +120,7 @@ class Heartbeat:
                 self._watched = None
 
     def _run(self) -> None:
-        store = self._open_store()
+        store = None
         half = self.every / 2
         while True:
             self.clock.sleep(half)
@@ -107,6 +130,7 @@ class Heartbeat:
                 continue
             claim, lost, _ = watched
             try:
+                store = store or self._open_store()  # opened here: a server down at start
                 if not store.heartbeat(claim.job_id, claim.lease_token, self.clock.now(),
                                        self.lease, self.worker_id):
                     log.warning("lost the lease on job %s", claim.job_id)
@@ -116,6 +140,11 @@ class Heartbeat:
                             self._watched = None
             except StoreBusy:
                 continue  # the lease still runs; try again next tick
+            except DatabaseError as exc:
+                # The server is out of reach (down, restarting) past the store's reconnect
+                # window: beat again next tick. If the lease ran out meanwhile and another
+                # worker took the job, its token fences every write this worker makes.
+                log.warning("heartbeat of job %s: %s", claim.job_id, exc)
 
 
 @dataclass
@@ -167,6 +196,11 @@ class Worker:
             try:
                 worked = self.run_once()
             except StoreBusy:
+                worked = False
+            except ConnectionDropped as exc:
+                if not exc.at_commit:
+                    raise  # it reconnected, and lost the connection again, past the window
+                unknown_write(exc, self.config.lease, self.clock, self.id)
                 worked = False
             if worked:
                 continue
@@ -310,8 +344,7 @@ class Worker:
                      self.clock.now(), outcome, cost, error)
 
     def _open_beat_store(self) -> Store:
-        return open_store(self.store.target, synchronous=self.config.synchronous,
-                          busy_timeout=self.config.busy_timeout)
+        return open_store(self.store.target, **store_options(self.config, self.store.target))
 
     def _heartbeat(self, claim: Claim) -> AbstractContextManager:
         if self.heartbeat is None or not self.runner.makes_call(claim.step.name):

@@ -233,3 +233,91 @@ def test_a_write_kept_out_by_the_lock_tries_until_its_lease_ends_and_never_loses
     assert lease_end - RETRY_DELAY_CAP <= tries["complete"][-1] <= lease_end
     assert [(s["step"], s["outcome"]) for s in spend_rows(store)] == [("fetch", "ok")]
     assert tries["record_spend"][-1] >= free_at
+
+
+def test_a_completion_whose_commit_cannot_be_known_waits_out_the_lease_and_goes_on(
+        store, config, clock, pipeline, make_worker, monkeypatch):
+    """The store could not tell whether the completion committed (ConnectionDropped at
+    commit): the worker neither dies nor claims again while it may hold a lease; one lease
+    later the job is claimed again where it stands and finished, by the same process."""
+    from engine.store import ConnectionDropped
+    real, claims = store.complete, []
+    calls = iter([ConnectionDropped("database x: whether it committed is unknown", True)])
+
+    def complete(*args, **kwargs):
+        exc = next(calls, None)
+        if exc is not None:
+            raise exc
+        return real(*args, **kwargs)
+
+    claim = store.claim
+    monkeypatch.setattr(store, "complete", complete)
+    monkeypatch.setattr(store, "claim", lambda *a: claims.append(clock.now()) or claim(*a))
+    worker = make_worker()
+    dropped_at = clock.now()
+    worker.run(max_jobs=2)
+    assert claims[1] >= dropped_at + config.lease  # not before its lease ran out
+    assert store.job("job-1")["state"] == "delivered" and worker.stats.claims == 2
+
+
+def test_a_connection_dropped_past_the_window_before_commit_still_ends_the_worker(
+        store, make_worker, monkeypatch):
+    from engine.store import ConnectionDropped
+
+    def dropped(*args, **kwargs):
+        raise ConnectionDropped("database x: the connection dropped (nothing was committed)",
+                                False)
+
+    monkeypatch.setattr(store, "claim", dropped)
+    with pytest.raises(ConnectionDropped):
+        make_worker().run(max_jobs=1)
+
+
+def test_the_heartbeat_rides_out_a_server_it_cannot_reach():
+    """Its store cannot be opened, then a beat cannot reach the server: the thread beats
+    again at its next tick instead of dying, and the lease is not reported lost."""
+    from engine.hooks import ManualClock
+    from engine.store import DatabaseError
+    from engine.worker import Heartbeat
+
+    class Done(Exception):
+        pass
+
+    class BeatStore:
+        def __init__(self):
+            self.outcomes = [DatabaseError("cannot connect"), True, True]
+            self.beats = 0
+
+        def heartbeat(self, *args):
+            self.beats += 1
+            outcome = self.outcomes.pop(0)
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome
+
+    beat_store, opens = BeatStore(), []
+
+    def open_beat_store():
+        opens.append(1)
+        if len(opens) == 1:
+            raise DatabaseError("cannot connect to database postgresql://x: refused")
+        return beat_store
+
+    clock = ManualClock()
+    ticks = iter(range(4))  # four beats, then the test ends the loop
+
+    def sleep(seconds):
+        if next(ticks, None) is None:
+            raise Done
+        clock.advance(seconds)
+
+    clock.sleep = sleep
+    tick = iter(range(0, 1000, 10))
+    heartbeat = Heartbeat(open_beat_store, clock, 6.0, 2.0, "w1",
+                          thread=lambda **_: type("Idle", (), {"start": lambda self: None})(),
+                          monotonic=lambda: float(next(tick)))
+    claim = type("C", (), {"job_id": "job-1", "lease_token": 1})()
+    with heartbeat.watching(claim) as lost:
+        with pytest.raises(Done):
+            heartbeat._run()  # on this thread: its ticks are the clock's sleeps
+    assert len(opens) == 2 and beat_store.beats == 3 and not lost.is_set()
