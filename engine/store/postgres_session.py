@@ -3,6 +3,7 @@ window when the server is out of reach, a COMMIT whose answer was lost resolved 
 transaction id, and what a driver error means (busy, dropped, read-only, anything else)."""
 from __future__ import annotations
 
+import logging
 import random
 import time
 from contextlib import contextmanager
@@ -31,6 +32,8 @@ FIRST_DELAY, DELAY_CAP = 0.05, 1.0
 #: reconnect window.
 IN_DOUBT_WAIT = 5.0
 _UNSET = object()
+
+log = logging.getLogger("ninelives.store")
 
 
 class Cursor:
@@ -105,6 +108,9 @@ class PostgresSession:
                              if self.reconnect_window else "")
                     raise DatabaseError(f"cannot connect to database {self.where}{tried}: "
                                         f"{text}") from exc
+            if bound == FIRST_DELAY:
+                log.warning("cannot connect to database %s (%s); trying again for up to %g s",
+                            self.where, " ".join(text.split()), self.reconnect_window)
             time.sleep(min(left, self.rng.uniform(0, bound)))
             bound = min(bound * 2, DELAY_CAP)
 
@@ -214,8 +220,12 @@ class PostgresSession:
             elif now >= deadline:
                 raise dropped
             if dropped.at_commit and not idempotent and result is not _UNSET:
-                if self._outcome(dropped, xid, started_at, lambda: verify(result)
-                                 if verify else None):
+                committed = self._outcome(dropped, xid, started_at,
+                                          lambda: verify(result) if verify else None)
+                log.warning("database %s: a COMMIT's answer was lost; transaction %s %s",
+                            self.where, xid, "committed: kept" if committed else
+                            "did not commit: run again")
+                if committed:
                     return result
 
     def _outcome(self, dropped: ConnectionDropped, xid: str | None, started_at: Any,
