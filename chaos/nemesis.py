@@ -29,7 +29,7 @@ WAITS_ON_DATABASE = frozenset({"lease_expiry", "operator", "duplicate_submit",
                                "server_restart", "connection_kill", "statement_timeout"})
 #: Seconds a statement timeout fault waits, past the timeout itself, for its target to run a
 #: write the held lock keeps waiting: a worker writes at least every poll or heartbeat.
-STATEMENT_WAIT = 2.0
+STATEMENT_WAIT = 3.0
 
 
 class FaultPolicy:
@@ -295,10 +295,6 @@ class Nemesis:
         cancelled (pg_cancel_backend), and the lock goes, or STATEMENT_WAIT later. (A
         timeout set on the server, ALTER ROLE ... SET statement_timeout, would reach only
         connections opened after it: the engine's live ones would never see it.)"""
-        children = {c.pid: c.name for c in self.supervisor.alive()
-                    if c.role in ("worker", "sender")}
-        if not children:
-            return
         seconds = self.scenario.faults.statement_timeout_seconds
         cancelled: list = []
         with self._server_lock:  # never against a server being restarted
@@ -306,14 +302,20 @@ class Nemesis:
                 with self.engine.hold_write_lock(self.db):
                     self._log("statement_timeout", seconds=seconds)
                     cancelled = self.server.cancel_statements(
-                        sorted(children), running_for=seconds, within=seconds + STATEMENT_WAIT)
+                        lambda: self._engine_processes().keys(), running_for=seconds,
+                        within=seconds + STATEMENT_WAIT)
+                    names = self._engine_processes()
                     for c in cancelled:
-                        self._log("statement_cancelled", target=children.get(c["client"]),
+                        self._log("statement_cancelled", target=names.get(c["client"]),
                                   pid=c["client"], backend=c["backend"])
                     if cancelled:
                         self._count("statement_timeout")
             finally:  # the held lock's window closes in the history however this ends
                 self._log("statement_timeout_end", cancelled=len(cancelled))
+
+    def _engine_processes(self) -> dict[int, str]:
+        """pid -> name of every live worker and sender."""
+        return {c.pid: c.name for c in self.supervisor.alive() if c.role in ("worker", "sender")}
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 INSTALL_HINT = ("PostgreSQL's server binaries (initdb, pg_ctl, postgres) were not found, through "
                 "`pg_config --bindir` or in /usr/lib/postgresql/*/bin. `make test` installs them "
@@ -160,30 +160,31 @@ class PostgresServer:
         write cut halfway), else all of them as they are. Returns what each ended one was
         doing: [{"backend", "state", "in_transaction"}]."""
         busy = " AND state IN ('active', 'idle in transaction') LIMIT 1"
-        ended = self._signal_clients([pid], "pg_terminate_backend", busy, within)
+        ended = self._signal_clients(lambda: [pid], "pg_terminate_backend", busy, within)
         if ended is not None and not ended:
-            ended = self._signal_clients([pid], "pg_terminate_backend", "", 0.0)
+            ended = self._signal_clients(lambda: [pid], "pg_terminate_backend", "", 0.0)
         return [{"backend": b, "state": state,
                  "in_transaction": state in ("active", "idle in transaction")}
                 for b, state, _, done in ended or () if done]
 
-    def cancel_statements(self, pids: list[int], running_for: float,
+    def cancel_statements(self, pids: Callable[[], Iterable[int]], running_for: float,
                           within: float) -> list[dict]:
         """Cancel (pg_cancel_backend: SQLSTATE 57014, as a statement_timeout of
-        `running_for` seconds does) every statement of processes `pids` running for longer
-        than that, as soon as there is one, waiting up to `within` seconds for one. Returns
-        what was cancelled: [{"backend", "state", "client"}] (client: the process's pid;
-        empty: none ran that long)."""
+        `running_for` seconds does) every statement of the processes `pids()` names (asked
+        again at each poll: processes come and go) running for longer than that, as soon as
+        there is one, waiting up to `within` seconds for one. Returns what was cancelled:
+        [{"backend", "state", "client"}] (client: the process's pid; empty: none ran that
+        long)."""
         long = (" AND state = 'active' AND clock_timestamp() - query_start"
                 f" > make_interval(secs => {float(running_for)})")
         cancelled = self._signal_clients(pids, "pg_cancel_backend", long, within)
         return [{"backend": b, "state": state, "client": client}
                 for b, state, client, done in cancelled or () if done]
 
-    def _signal_clients(self, pids: list[int], function: str, where: str,
+    def _signal_clients(self, pids: Callable[[], Iterable[int]], function: str, where: str,
                         within: float) -> list[tuple] | None:
-        """Call `function` (pg_terminate_backend or pg_cancel_backend) on processes `pids`'
-        connections matching `where`, polling for up to `within` seconds until one does;
+        """Call `function` (pg_terminate_backend or pg_cancel_backend) on the connections of
+        processes `pids()` matching `where`, polling for up to `within` seconds until one does;
         [(backend, state, client pid, done)], or None when they hold no connection to us.
         A process's connections are found by its TCP ports (psutil), read again at each
         poll: it may open one meanwhile."""
@@ -193,7 +194,7 @@ class PostgresServer:
         with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as conn:
             deadline = time.monotonic() + within
             while True:
-                ports = {port: pid for pid in pids for port in self._client_ports(pid)}
+                ports = {port: pid for pid in pids() for port in self._client_ports(pid)}
                 found = conn.execute(sql, (list(ports),)).fetchall() if ports else None
                 if found or time.monotonic() >= deadline:
                     return [(b, state, ports.get(port), done)

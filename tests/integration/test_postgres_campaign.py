@@ -137,10 +137,14 @@ def test_postgres_faults_crash_the_server_and_cut_connections_and_committed_work
     report = json.loads((run / "report.json").read_text())
     applied = report["faults_applied"]
     assert applied.get("server_restart", 0) >= 1 and applied.get("connection_kill", 0) >= 1
+    assert applied.get("statement_timeout", 0) >= 1
     events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
     nemesis = [e["type"] for e in events if e["src"] == "nemesis"]
     assert nemesis.count("server_crash") == nemesis.count("server_restart") >= 1
     assert any(e.get("in_transaction") for e in events if e["type"] == "connection_kill")
+    # each held lock's window closes, and a statement was cancelled inside one
+    assert nemesis.count("statement_timeout") == nemesis.count("statement_timeout_end")
+    assert nemesis.count("statement_cancelled") >= 1
     verdicts = {v["name"]: v for v in report["verdicts"]}
     # Every safety and liveness invariant holds through the crash and the cut connections.
     assert {n for n, v in verdicts.items() if v["verdict"] == "fail"} <= {"processes-survive"}
@@ -163,3 +167,60 @@ def test_server_faults_need_a_server_the_run_starts(tmp_path, args, pg_server):
     assert done.returncode == 2, done.stdout + done.stderr
     assert "faults.server_restart needs --backend postgres on a server the run starts" \
         in done.stderr
+
+
+# -- every scenario on PostgreSQL ------------------------------------------------------------
+
+#: Every scenario a user runs (not the mutant catalog's own), but postgres-faults (its own
+#: test above: its engine processes may die of the server's faults).
+SCENARIOS = sorted(p.stem for p in (ROOT / "scenarios").glob("*.toml")
+                   if p.stem not in ("profiles", "postgres-faults"))
+#: Run by `make test`; the rest are marked soak: `.venv/bin/python -m pytest -n 2 -m soak
+#: tests/integration/test_postgres_campaign.py` runs them all (tens of seconds each).
+#: (smoke and kill-storm have their own tests above, skew its own below.)
+DEFAULT = {"db-contention", "operator-actions"}
+
+
+@pytest.mark.parametrize("scenario", [
+    pytest.param(name, marks=() if name in DEFAULT else (pytest.mark.soak,))
+    for name in SCENARIOS])
+def test_every_scenario_passes_on_postgres(tmp_path, pg_server, scenario):
+    done = ninelives("run", scenario, "--profile", "smoke", "--seed", "1", "--backend",
+                     "postgres", "--pg-url", pg_server.url, "--out", str(tmp_path), "--quiet")
+    report = json.loads((only_run(tmp_path) / "report.json").read_text())
+    pg_server.drop_database(pg_server.url_for(report["database"]["name"]))
+    assert report["backend"] == "postgres"
+    failed = {v["name"]: v["reason"] for v in report["verdicts"] if v["verdict"] == "fail"}
+    assert done.returncode == 0, (failed, report["faults_unfired"], done.stderr[-2000:])
+
+
+def skew_report(tmp_path: Path, *backend: str) -> tuple[dict, str]:
+    done = ninelives("run", "skew", "--profile", "smoke", "--seed", "1", *backend, "--out",
+                     str(tmp_path), "--quiet")
+    report = json.loads((only_run(tmp_path) / "report.json").read_text())
+    failed = {v["name"]: v["reason"] for v in report["verdicts"] if v["verdict"] == "fail"}
+    assert done.returncode == 0, (failed, done.stderr[-2000:])
+    return report, done.stdout
+
+
+def test_skewed_workers_take_and_keep_no_lease_on_postgres_and_do_on_sqlite(tmp_path,
+                                                                             pg_server):
+    pg, pg_text = skew_report(tmp_path / "pg", "--backend", "postgres", "--pg-url",
+                              pg_server.url)
+    pg_server.drop_database(pg_server.url_for(pg["database"]["name"]))
+    lite, lite_text = skew_report(tmp_path / "sqlite")
+    # PostgreSQL: the server's clock places leases; a skewed worker is judged, and held.
+    assert pg["skew"]["lease_clock"] == "store" and pg["skew"]["judged"] is True
+    assert pg["skew"]["claims"] > 0
+    assert (pg["skew"]["live_leases_taken"], pg["skew"]["leases_kept_past_end"]) == (0, 0)
+    assert "skewed workers: leases on the store's clock" in pg_text
+    # SQLite: each worker's clock does; the skewed one writes its leases a second long,
+    # counted as expected, not failed.
+    assert lite["skew"]["lease_clock"] == "worker" and lite["skew"]["judged"] is False
+    assert lite["skew"]["leases_kept_past_end"] > 0
+    assert "expected, not judged" in lite_text
+    # lease-kept holds on both; on PostgreSQL with the skewed worker's holdings judged.
+    kept = {r["backend"]: next(v for v in r["verdicts"] if v["name"] == "lease-kept")
+            for r in (pg, lite)}
+    assert kept["postgres"]["verdict"] == kept["sqlite"]["verdict"] == "pass"
+

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from chaos.checkers.ops import harness_windows, lock_windows
-from chaos.nemesis import Nemesis
+from chaos.nemesis import STATEMENT_WAIT, Nemesis
 from chaos.plan import make_plan
 from chaos.reference import REFERENCE
 from chaos.report import not_applicable, unfired
@@ -101,7 +101,7 @@ class FakeServer:
         self.engine, self.cancels, self.asked = engine, cancels, []
 
     def cancel_statements(self, pids, running_for, within):
-        self.asked.append((pids, running_for, within, self.engine.held))
+        self.asked.append((sorted(pids()), running_for, within, self.engine.held))
         return self.cancels
 
 
@@ -135,7 +135,7 @@ def test_the_nemesis_cancels_statements_kept_waiting_by_a_held_lock():
                                             {"backend": 78, "state": "active", "client": 4243}])
     nemesis._statement_timeout({"pick": 0})
     # asked, while the lock was held, about every engine process's statements
-    assert server.asked == [([4242, 4243], 0.3, 0.3 + 2.0, True)]
+    assert server.asked == [([4242, 4243], 0.3, 0.3 + STATEMENT_WAIT, True)]
     assert [e["type"] for e in events] == ["statement_timeout", "statement_cancelled",
                                            "statement_cancelled", "statement_timeout_end"]
     assert all(e["src"] == "nemesis" for e in events)
@@ -208,3 +208,36 @@ def test_an_end_without_its_start_opens_nothing():
     history = [nemesis_event(1.0, "contention_end"), nemesis_event(2.0, "statement_timeout"),
                nemesis_event(2.5, "server_restart"), nemesis_event(3.0, "statement_timeout_end")]
     assert lock_windows(history) == [(2.0, 3.0)]
+
+
+# -- on a real server -----------------------------------------------------------------------
+
+def test_the_server_cancels_a_statement_past_the_timeout_with_sqlstate_57014(pg_server):
+    import os
+
+    import psycopg
+    url = pg_server.create_database(empty=True)
+    errors: list = []
+
+    def long_statement() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            try:
+                conn.execute("SELECT pg_sleep(20)")
+            except psycopg.Error as exc:
+                errors.append(exc.sqlstate)
+
+    thread = threading.Thread(target=long_statement)
+    thread.start()
+    try:
+        cancelled = pg_server.cancel_statements(lambda: [os.getpid()], running_for=0.3,
+                                                within=10.0)
+    finally:
+        thread.join(30)
+    assert [c["client"] for c in cancelled] == [os.getpid()]
+    assert errors == ["57014"]  # what a statement_timeout raises
+
+
+def test_nothing_is_cancelled_before_a_statement_has_run_the_timeout(pg_server):
+    import os
+    assert pg_server.cancel_statements(lambda: [os.getpid()], running_for=5.0,
+                                       within=0.2) == []
