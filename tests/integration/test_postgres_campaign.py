@@ -103,12 +103,11 @@ def test_a_mutant_whose_patch_postgres_runs_is_caught_there(tmp_path, pg_server,
                 f"{seen}")
 
 
-def test_a_mutant_of_sqlite_code_is_refused_on_postgres_not_reported_as_missed(tmp_path):
-    done = ninelives("run", "mutants/zombies", "--engine", "chaos.mutants:no_token_on_complete",
+def test_an_engine_of_sqlite_alone_is_refused_on_postgres_not_run_there(tmp_path):
+    done = ninelives("run", "smoke", "--engine", "examples.article_engine.adapter:ARTICLE",
                      "--backend", "postgres", "--out", str(tmp_path), "--quiet")
     assert done.returncode == 2
-    assert "--backend postgres: engine mutant:no_token_on_complete runs on sqlite only" \
-        in done.stderr
+    assert "--backend postgres: engine article runs on sqlite only" in done.stderr
     assert list(tmp_path.iterdir()) == []
 
 

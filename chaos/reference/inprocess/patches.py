@@ -75,12 +75,12 @@ def in_process(engine: Any, spec: str = "?") -> ContextManager[None]:
 
 @contextmanager
 def _mutant(name: str) -> Iterator[None]:
-    from ..mutants import catalog, patches
+    from ..mutants import patches, sql
     with restored():
-        if name in patches.PATCHES:
-            patches.apply(name)
+        if name in patches.NAMES:
+            patches.apply(name, ("sqlite",))  # the simulation runs on SQLite
         elif name == "submit_replaces":
-            _replacing_submit(catalog.REPLACING_SUBMIT, patches.EditingConnection)
+            _replacing_submit(sql.sql_edits("sqlite")[name], patches.EditingConnection)
         else:
             raise ValueError(f"mutant {name!r} has no in-process patch")
         yield

@@ -14,7 +14,8 @@ from typing import Any
 
 from ...contract import Command, ProcessContext
 from ..adapter import ReferenceEngine
-from .patches import EditingConnection, SQLEdit, operator_move_not_written
+from .patches import operator_move_not_written
+from .sql import edit_store_sql, sql_edits
 
 
 @dataclass(frozen=True)
@@ -136,19 +137,14 @@ CATALOG: tuple[Mutant, ...] = (
 
 BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOG}
 
-#: Mutants that break PostgreSQL runs too: their patch is in code both backends run (the
-#: Worker, the Sender, the retry policy, the provider client, the operator move's shared
-#: SQL). Every other mutant edits SQLiteStore's SQL or methods, which PostgresStore does not
-#: run: on --backend postgres it would be the reference engine under a mutant's name, so the
-#: run is refused (chaos.backends.check_backend) rather than reported as a miss.
-ON_POSTGRES = frozenset({
-    "no_crash_loop_cap", "memo_check_skipped", "spend_unrecorded", "poison_retried",
-    "retry_after_ignored", "backoff_without_jitter", "jitter_narrowed", "no_call_deadline",
-    "sender_without_key", "dead_letter_at_first_failure", "outbox_retry_at_once",
-    "client_fails_before_sending", "heartbeat_inverted", "mark_sent_before_send",
-    "operator_move_not_written"})
-SQLITE_ONLY_NOTE = ("its patch edits SQLiteStore's SQL or methods, which the PostgreSQL "
-                    "store does not run")
+#: Mutants whose mechanism has no counterpart on PostgreSQL, with the reason: they run on
+#: SQLite alone, and `--backend postgres` refuses them (chaos.backends.check_backend) rather
+#: than run the reference engine under a mutant's name. Every mutant of the store removes
+#: its mechanism from each backend's own SQL or methods (chaos.reference.mutants.patches),
+#: so none is SQLite's alone today.
+SQLITE_ONLY: dict[str, str] = {}
+#: The mutants that run on PostgreSQL too.
+ON_POSTGRES = frozenset(m.name for m in CATALOG if m.name not in SQLITE_ONLY)
 
 
 class MutantEngine(ReferenceEngine):
@@ -158,9 +154,9 @@ class MutantEngine(ReferenceEngine):
         super().__init__()
         self.mutant = mutant
         self.name = f"mutant:{mutant.name}"
-        if mutant.name not in ON_POSTGRES:
+        if mutant.name in SQLITE_ONLY:
             self.backends = ("sqlite",)
-            self.backend_note = SQLITE_ONLY_NOTE
+            self.backend_note = SQLITE_ONLY[mutant.name]
 
     def command(self, role: str, ctx: ProcessContext) -> Command:
         """The reference's command, run through `python -m chaos.reference.mutants NAME`."""
@@ -168,13 +164,6 @@ class MutantEngine(ReferenceEngine):
         module_end = command.argv.index(self.module) + 1
         return Command([sys.executable, "-m", "chaos.reference.mutants", self.mutant.name,
                         *command.argv[module_end:]], command.env)
-
-
-#: submit_replaces: the reference's submit with its insert turned into INSERT OR REPLACE.
-REPLACING_SUBMIT = (
-    SQLEdit("INSERT INTO job (", "INSERT INTO job", "INSERT OR REPLACE INTO job"),
-    SQLEdit("INSERT OR REPLACE INTO job (", " ON CONFLICT(id) DO NOTHING"),
-)
 
 
 class ReplacingSubmit(MutantEngine):
@@ -185,7 +174,8 @@ class ReplacingSubmit(MutantEngine):
 
     def submit(self, db: str, job_id: str, payload: Any) -> str:
         store = self._store(db)
-        store.conn = EditingConnection(store.conn, REPLACING_SUBMIT)  # this call only
+        # this call only: the reference's insert turned into a replace (sql_edits)
+        edit_store_sql(store, sql_edits(store.backend)["submit_replaces"])
         return self.submit_with(store, job_id, payload)
 
 

@@ -8,83 +8,50 @@ that no longer reads as the patch expects stops the process with `MutantOutOfDat
 of running an engine that is silently not broken. Where the mechanism is Python, the patch
 wraps or replaces the one method that carries it.
 
+A mechanism in the store exists once per backend: such a patch (`STORE_PATCHES`) takes the
+store class it breaks (SQLiteStore or PostgresStore) and removes the same mechanism there,
+with that backend's SQL (chaos.reference.mutants.sql: a mutant's edits per backend), in
+the engine process of either backend. The other patches
+(`PATCHES`) break code both backends run: the worker, the sender, the retry policy, the
+provider client.
+
 Submission mutants change the harness's own call (see chaos.reference.mutants.catalog); they have no
 patch here.
 """
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from engine import hooks, retry, worker
 from engine.outbox import Sender
 from engine.store import Claim, LeaseLost, SQLiteStore
 from engine.worker import Worker
 
-Params = tuple
+from .sql import EditingConnection, MutantOutOfDate, SQLEdit, edit_sql, sql_edits
+
+__all__ = ["EditingConnection", "MutantOutOfDate", "PATCHES", "SQLEdit", "STORE_PATCHES",
+           "apply", "store_classes"]
+
+BACKENDS = ("sqlite", "postgres")
 
 
-class MutantOutOfDate(RuntimeError):
-    """The engine's code no longer has the guard a patch removes: update the patch."""
+def store_classes(backends: Iterable[str] = BACKENDS) -> list[type]:
+    """The store classes of `backends` (PostgreSQL's imported only when named: it brings
+    psycopg)."""
+    classes = []
+    for backend in backends:
+        if backend == "postgres":
+            from engine.store.postgres import PostgresStore
+            classes.append(PostgresStore)
+        else:
+            classes.append(SQLiteStore)
+    return classes
 
 
-# -- rewriting SQL as it runs ---------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class SQLEdit:
-    """Replace `old` by `new` in every statement that starts with `statement`.
-
-    A removed guard takes its `?` parameters with it (`new` has no `?`); otherwise `new` must
-    keep the same number of `?` so the parameters line up unchanged.
-    """
-
-    statement: str
-    old: str
-    new: str = ""
-
-    def __post_init__(self) -> None:
-        if self.new.count("?") not in (0, self.old.count("?")):
-            raise ValueError(f"SQLEdit {self.old!r} -> {self.new!r}: drop every '?' or keep all")
-
-    def __call__(self, sql: str, params: Params) -> tuple[str, Params]:
-        if not sql.startswith(self.statement):
-            return sql, params
-        at = sql.find(self.old)
-        if at < 0:
-            raise MutantOutOfDate(f"statement {self.statement!r}... no longer contains "
-                                  f"{self.old!r}: {sql}")
-        sql = sql[:at] + self.new + sql[at + len(self.old):]
-        if self.new.count("?") == 0 and self.old.count("?"):
-            first = sql[:at].count("?")
-            params = tuple(params[:first]) + tuple(params[first + self.old.count("?"):])
-        return sql, params
-
-
-class EditingConnection:
-    """A sqlite3 connection whose `execute` applies SQL edits; everything else passes through."""
-
-    def __init__(self, conn: sqlite3.Connection, edits: tuple[SQLEdit, ...]) -> None:
-        self._conn, self._edits = conn, edits
-
-    def execute(self, sql: str, params: Params = ()) -> sqlite3.Cursor:
-        for edit in self._edits:
-            sql, params = edit(sql, params)
-        return self._conn.execute(sql, params)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._conn, name)
-
-
-def edit_sql(*edits: SQLEdit) -> None:
-    """Every store this process opens from now on runs its SQL through `edits`."""
-    original = SQLiteStore.__init__
-
-    def __init__(self: SQLiteStore, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        self.conn = EditingConnection(self.conn, edits)
-
-    SQLiteStore.__init__ = __init__
+def edits_of(store: type, mutant: str) -> tuple[SQLEdit, ...]:
+    """Mutant `mutant`'s SQL edits for `store`'s backend."""
+    return sql_edits(store.backend)[mutant]
 
 
 def wrap(owner: Any, name: str, make: Callable[[Callable], Callable]) -> None:
@@ -92,23 +59,15 @@ def wrap(owner: Any, name: str, make: Callable[[Callable], Callable]) -> None:
     setattr(owner, name, make(getattr(owner, name)))
 
 
-# The reference's statements, by how they start.
-COMPLETE = "UPDATE job SET state=?, result=COALESCE(?, result)"
-CONTINUE = "UPDATE job SET state=?, claims=1,"
-FAIL = "UPDATE job SET state=?, attempts=attempts+1"
-HEARTBEAT = "UPDATE job SET lease_until=MAX(lease_until, ?),"
-CLAIM_PICK = "SELECT id, state, claims, attempts FROM job WHERE pipeline=?"
-CLAIM_DUE = "SELECT 1 FROM job WHERE pipeline=?"
-MEMO_INSERT = "INSERT OR IGNORE INTO step_result"
-OUTBOX_DUE = "SELECT 1 FROM outbox WHERE sent_at IS NULL"
-OUTBOX_PICK = "SELECT id, attempts FROM outbox WHERE sent_at IS NULL"
-
-
 # -- job leases and fencing ------------------------------------------------------------------
 
-def no_state_guard() -> None:
+def no_state_guard(store: type) -> None:
     """The article's claim: read a due job, then take it in a later transaction with an
     update guarded by lease time only (`lease_until <= now`), not by the state it read."""
+    if store.backend == "postgres":
+        from .pg_claim import article_claim
+        wrap(store, "claim", article_claim)
+        return
 
     def claim(self: SQLiteStore, pipeline, worker_id: str, now: float, lease: float,
               max_claims: int) -> Claim | None:
@@ -140,44 +99,42 @@ def no_state_guard() -> None:
         return Claim(job_id=job_id, step=step, lease_token=got[0], claims=claims + 1,
                      attempts=attempts, lease_until=until, payload=got[1], memos=memos)
 
-    SQLiteStore.claim = claim
+    store.claim = claim
 
 
-def fail_fenced_by_id() -> None:
+def fail_fenced_by_id(store: type) -> None:
     """A failure or retry write guarded by the job id alone (the article's fail_step): a
     worker whose lease was taken moves the job back anyway and clears the new lease."""
-    edit_sql(SQLEdit(FAIL, " AND lease_token=? AND state=?"))
+    edit_sql(store, edits_of(store, "fail_fenced_by_id"))
 
 
-def no_token_on_complete() -> None:
+def no_token_on_complete(store: type) -> None:
     """Completion guarded by the state alone: a zombie whose lease was taken commits the
     step (and moves the job on) while the new owner is still working it."""
-    edit_sql(SQLEdit(COMPLETE, " AND lease_token=?"), SQLEdit(CONTINUE, " AND lease_token=?"))
+    edit_sql(store, edits_of(store, "no_token_on_complete"))
 
 
-def heartbeat_ignores_rowcount() -> None:
+def heartbeat_ignores_rowcount(store: type) -> None:
     """The heartbeat extends the lease by job id and ignores its row count: the worker never
     learns it lost the lease, and its beats extend the new owner's lease.
 
     The token goes too because ignoring the row count alone changes nothing here: the worker
     does not act on the heartbeat's "lost" signal (its fenced completion does the
     abandoning), and a fenced beat of a lost lease matches no row."""
-    edit_sql(SQLEdit(HEARTBEAT, " AND lease_token=?"))
+    edit_sql(store, edits_of(store, "heartbeat_ignores_rowcount"))
 
     def make(original: Callable) -> Callable:
-        def heartbeat(self: SQLiteStore, *args: Any, **kwargs: Any) -> bool:
+        def heartbeat(self, *args: Any, **kwargs: Any) -> bool:
             original(self, *args, **kwargs)
             return True
         return heartbeat
-    wrap(SQLiteStore, "heartbeat", make)
+    wrap(store, "heartbeat", make)
 
 
-def claim_steals_live_leases() -> None:
+def claim_steals_live_leases(store: type) -> None:
     """The claim ignores lease expiry: a job another worker holds is as claimable as a
     due one."""
-    live = "(next_run_at<=? OR lease_until>0)"
-    edit_sql(SQLEdit(CLAIM_DUE, "next_run_at<=?", live),
-             SQLEdit(CLAIM_PICK, "next_run_at<=?", live))
+    edit_sql(store, edits_of(store, "claim_steals_live_leases"))
 
 
 def no_crash_loop_cap() -> None:
@@ -224,18 +181,18 @@ def memo_check_skipped() -> None:
     wrap(Worker, "_run_step", make_run_step)
 
 
-def memo_last_writer_wins() -> None:
+def memo_last_writer_wins(store: type) -> None:
     """The memo insert replaces an existing memo: a zombie's late result overwrites the one
     the job already moved on with."""
-    edit_sql(SQLEdit(MEMO_INSERT, "INSERT OR IGNORE", "INSERT OR REPLACE"))
+    edit_sql(store, edits_of(store, "memo_last_writer_wins"))
 
 
-def separate_transactions() -> None:
+def separate_transactions(store: type) -> None:
     """Completion as three transactions: the state change, then the memo and spend, then
     the outbox rows. A crash between them leaves a job ahead of its memo or its effects.
     Each boundary is the crash point `worker.after_commit` (a commit has just happened)."""
     def make(original: Callable) -> Callable:
-        def complete(self: SQLiteStore, claim: Claim, pipeline, worker_id: str, now: float, *,
+        def complete(self, claim: Claim, pipeline, worker_id: str, now: float, *,
                      output: str | None, cost: float = 0.0, effects=(), spend=None,
                      **rest: Any) -> Claim | None:
             if output is not None:  # the state write alone: as if the memo were there already
@@ -251,10 +208,10 @@ def separate_transactions() -> None:
             _effects_apart(self, claim, worker_id, now, effects, rest)
             return nxt
         return complete
-    wrap(SQLiteStore, "complete", make)
+    wrap(store, "complete", make)
 
 
-def _effects_apart(store: SQLiteStore, claim: Claim, worker_id: str, now: float, effects,
+def _effects_apart(store: Any, claim: Claim, worker_id: str, now: float, effects,
                    rest: dict) -> None:
     """The outbox rows in a transaction of their own, after the step has committed."""
     if effects and not rest.get("park_reason"):
@@ -263,30 +220,31 @@ def _effects_apart(store: SQLiteStore, claim: Claim, worker_id: str, now: float,
             store._insert_effects(conn, claim.job_id, tuple(effects), worker_id, now)
 
 
-def _memo_and_spend(store: SQLiteStore, claim: Claim, worker_id: str, now: float,
+def _memo_and_spend(store: Any, claim: Claim, worker_id: str, now: float,
                     output: str | None, cost: float, spend) -> None:
     with store.write() as conn:
-        if output is not None:
-            conn.execute("INSERT OR IGNORE INTO step_result (job_id, step, output, cost, at,"
-                         " worker, lease_token) VALUES (?,?,?,?,?,?,?)",
+        if output is not None:  # first writer wins, in words both backends read
+            conn.execute("INSERT INTO step_result (job_id, step, output, cost, at, worker,"
+                         " lease_token) VALUES (?,?,?,?,?,?,?) ON CONFLICT (job_id, step)"
+                         " DO NOTHING",
                          (claim.job_id, claim.step.name, output, cost, now, worker_id,
                           claim.lease_token))
         if spend is not None:
             store._record_spend(conn, spend)
 
 
-def outbox_after_commit() -> None:
+def outbox_after_commit(store: type) -> None:
     """The completing transaction commits memo and state; the outbox rows follow in a
     transaction of their own. A crash in between delivers a job whose effects never leave.
     The boundary is the crash point `worker.after_commit` (the step has just committed)."""
     def make(original: Callable) -> Callable:
-        def complete(self: SQLiteStore, claim: Claim, pipeline, worker_id: str, now: float, *,
+        def complete(self, claim: Claim, pipeline, worker_id: str, now: float, *,
                      effects=(), **rest: Any) -> Claim | None:
             nxt = original(self, claim, pipeline, worker_id, now, effects=(), **rest)
             _effects_apart(self, claim, worker_id, now, effects, rest)
             return nxt
         return complete
-    wrap(SQLiteStore, "complete", make)
+    wrap(store, "complete", make)
 
 
 def spend_unrecorded() -> None:
@@ -343,9 +301,14 @@ def no_call_deadline() -> None:
 
 # -- leases -----------------------------------------------------------------------------------
 
-def heartbeat_keeps_deadline() -> None:
+def heartbeat_keeps_deadline(store: type) -> None:
     """The heartbeat rewrites the lease without moving it: a step longer than the lease loses
-    its lease under its live worker."""
+    its lease under its live worker. (On PostgreSQL the beat's time is the server's, not a
+    `now` the caller passes: there the statement writes the lease's end as it was.)"""
+    if store.backend == "postgres":
+        edit_sql(store, edits_of(store, "heartbeat_keeps_deadline"))
+        return
+
     def make(original: Callable) -> Callable:
         def heartbeat(self: SQLiteStore, job_id: str, lease_token: int, now: float,
                       lease: float, worker: str | None = None) -> bool:
@@ -354,31 +317,37 @@ def heartbeat_keeps_deadline() -> None:
             held = row[0] if row and row[0] else now + lease
             return original(self, job_id, lease_token, held - lease, lease, worker)
         return heartbeat
-    wrap(SQLiteStore, "heartbeat", make)
+    wrap(store, "heartbeat", make)
 
 
-def claim_lease_already_over() -> None:
+def claim_lease_already_over(store: type) -> None:
     """The claim sets the lease to end before the claim (now - lease, a sign slipped): the
     worker finds its lease over before it calls, walks away, and the crash-loop cap parks a
-    job that crashed nobody."""
+    job that crashed nobody. (PostgreSQL's claim is one statement, `_claim_in`, that writes
+    the lease at its server's now + lease: the slipped sign is a lease of -lease there.)"""
+    if store.backend == "postgres":
+        wrap(store, "_claim_in", lambda original: lambda self, cur, pipeline, worker, now,
+             lease, max_claims: original(self, cur, pipeline, worker, now, -lease, max_claims))
+        return
+
     def make(original: Callable) -> Callable:
         def take(self: SQLiteStore, conn, job_id, state, step, claims, attempts, worker, now,
                  lease):
             return original(self, conn, job_id, state, step, claims, attempts, worker,
                             now - 2 * lease, lease)
         return take
-    wrap(SQLiteStore, "_take_lease", make)
+    wrap(store, "_take_lease", make)
 
 
-def completion_reports_lease_lost() -> None:
+def completion_reports_lease_lost(store: type) -> None:
     """A completion that committed reports its lease lost: the worker drops the next step's
     lease it was handed and claims other work, so each job waits out a whole lease."""
     def make(original: Callable) -> Callable:
-        def complete(self: SQLiteStore, claim: Claim, *args: Any, **kwargs: Any):
+        def complete(self, claim: Claim, *args: Any, **kwargs: Any):
             original(self, claim, *args, **kwargs)
             raise LeaseLost(claim.job_id, "finishing the step (mutant)")
         return complete
-    wrap(SQLiteStore, "complete", make)
+    wrap(store, "complete", make)
 
 
 # -- operator actions -------------------------------------------------------------------------
@@ -399,12 +368,10 @@ def sender_without_key() -> None:
         self, *a, **{**k, "use_keys": False}))
 
 
-def senders_without_claim() -> None:
+def senders_without_claim(store: type) -> None:
     """Senders ignore outbox leases: a row another sender holds is as due as a free one, so
     two senders send it at once."""
-    live = "(next_attempt_at<=? OR lease_until>0)"
-    edit_sql(SQLEdit(OUTBOX_DUE, "next_attempt_at<=?", live),
-             SQLEdit(OUTBOX_PICK, "next_attempt_at<=?", live))
+    edit_sql(store, edits_of(store, "senders_without_claim"))
 
 
 def dead_letter_at_first_failure() -> None:
@@ -427,21 +394,20 @@ def outbox_retry_at_once() -> None:
     wrap(Sender, "_failed", make)
 
 
-def claims_newest_first() -> None:
+def claims_newest_first(store: type) -> None:
     """The claim picks the due job that fell due last (ORDER BY ... DESC): under a backlog
     the oldest due work waits behind every newer job."""
-    edit_sql(SQLEdit(CLAIM_PICK, "ORDER BY next_run_at LIMIT 1",
-                     "ORDER BY next_run_at DESC LIMIT 1"))
+    edit_sql(store, edits_of(store, "claims_newest_first"))
 
 
-def outbox_claim_lease_in_past() -> None:
+def outbox_claim_lease_in_past(store: type) -> None:
     """A sender's claim sets the row's lease to end before the claim (now - lease): any other
     sender may take the row while the first is still sending it."""
     def make(original: Callable) -> Callable:
-        def claim(self: SQLiteStore, sender, now, lease, max_attempts):
+        def claim(self, sender, now, lease, max_attempts):
             return original(self, sender, now, -lease, max_attempts)
         return claim
-    wrap(SQLiteStore, "claim_outbox", make)
+    wrap(store, "claim_outbox", make)
 
 
 def client_fails_before_sending() -> None:
@@ -478,17 +444,31 @@ def mark_sent_before_send() -> None:
     wrap(Sender, "send", make)
 
 
+#: Patches of code both backends run (the worker, the sender, the retry policy, the client).
 PATCHES: dict[str, Callable[[], None]] = {f.__name__: f for f in (
-    no_state_guard, fail_fenced_by_id, no_token_on_complete, heartbeat_ignores_rowcount,
-    claim_steals_live_leases, no_crash_loop_cap, memo_check_skipped, memo_last_writer_wins,
-    separate_transactions, outbox_after_commit, spend_unrecorded, poison_retried,
+    no_crash_loop_cap, memo_check_skipped, spend_unrecorded, poison_retried,
     retry_after_ignored, backoff_without_jitter, jitter_narrowed, no_call_deadline,
-    heartbeat_keeps_deadline, operator_move_not_written, sender_without_key, senders_without_claim,
-    mark_sent_before_send, claim_lease_already_over, completion_reports_lease_lost,
-    dead_letter_at_first_failure, outbox_retry_at_once, claims_newest_first,
-    outbox_claim_lease_in_past, client_fails_before_sending, heartbeat_inverted)}
+    operator_move_not_written, sender_without_key, mark_sent_before_send,
+    dead_letter_at_first_failure, outbox_retry_at_once, client_fails_before_sending,
+    heartbeat_inverted)}
+
+#: Patches of the store: each takes the store class it breaks, SQLite's or PostgreSQL's.
+STORE_PATCHES: dict[str, Callable[[type], None]] = {f.__name__: f for f in (
+    no_state_guard, fail_fenced_by_id, no_token_on_complete, heartbeat_ignores_rowcount,
+    claim_steals_live_leases, memo_last_writer_wins, separate_transactions,
+    outbox_after_commit, heartbeat_keeps_deadline, senders_without_claim,
+    claim_lease_already_over, completion_reports_lease_lost, claims_newest_first,
+    outbox_claim_lease_in_past)}
+
+NAMES = frozenset(PATCHES) | frozenset(STORE_PATCHES)
 
 
-def apply(name: str) -> None:
-    """Break this process's engine as mutant `name` says. KeyError for an unknown name."""
-    PATCHES[name]()
+def apply(name: str, backends: Iterable[str] = BACKENDS) -> None:
+    """Break this process's engine as mutant `name` says: a store patch on the store class
+    of each of `backends` (the backend of the process's database; both when it is not
+    known). KeyError for an unknown name."""
+    if name in STORE_PATCHES:
+        for store in store_classes(backends):
+            STORE_PATCHES[name](store)
+    else:
+        PATCHES[name]()
