@@ -1,6 +1,8 @@
 """Where a run's engine database lives: a SQLite file in the run folder (`--backend sqlite`,
 the default), or a new database on a PostgreSQL server (`--backend postgres`): one the run
-starts for itself (chaos.pgserver), or the existing one `--pg-url` names.
+starts for itself (chaos.pgserver), or the existing one `--pg-url` names. A command of many
+runs (`mutants`, `sweep`) starts one server for all of them (`command_backend`), each run a
+new database on it.
 
 A URL's password never reaches an argv, a report or a log: the target the adapter and its
 processes get has none, and the password travels in PGPASSWORD, set for the run only.
@@ -17,6 +19,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 BACKENDS = ("sqlite", "postgres")
 SCHEMES = ("postgresql", "postgres")
 SQLITE_FILE = "engine.db"
+#: RunDatabase.server of a server the harness started: it ended with its run or command.
+STARTED_FOR_RUN = "started for the run"
+STARTED_FOR_COMMAND = "started for the command"
+STARTED = (STARTED_FOR_RUN, STARTED_FOR_COMMAND)
 
 
 class BackendError(ValueError):
@@ -29,6 +35,9 @@ class Backend:
 
     name: str = "sqlite"
     pg_url: str | None = None
+    #: pg_url is a server the command started for its runs (`command_backend`), not one
+    #: the user named: it ends with the command.
+    command_server: bool = False
 
     def __post_init__(self) -> None:
         if self.name not in BACKENDS:
@@ -84,9 +93,10 @@ def saved_target(run_dir: str, report: dict[str, Any]) -> str:
     database = report.get("database") or {}
     if database.get("backend") != "postgres":
         return os.path.join(run_dir, SQLITE_FILE)
-    if database.get("server") == "started for the run":
-        raise ValueError(f"{run_dir} ran on a PostgreSQL server started for it, which ended "
-                         "with it: its rows are gone (a run with --pg-url keeps its database)")
+    if database.get("server") in STARTED:
+        raise ValueError(f"{run_dir} ran on a PostgreSQL server {database['server']}, which "
+                         "ended with it: its rows are gone (a run with --pg-url keeps its "
+                         "database)")
     return database["target"]
 
 
@@ -146,8 +156,11 @@ def run_database(backend: Backend, name: str) -> Iterator[RunDatabase]:
     elif backend.pg_url is None:
         with _own_server() as server:
             _create(server.url, name, "--backend postgres")
-            yield RunDatabase("postgres", server.url_for(name), name, "started for the run",
-                              server)
+            yield RunDatabase("postgres", server.url_for(name), name, STARTED_FOR_RUN, server)
+    elif backend.command_server:
+        _create(backend.pg_url, name, "--backend postgres")
+        yield RunDatabase("postgres", with_dbname(backend.pg_url, name), name,
+                          STARTED_FOR_COMMAND)
     else:
         bare, password = split_password(backend.pg_url)
         with _password(password):
@@ -156,13 +169,61 @@ def run_database(backend: Backend, name: str) -> Iterator[RunDatabase]:
 
 
 @contextmanager
-def _own_server() -> Iterator[Any]:
+def command_backend(backend: Backend) -> Iterator[Backend]:
+    """The backend every run of a command of many runs (`mutants`, `sweep`) is given, for the
+    block's duration. `--backend postgres` without `--pg-url`: ONE server started for the
+    command (stopped when the block ends, however it ends; its watchdog stops it if this
+    process is killed outright), on which each run creates its own database. With
+    `--pg-url`: that server, checked now, so that a server the runs cannot use is exit 2
+    before any folder is made. sqlite: as given. Raises BackendError naming the flag."""
+    if backend.name != "postgres":
+        yield backend
+    elif backend.pg_url is not None:
+        bare, password = split_password(backend.pg_url)
+        with _password(password):
+            _check_can_create(backend.pg_url)
+        yield backend
+    else:
+        with _own_server("the command's runs") as server:
+            yield Backend("postgres", server.url, command_server=True)
+
+
+def _check_can_create(url: str) -> None:
+    """Raise BackendError naming --pg-url unless its server answers and lets its user
+    create databases (each run creates one)."""
+    import psycopg
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            allowed = conn.execute("SELECT rolcreatedb OR rolsuper FROM pg_roles"
+                                   " WHERE rolname = current_user").fetchone()
+    except psycopg.Error as exc:
+        raise BackendError(f"--pg-url: cannot connect to {redacted(url)}: "
+                           f"{str(exc).strip()}") from None
+    if not (allowed and allowed[0]):
+        raise BackendError(f"--pg-url: the user of {redacted(url)} may not create databases "
+                           "(each run creates its own): grant it CREATEDB")
+
+
+def add_backend_flags(parser: Any, runs: str = "the run") -> None:
+    """--backend and --pg-url on an argparse parser (`runs`: whose database they choose)."""
+    parser.add_argument("--backend", default="sqlite", choices=BACKENDS,
+                        help=f"the engine's store for {runs}: sqlite (a file in each run's "
+                             "folder, the default) or postgres (a new database per run, on a "
+                             "server started for it, or on --pg-url's)")
+    parser.add_argument("--pg-url", default=None, metavar="postgresql://...",
+                        help="with --backend postgres: an existing server, on which each run "
+                             "creates a database of its own (a password goes to the engine's "
+                             "processes as PGPASSWORD, never on a command line)")
+
+
+@contextmanager
+def _own_server(serving: str = "the run") -> Iterator[Any]:
     from .pgserver import PostgresServer, ServerError
     try:
         server = PostgresServer().start()
     except ServerError as exc:
-        raise BackendError(f"--backend postgres: could not start a PostgreSQL server for the "
-                           f"run: {exc} (or name an existing one with --pg-url)") from None
+        raise BackendError(f"--backend postgres: could not start a PostgreSQL server for "
+                           f"{serving}: {exc} (or name an existing one with --pg-url)") from None
     try:
         yield server
     finally:

@@ -7,9 +7,11 @@
     ninelives report RUN [--format html,junit,md]
     ninelives sweep [SCENARIO] [--lease 0.5,1,2,4] [--heartbeat on,off] [--latency DIST]
                     [--seeds N|A..B] [--profile P] [--engine E] [--out DIR]
+                    [--backend sqlite|postgres [--pg-url postgresql://...]]
     ninelives sim SCENARIO [--seed N | --seeds N|A..B] [--engine E] [--shrink]
     ninelives sim --replay FILE
     ninelives mutants [--seeds N|A..B] [--profile P] [--only NAME,...] [--out DIR]
+                      [--backend sqlite|postgres [--pg-url postgresql://...]]
     ninelives score [--modules M,...] [--seeds N|A..B] [--deep N] [--run [--run-seeds N|A..B]]
     ninelives demo [--jobs N] [--workers N] [--seed N] [--out DIR]
     ninelives engine ...        (see `ninelives engine --help`)
@@ -26,6 +28,7 @@ import os
 import sys
 from typing import Sequence
 
+from .backends import add_backend_flags
 from .flags import SEEDS_HELP, at_least, seeds
 
 EXIT_ERROR = 2
@@ -41,14 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1, help="the seed of the fault plan (default 1)")
     p.add_argument("--profile", default=None, help="smoke, ci (default) or soak")
     p.add_argument("--engine", default="reference", help="reference, or module:object")
-    p.add_argument("--backend", default="sqlite", choices=("sqlite", "postgres"),
-                   help="the engine's store: sqlite (a file in the run folder, the default) "
-                        "or postgres (a new database on a server the run starts, or on "
-                        "--pg-url's)")
-    p.add_argument("--pg-url", default=None, metavar="postgresql://...",
-                   help="with --backend postgres: an existing server, on which each run "
-                        "creates a database of its own (a password goes to the engine's "
-                        "processes as PGPASSWORD, never on a command line)")
+    add_backend_flags(p)
     p.add_argument("--out", default="reports", help="where run folders go (default reports)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p = sub.add_parser("replay", help="rerun a saved run's plan and say how often it reproduces")
@@ -73,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the seeds every cell runs: {SEEDS_HELP} (default 1)")
     p.add_argument("--profile", default=None, help="smoke, ci (default) or soak")
     p.add_argument("--engine", default="reference", help="reference, or module:object")
+    add_backend_flags(p, "every cell's runs (one server for the whole sweep)")
     p.add_argument("--out", default="reports", help="where the sweep folder goes")
     p = sub.add_parser("demo", help="the engine end to end against the fakes, no faults")
     p.add_argument("--jobs", type=at_least(1), default=300,
@@ -196,9 +193,12 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from .backends import Backend, check_backend, command_backend
+    from .contract import load_engine
     from .latency import parse_latency
     from .scenario import load_scenario
     from .sweep import run_sweep, table
+    backend = Backend(args.backend, args.pg_url)  # BackendError (exit 2) names the flag
     try:
         leases = sorted({float(x) for x in args.lease.split(",") if x.strip()})
     except ValueError:
@@ -214,8 +214,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise ValueError(f"--latency: {exc}") from None
     base = load_scenario(args.scenario, args.profile)
-    sweep = run_sweep(base, leases, [words[w] for w in args.heartbeat.split(",")], args.latency,
-                      args.seeds, args.engine, args.out)
+    check_backend(load_engine(args.engine), backend)
+    with command_backend(backend) as shared:  # a server had before the sweep's folder
+        sweep = run_sweep(base, leases, [words[w] for w in args.heartbeat.split(",")],
+                          args.latency, args.seeds, args.engine, args.out, backend=shared)
     print(table(sweep))
     print()
     for rec in sweep["recommendation"].values():

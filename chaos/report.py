@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 from rich.console import Console
 
+from .backends import STARTED
 from .checkers import Verdict
 from .console import AUTO, Column, table
 from .history import Event, of
@@ -94,7 +95,7 @@ EVIDENCE = {
     "receiver_drop": "receiver_drop", "receiver_lost": "receiver_lost", "declined": "declined",
     "contention": "contention", "operator": "operator", "crash_points": "crash_point",
     "server_restart": "server_restart", "connection_kill": "connection_kill",
-    "statement_timeout": "statement_timeout",
+    "statement_timeout": "statement_timeout", "row_lock": "row_lock",
 }
 
 
@@ -104,6 +105,8 @@ NEEDS_CAPABILITY = {
     "crash_points": "crash_points", "crash_loop": "crash_points", "skewed_workers": "clock_skew",
     "heartbeat_off_workers": "heartbeat", "statement_timeout": "write_lock",
 }
+#: fault setting -> the control (an optional adapter method) the fault needs to apply at all.
+NEEDS_CONTROL = {"row_lock": "hold_row_lock"}
 #: Faults of the receiver: they apply to any engine whose pipeline sends it effects, with an
 #: outbox or without (a refusal is a refusal, whoever posted).
 RECEIVER_FAULTS = ("receiver_5xx", "receiver_timeout", "receiver_drop", "receiver_lost")
@@ -115,6 +118,8 @@ def not_applicable(scenario: Scenario, engine: Any) -> list[str]:
     caps = set(getattr(engine, "capabilities", ()))
     skipped = [setting for setting, cap in NEEDS_CAPABILITY.items()
                if getattr(scenario.faults, setting) and cap not in caps]
+    skipped += [setting for setting, control in NEEDS_CONTROL.items()
+                if getattr(scenario.faults, setting) and not hasattr(engine, control)]
     if "outbox" not in caps and not getattr(getattr(engine, "pipeline", None), "effects", ()):
         skipped += [setting for setting in RECEIVER_FAULTS if getattr(scenario.faults, setting)]
     if scenario.faults.crash_points and "crash_points" not in skipped \
@@ -208,7 +213,7 @@ def run_command(scenario: Scenario, seed: int, engine_spec: str | None,
         parts += ["--engine", engine_spec]
     if database and database.get("backend", "sqlite") != "sqlite":
         parts += ["--backend", database["backend"]]
-        if database.get("server") not in (None, "started for the run"):
+        if database.get("server") not in (None, *STARTED):  # not one started for it
             parts += ["--pg-url", database["server"]]
     return " ".join(shlex.quote(p) for p in parts)
 

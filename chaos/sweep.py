@@ -18,6 +18,7 @@ from typing import Any
 
 from rich.console import Console
 
+from .backends import Backend
 from .console import AUTO, Column
 from .console import table as table_of
 from .contract import load_engine
@@ -114,9 +115,9 @@ def report_states_done(report: dict) -> list[str]:
 
 
 def _run_cell(args: tuple) -> tuple[Cell, int, dict]:
-    scenario, cell, seed, engine_spec, out = args
+    scenario, cell, seed, engine_spec, out, backend = args
     result = run_campaign(scenario, seed, load_engine(engine_spec), out,
-                          engine_spec=engine_spec, progress=False)
+                          engine_spec=engine_spec, progress=False, backend=backend)
     return cell, seed, measure(result.run_dir, result.report)
 
 
@@ -179,9 +180,11 @@ def _secs(value: float | None) -> str:
 
 
 def run_sweep(base: Scenario, leases: list[float], heartbeats: list[bool], latency: str | None,
-              seeds: range, engine_spec: str, out: str, jobs: int | None = None) -> dict:
-    """Run the grid, every cell on each of `seeds` (in parallel up to the cores), and write
-    sweep.json, the plot, the page. Raises ValueError when there is no cell or seed."""
+              seeds: range, engine_spec: str, out: str, jobs: int | None = None, *,
+              backend: Backend = Backend()) -> dict:
+    """Run the grid, every cell on each of `seeds` (in parallel up to the cores), each run on
+    a fresh database of `backend`, and write sweep.json, the plot, the page. Raises
+    ValueError when there is no cell or seed."""
     if not (leases and heartbeats and len(seeds)):
         raise ValueError("a sweep needs a lease, a heartbeat setting and a seed")
     sweep_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
@@ -189,8 +192,8 @@ def run_sweep(base: Scenario, leases: list[float], heartbeats: list[bool], laten
     os.makedirs(folder)
     cells = [Cell(lease, hb) for hb in heartbeats for lease in leases]
     tasks = [(cell_scenario(base, cell, latency), cell, seed, engine_spec,
-              os.path.join(folder, "runs", f"lease{cell.lease:g}-hb{int(cell.heartbeat)}"))
-             for cell in cells for seed in seeds]
+              os.path.join(folder, "runs", f"lease{cell.lease:g}-hb{int(cell.heartbeat)}"),
+              backend) for cell in cells for seed in seeds]
     workers = jobs or max(1, min(os.cpu_count() or 1, len(tasks)))
     results: dict[Cell, list[dict]] = {cell: [] for cell in cells}
     with evidence_in(folder), OwnedPool(workers, mp.get_context("fork")) as pool:
@@ -202,6 +205,7 @@ def run_sweep(base: Scenario, leases: list[float], heartbeats: list[bool], laten
     used = tasks[0][0].faults.latency
     sweep = {"schema": "ninelives.sweep/1", "id": sweep_id, "scenario": base.name,
              "profile": base.profile, "latency": used, "seeds": list(seeds), "engine": engine_spec,
+             "backend": backend.name,
              "cells": rows, "recommendation": recommend(rows, used)}
     with open(os.path.join(folder, "sweep.json"), "w", encoding="utf-8") as fh:
         json.dump(sweep, fh, indent=2, sort_keys=True)
@@ -257,6 +261,7 @@ def page(sweep: dict, svg: str) -> str:
             f"<h1>Lease sweep: {escape(sweep['scenario'])}</h1>"
             f"<p>latency {escape(sweep['latency'])}, seeds {seeds_text(sweep['seeds'])} in every "
             f"cell, "
-            f"profile {escape(sweep['profile'])}, engine {escape(sweep['engine'])}</p>"
+            f"profile {escape(sweep['profile'])}, engine {escape(sweep['engine'])}, backend "
+            f"{escape(sweep.get('backend', 'sqlite'))}</p>"
             f"<h2>Recommendation</h2><ul>{recs}</ul>{svg}"
             f"<h2>Grid</h2><pre>{escape(table(sweep, console=None))}</pre>")

@@ -2,12 +2,16 @@
 reference engine on the same scenarios and seeds; print and save the detection matrix.
 
     ninelives mutants [--seeds N|A..B] [--profile P] [--only NAME,...] [--out DIR] [--parallel K]
+                      [--backend sqlite|postgres [--pg-url postgresql://...]]
 
 Each mutant runs on the seeds (N: 1..N; A..B: A to B) in turn and stops at its first failing
 run; the reference
 runs every (scenario, seed) a mutant ran. Runs go `--parallel` at a time (default 2), each
-a full campaign with real processes. Exit 0 when every mutant was caught by one of its
-expected invariants and the reference failed nothing; 1 otherwise.
+a full campaign with real processes, each on a fresh database of `--backend` (on PostgreSQL,
+one server started for the whole command, or --pg-url's; a new database per run). Exit 0
+when every mutant was caught by one of its expected invariants and the reference failed
+nothing; 1 otherwise; 2 when the command could not run (a bad flag, a server that cannot be
+had, a mutant that does not run on the backend).
 
 Written to DIR/<id>/: matrix.json, matrix.md, matrix.html (linking each run's report.html
 when chaos.render is there, with a legend), and the run folders, one folder per engine:
@@ -23,12 +27,13 @@ import multiprocessing
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
 from rich.console import Console
 
+from ..backends import Backend, add_backend_flags, check_backend, command_backend
 from ..checkers import INVARIANTS
 from ..console import AUTO, Column, table
 from ..flags import SEEDS_HELP, at_least, seeds, seeds_text
@@ -60,6 +65,7 @@ class Task:
     profile: str
     seed: int
     out: str
+    backend: Backend = Backend()
 
     @property
     def spec(self) -> str:
@@ -83,11 +89,14 @@ def run_task(task: Task) -> dict[str, Any]:
     from ..runner import HarnessError, run_campaign
     from ..scenario import load_scenario
     started = time.time()
-    row: dict[str, Any] = {**asdict(task), "spec": task.spec}
+    # what the matrix keeps of the task: its backend by name (a --pg-url may hold a password)
+    row: dict[str, Any] = {"engine": task.engine, "scenario": task.scenario,
+                           "profile": task.profile, "seed": task.seed, "out": task.out,
+                           "backend": task.backend.name, "spec": task.spec}
     try:
         scenario = load_scenario(task.scenario, task.profile)
         result = run_campaign(scenario, task.seed, load_engine(task.spec), task.folder,
-                              engine_spec=task.spec, progress=False)
+                              engine_spec=task.spec, progress=False, backend=task.backend)
     except (HarnessError, ValueError, OSError) as exc:
         return {**row, "result": "harness-error", "error": f"{type(exc).__name__}: {exc}",
                 "failed": [], "unknown": [], "seconds": round(time.time() - started, 2),
@@ -138,9 +147,10 @@ def caught_by(mutant: Mutant, run: dict[str, Any]) -> list[str]:
 
 
 def run_matrix(mutants: list[Mutant], seeds: range, profile: str | None, out: str, *,
-               parallel: int = 2, note: Callable[[str], None] = lambda line: None
-               ) -> dict[str, Any]:
-    """Run the matrix (see the module docstring) and return matrix.json's content.
+               parallel: int = 2, note: Callable[[str], None] = lambda line: None,
+               backend: Backend = Backend()) -> dict[str, Any]:
+    """Run the matrix (see the module docstring) on `backend` and return matrix.json's
+    content.
 
     Round k runs the k-th of `seeds` for every mutant not caught yet, and that seed of the
     reference on each of their scenarios; a mutant caught in round k runs no more seeds.
@@ -156,9 +166,9 @@ def run_matrix(mutants: list[Mutant], seeds: range, profile: str | None, out: st
             if not open_rows:
                 break
             tasks = [Task(r.mutant.name, r.mutant.scenario, profile or r.mutant.profile, seed,
-                          runs_dir) for r in open_rows]
+                          runs_dir, backend) for r in open_rows]
             scenarios = sorted({(t.scenario, t.profile) for t in tasks})
-            tasks += [Task(REFERENCE, s, p, seed, runs_dir) for s, p in scenarios]
+            tasks += [Task(REFERENCE, s, p, seed, runs_dir, backend) for s, p in scenarios]
             for run in pool.map(run_task, tasks):
                 if run["engine"] == REFERENCE:
                     reference.append(run)
@@ -168,7 +178,7 @@ def run_matrix(mutants: list[Mutant], seeds: range, profile: str | None, out: st
     mutant_rows = [rows[m.name].to_json() for m in mutants]
     clean = all(r["result"] == "pass" for r in reference)
     return {"schema": SCHEMA, "created": started, "seconds": round(time.time() - started, 1),
-            "profile": profile, "seeds": list(seeds), "invariants": list(INVARIANTS),
+            "backend": backend.name, "profile": profile, "seeds": list(seeds), "invariants": list(INVARIANTS),
             "mutants": mutant_rows, "reference": reference,
             "caught": sum(r["caught"] for r in mutant_rows), "total": len(mutant_rows),
             "reference_clean": clean,
@@ -211,7 +221,8 @@ def render_text(matrix: dict[str, Any], console: Console | str | None = AUTO) ->
                Column("seed", "right"), Column("seconds", "right")]
     lines = [table(columns, rows, console=console), "", *legend(matrix), ""]
     lines += reference_lines(matrix)
-    lines.append(f"{matrix['caught']}/{matrix['total']} mutants caught; reference "
+    lines.append(f"{matrix['caught']}/{matrix['total']} mutants caught on "
+                 f"{matrix.get('backend', 'sqlite')}; reference "
                  f"{'clean' if matrix['reference_clean'] else 'NOT clean'}: "
                  f"{'OK' if matrix['ok'] else 'FAILED'}")
     return "\n".join(lines)
@@ -245,7 +256,8 @@ def reference_lines(matrix: dict[str, Any]) -> list[str]:
 def render_markdown(matrix: dict[str, Any]) -> str:
     """matrix.md: the matrix as a Markdown table, for a CI job summary."""
     heads = " | ".join(SHORT[i] for i in matrix["invariants"])
-    lines = [f"## ninelives mutants: {matrix['caught']}/{matrix['total']} caught, reference "
+    lines = [f"## ninelives mutants on {matrix.get('backend', 'sqlite')}: "
+             f"{matrix['caught']}/{matrix['total']} caught, reference "
              f"{'clean' if matrix['reference_clean'] else '**not clean**'}", "",
              f"| mutant | removes | scenario | {heads} | caught | seed | seconds |",
              "|---|---|---|" + "---|" * len(matrix["invariants"]) + "---|--:|--:|"]
@@ -286,7 +298,8 @@ def render_html(matrix: dict[str, Any], out: str) -> str:
 <style>body{{font:14px sans-serif;margin:2em}}td,th{{border:1px solid #ccc;padding:3px 6px}}
 table{{border-collapse:collapse}}td{{text-align:center}}td:nth-child(2){{text-align:left}}
 .legend{{display:flex;gap:2em;align-items:flex-start}}.legend td{{text-align:left}}</style>
-</head><body><h1>ninelives mutants: {matrix['caught']}/{matrix['total']} caught, reference
+</head><body><h1>ninelives mutants on {html.escape(matrix.get('backend', 'sqlite'))}:
+{matrix['caught']}/{matrix['total']} caught, reference
 {'clean' if matrix['reference_clean'] else 'NOT clean'}</h1>
 <table><tr><th>mutant</th><th>removes</th><th>scenario</th>{heads}<th>caught</th><th>seed</th>
 <th>seconds</th></tr>{''.join(body)}</table>
@@ -358,6 +371,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="where the matrix folder goes (default reports/mutants)")
     p.add_argument("--parallel", type=at_least(1), default=2,
                    help="campaigns at a time (default 2)")
+    add_backend_flags(p, "every run (on postgres, one server for the whole command)")
 
 
 def select(only: str | None) -> list[Mutant]:
@@ -373,13 +387,19 @@ def select(only: str | None) -> list[Mutant]:
 
 
 def cmd_mutants(args: argparse.Namespace) -> int:
+    from ..contract import load_engine
+    backend = Backend(args.backend, args.pg_url)  # BackendError (exit 2) names the flag
     mutants = select(args.only)
+    for mutant in mutants:  # one that does not run there is refused, never counted missed
+        check_backend(load_engine(mutant.spec), backend)
     out = os.path.join(args.out, datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
-    print(f"ninelives mutants: {len(mutants)} mutants, seeds {seeds_text(args.seeds)}, profile "
-          f"{args.profile or 'per mutant'}, {args.parallel} at a time -> {out}",
-          file=sys.stderr, flush=True)
-    matrix = run_matrix(mutants, args.seeds, args.profile, out, parallel=args.parallel,
-                        note=lambda line: print(line, file=sys.stderr, flush=True))
+    with command_backend(backend) as shared:  # a server had before the matrix's folder
+        print(f"ninelives mutants: {len(mutants)} mutants on {backend.name}, seeds "
+              f"{seeds_text(args.seeds)}, profile {args.profile or 'per mutant'}, "
+              f"{args.parallel} at a time -> {out}", file=sys.stderr, flush=True)
+        matrix = run_matrix(mutants, args.seeds, args.profile, out, parallel=args.parallel,
+                            note=lambda line: print(line, file=sys.stderr, flush=True),
+                            backend=shared)
     matrix["id"] = os.path.basename(out)
     paths = write_outputs(matrix, out)
     point_latest(out)

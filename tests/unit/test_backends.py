@@ -10,12 +10,14 @@ import psycopg
 import pytest
 
 from chaos import pgserver
-from chaos.backends import (Backend, BackendError, check_backend, database_name, redacted,
-                            run_database, saved_target, split_password, with_dbname)
+from chaos.backends import (STARTED_FOR_COMMAND, Backend, BackendError, check_backend,
+                            command_backend, database_name, redacted, run_database,
+                            saved_target, split_password, with_dbname)
 from chaos.contract import EngineSettings
 from chaos.expect import expectations
 from chaos.reference import REFERENCE
-from chaos.reference.mutants.catalog import ENGINES, ON_POSTGRES
+from chaos.reference.mutants import catalog
+from chaos.reference.mutants.catalog import BY_NAME, ENGINES, ON_POSTGRES, MutantEngine
 from chaos.scenario import load_scenario
 
 
@@ -50,16 +52,63 @@ def test_a_run_database_name_is_a_plain_identifier_within_63_bytes():
     assert len(database_name("x" * 80, "20261202T010203000001", 1)) == 63
 
 
-def test_a_sqlite_only_mutant_is_refused_on_postgres_saying_why():
+def test_every_mutant_runs_on_postgres_and_one_of_sqlite_alone_would_be_refused_saying_why(
+        monkeypatch):
     check_backend(REFERENCE, Backend("postgres"))
-    check_backend(ENGINES["poison_retried"], Backend("postgres"))
+    for engine in ENGINES.values():  # each removes its mechanism from PostgreSQL's code too
+        check_backend(engine, Backend("postgres"))
+        assert engine.backends == ("sqlite", "postgres")
+    assert ON_POSTGRES == set(ENGINES) and not catalog.SQLITE_ONLY
+    # a mechanism with no PostgreSQL counterpart is declared with its own reason
+    monkeypatch.setitem(catalog.SQLITE_ONLY, "no_token_on_complete", "a reason of its own")
+    sqlite_only = MutantEngine(BY_NAME["no_token_on_complete"])
+    check_backend(sqlite_only, Backend("sqlite"))
     with pytest.raises(BackendError, match=r"--backend postgres: engine "
                                            r"mutant:no_token_on_complete runs on sqlite only "
-                                           r"\(its patch edits SQLiteStore"):
-        check_backend(ENGINES["no_token_on_complete"], Backend("postgres"))
-    assert ON_POSTGRES <= set(ENGINES)
-    assert all(e.backends == ("sqlite",) for n, e in ENGINES.items() if n not in ON_POSTGRES)
-    assert all(not hasattr(e, "backends") or "sqlite" in e.backends for e in ENGINES.values())
+                                           r"\(a reason of its own\)"):
+        check_backend(sqlite_only, Backend("postgres"))
+
+
+def test_a_command_of_many_runs_starts_one_server_for_all_of_them_and_stops_it():
+    with command_backend(Backend()) as same:
+        assert same == Backend()  # sqlite: as given
+    names = ("run_one", "run_two")
+    with command_backend(Backend("postgres")) as shared:
+        assert shared.command_server and shared.pg_url
+        made = []
+        for name in names:  # each run a database of its own, on the one server
+            with run_database(shared, name) as db:
+                assert db.server == STARTED_FOR_COMMAND and db.control is None
+                with psycopg.connect(db.target) as conn:
+                    assert conn.execute("SELECT current_database()").fetchone()[0] == name
+                made.append(db)
+        assert {urlsplit_port(d.target) for d in made} == {urlsplit_port(shared.pg_url)}
+    with pytest.raises(psycopg.OperationalError):  # gone with the command
+        psycopg.connect(made[0].target, connect_timeout=2)
+    with pytest.raises(ValueError, match="started for the command, which ended with it"):
+        saved_target("run", {"database": made[0].to_json()})
+
+
+def urlsplit_port(url: str) -> int | None:
+    from urllib.parse import urlsplit
+    return urlsplit(url).port
+
+
+def test_a_pg_url_a_command_cannot_use_is_refused_before_any_run_naming_the_flag(pg_server):
+    with pytest.raises(BackendError) as err:
+        with command_backend(Backend("postgres", "postgresql://u:hunter2@127.0.0.1:1/db")):
+            pass
+    assert "--pg-url: cannot connect to postgresql://u:***@127.0.0.1:1/db" in str(err.value)
+    assert "hunter2" not in str(err.value)
+    with psycopg.connect(pg_server.url, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS no_createdb")
+        conn.execute("CREATE ROLE no_createdb LOGIN NOCREATEDB")
+    url = pg_server.url.replace("postgres@", "no_createdb@")
+    with pytest.raises(BackendError, match="--pg-url: the user of .* may not create databases"):
+        with command_backend(Backend("postgres", url)):
+            pass
+    with command_backend(Backend("postgres", pg_server.url)) as given:
+        assert given == Backend("postgres", pg_server.url)  # the runs use it as named
 
 
 def test_no_server_binaries_is_a_clear_error_naming_the_flag_and_leaves_nothing(monkeypatch):

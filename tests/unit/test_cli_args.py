@@ -122,6 +122,46 @@ def test_engine_worker_lease_nan_exits_2_naming_the_flag(value, capsys, tmp_path
     assert not (tmp_path / "x.db").exists()  # refused before the database was opened
 
 
+# -- --backend and --pg-url: one syntax in every command that runs campaigns ------------------
+
+BACKEND_COMMANDS = [["run", "smoke"], ["sweep"], ["mutants"]]
+
+
+@pytest.mark.parametrize("argv", BACKEND_COMMANDS, ids=lambda v: v[0])
+def test_every_command_of_runs_takes_backend_and_pg_url_the_same_way(argv):
+    args = chaos.cli.build_parser().parse_args(argv)
+    assert (args.backend, args.pg_url) == ("sqlite", None)
+    args = chaos.cli.build_parser().parse_args(
+        argv + ["--backend", "postgres", "--pg-url", "postgresql://u@127.0.0.1:5432/db"])
+    assert (args.backend, args.pg_url) == ("postgres", "postgresql://u@127.0.0.1:5432/db")
+
+
+@pytest.mark.parametrize("argv", BACKEND_COMMANDS, ids=lambda v: v[0])
+def test_every_command_of_runs_refuses_an_unknown_backend_naming_the_flag(argv, capsys):
+    code, err = parse_exit(chaos.cli.build_parser(), argv + ["--backend", "oracle"], capsys)
+    assert code == 2 and "argument --backend: invalid choice: 'oracle'" in err
+
+
+@pytest.mark.parametrize("argv", [["sweep", "--lease", "1", "--heartbeat", "on"], ["mutants"]],
+                         ids=lambda v: v[0])
+@pytest.mark.parametrize("flags, says", [
+    (["--pg-url", "postgresql://u:pw@127.0.0.1:1/db"], "--pg-url needs --backend postgres"),
+    (["--backend", "postgres", "--pg-url", "mysql://u:pw@127.0.0.1/db"],
+     "--pg-url must be a postgresql://"),
+], ids=["pg-url-without-postgres", "not-postgresql"])
+def test_a_bad_pg_url_exits_2_naming_the_flag_before_any_folder(argv, flags, says, tmp_path,
+                                                                capsys, monkeypatch):
+    def started(*args, **kwargs):  # bad input let through fails here, not by running
+        raise AssertionError("a run started")
+
+    monkeypatch.setattr("chaos.sweep.run_sweep", started)
+    monkeypatch.setattr("chaos.mutants.matrix.run_matrix", started)
+    code = chaos.cli.main(argv + flags + ["--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and ":pw@" not in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
 # -- help ------------------------------------------------------------------------------------
 
 def all_parsers(parser: argparse.ArgumentParser, prefix: str = ""):
