@@ -32,6 +32,12 @@ COMMANDS = {
     "sweep": (lambda out: ["sweep", "--lease", "1,2", "--heartbeat", "on", "--profile",
                            "smoke", "--out", out], 2),
     "mutants": (lambda out: ["mutants", "--only", "retry_after_ignored", "--out", out], 2),
+    # one PostgreSQL server for the whole command, stopped by its watchdog when it is killed
+    "mutants-postgres": (lambda out: ["mutants", "--only", "retry_after_ignored", "--backend",
+                                      "postgres", "--out", out], 2),
+    "sweep-postgres": (lambda out: ["sweep", "--lease", "1,2", "--heartbeat", "on",
+                                    "--profile", "smoke", "--backend", "postgres", "--out",
+                                    out], 2),
     "sim": (lambda out: ["sim", "smoke", "--out", out, "--quiet"], 0),
     "replay": (lambda out: ["replay", FIXTURE_RUN, "--out", out], 1),
     "demo": (lambda out: ["demo", "--jobs", "200", "--out", out], 1),
