@@ -54,7 +54,9 @@ src "nemesis": every fault it applied, and its healing (type is the fault: kill,
   server: pid, backends, in_transaction), statement_timeout and statement_timeout_end (the
   write lock held until engine statements have waited `seconds`, when the server cancels
   them as a statement_timeout does, SQLSTATE 57014; `cancelled`: how many, on the end),
-  statement_cancelled (one statement cancelled: target, pid, backend), error)
+  statement_cancelled (one statement cancelled: target, pid, backend), row_lock and
+  row_lock_end (a row held locked by another transaction: table "job" or "outbox", row, job,
+  seconds), row_lock_idle (nothing was left unfinished to lock), error)
 src "process": the supervisor's lifecycle records and the probe's log:
   spawn | exit   name, role ("worker" | "sender"), slot, pid, code, signal, killed (exit:
                  True when the harness sent the signal), log_tail (exit by itself)

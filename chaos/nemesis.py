@@ -26,7 +26,8 @@ from .supervisor import Supervisor
 #: Faults that write to the engine database, and so may wait for its write lock; and the
 #: server's own (a restart takes its down time): each runs aside.
 WAITS_ON_DATABASE = frozenset({"lease_expiry", "operator", "duplicate_submit",
-                               "server_restart", "connection_kill", "statement_timeout"})
+                               "server_restart", "connection_kill", "statement_timeout",
+                               "row_lock"})
 #: Seconds a statement timeout fault waits, past the timeout itself, for its target to run a
 #: write the held lock keeps waiting: a worker writes at least every poll or heartbeat.
 STATEMENT_WAIT = 3.0
@@ -312,6 +313,27 @@ class Nemesis:
                         self._count("statement_timeout")
             finally:  # the held lock's window closes in the history however this ends
                 self._log("statement_timeout_end", cancelled=len(cancelled))
+
+    def _row_lock(self, event: dict) -> None:
+        """Hold one row's lock in another transaction (the adapter's control: a job a worker
+        holds, else one still to run, else an unsent outbox row) for row_lock_seconds,
+        longer than a write of it waits (the engine's busy timeout, its lock_timeout on
+        PostgreSQL): that write times out after its other statements ran, and must leave
+        nothing; a claim passes the row over, and must take it once the lock goes.
+        Recorded as row_lock and row_lock_end (table, row, job); row_lock_idle when nothing
+        was left unfinished to lock."""
+        seconds, target = self.scenario.faults.row_lock_seconds, None
+        try:
+            with self.engine.hold_row_lock(self.db, event["pick"]) as target:
+                if target is None:
+                    self._log("row_lock_idle")
+                    return
+                self._log("row_lock", seconds=seconds, **target)
+                self._count("row_lock")
+                time.sleep(seconds)
+        finally:  # its window closes in the history however this ends
+            if target is not None:
+                self._log("row_lock_end", **target)
 
     def _engine_processes(self) -> dict[int, str]:
         """pid -> name of every live worker and sender."""

@@ -16,7 +16,7 @@ from typing import Any
 from .documents import make_documents
 from .latency import parse_latency
 from .pipeline import Pipeline
-from .scenario import SERVER_FAULTS, Scenario
+from .scenario import POSTGRES_FAULTS, Scenario
 
 PLAN_VERSION = 1
 POISON_KINDS = ("status400", "bad_content", "schema")
@@ -120,9 +120,9 @@ def make_plan(scenario: Scenario, seed: int, pipeline: Pipeline) -> FaultPlan:
     # Drawn last, so that a scenario without declined documents keeps the plan it had.
     declined = ({j: pipeline.effects[0] for j in _share(rng, jobs, f.declined, taken)}
                 if pipeline.effects else {})
-    # The database server's faults, after everything else and only when configured: every
-    # other scenario keeps the plan (and the seeds) it had.
-    for fault in SERVER_FAULTS:
+    # PostgreSQL's faults, after everything else and only when configured: every other
+    # scenario keeps the plan (and the seeds) it had.
+    for fault in POSTGRES_FAULTS:
         if getattr(f, fault):
             timeline += [{"at": at, "fault": fault, "pick": rng.randrange(1 << 30)}
                          for at in _arrivals(rng, getattr(f, fault), run.chaos)]

@@ -153,6 +153,10 @@ def prevented(plan: FaultPlan, events: list[Event], missing: Iterable[str]) -> d
         elif e.get("src") == "receiver" and e.get("type") == "request":
             first.setdefault((e.get("job"), e.get("kind")), e["t"])
     why = {}
+    idle = [e for e in events if e.get("src") == "nemesis" and e.get("type") == "row_lock_idle"]
+    if "row_lock" in missing and idle:
+        why["row_lock"] = (f"nothing was left unfinished to lock when it was due ({len(idle)} "
+                           "time(s)): every job and outbox row had settled")
     for setting in missing:
         targets = [(job, what) for job, what, name, *_ in
                    plan.forced_provider + plan.forced_receiver if name == setting]

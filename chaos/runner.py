@@ -114,6 +114,11 @@ class Campaign:
             raise HarnessError(f"faults.{configured[0]} needs --backend postgres on a server the "
                                "run starts itself (without --pg-url): it crashes and restarts "
                                "that server, or ends its connections")
+        if scenario.faults.row_lock and (database.backend if database else "sqlite") != \
+                "postgres":
+            raise HarnessError("faults.row_lock needs --backend postgres: it holds one row's "
+                               "lock, and SQLite locks the whole database (the contention "
+                               "fault holds that)")
         if hasattr(engine, "store_settings"):  # what this store changes (whose clock, ...)
             self.settings = replace(self.settings, **engine.store_settings(self.db))
         self.urls = ("", "")

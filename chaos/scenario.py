@@ -95,9 +95,12 @@ class Faults:
     server_down_seconds: float = 0.5      # each followed by a restart this much later
     connection_kill: float = 0.0          # per second: one engine process's connection ended
                                           # by the server (pg_terminate_backend)
-    statement_timeout: float = 0.0        # per second: one engine process's statement, kept
-    statement_timeout_seconds: float = 0.2  # waiting by a held lock, cancelled by the server
-                                          # once it ran this long (SQLSTATE 57014)
+    statement_timeout: float = 0.0        # per second: engine statements, kept waiting by
+    statement_timeout_seconds: float = 0.2  # a held lock, cancelled by the server once they
+                                          # ran this long (SQLSTATE 57014)
+    # --backend postgres, on any server: one job's row held locked (SELECT ... FOR UPDATE)
+    row_lock: float = 0.0                 # holds per second, of a job a worker holds (or any)
+    row_lock_seconds: float = 1.0         # by another transaction, for this long
 
 
 @dataclass(frozen=True)
@@ -130,10 +133,16 @@ SHARES = ("slow", "provider_429", "provider_5xx", "hang", "reset", "poison", "un
           "duplicate_same", "duplicate_different", "receiver_5xx", "receiver_timeout",
           "receiver_drop", "receiver_lost", "declined", "crash_point_probability")
 RATES = ("kill", "pause", "lease_expiry", "contention", "operator", "server_restart",
-         "connection_kill", "statement_timeout")
-#: The faults of a PostgreSQL server the run started itself (chaos.backends), in the order
-#: the plan draws them (a new one goes last: the others keep their draws).
+         "connection_kill", "statement_timeout", "row_lock")
+#: The faults of a PostgreSQL server the run started itself (chaos.backends).
 SERVER_FAULTS = ("server_restart", "connection_kill", "statement_timeout")
+#: The faults only a PostgreSQL store can undergo (the server's, and a row's lock: SQLite
+#: locks the whole database), in the order the plan draws them, after every other fault (a
+#: new one goes last: the others keep their draws); each with what it does, for a refusal.
+POSTGRES_FAULTS = {"server_restart": "crashes a real PostgreSQL server",
+                   "connection_kill": "ends connections on a real PostgreSQL server",
+                   "statement_timeout": "cancels statements on a real PostgreSQL server",
+                   "row_lock": "holds a row lock on a real PostgreSQL server"}
 
 
 def resolve_path(name: str) -> str:
@@ -315,7 +324,7 @@ def _check(where: str, s: Scenario) -> None:
                                 f"got {getattr(f, name)}")
     for name in ("pause_seconds", "skew_seconds", "slow_seconds", "retry_after", "hang_seconds",
                  "contention_seconds", "server_down_seconds", "contention_seconds_max", "skewed_workers",
-                 "heartbeat_off_workers", "statement_timeout_seconds"):
+                 "heartbeat_off_workers", "statement_timeout_seconds", "row_lock_seconds"):
         if getattr(f, name) < 0:
             raise ScenarioError(f"{where}: field 'faults.{name}' must be >= 0, "
                                 f"got {getattr(f, name)}")

@@ -80,7 +80,8 @@ def short_lease(settings: dict, snapshot_clock: str | None) -> tuple[Any, Any]:
     if settings.get("lease_from_write"):
         slack = machine_slack(snapshot_clock)
         return (lambda lease: lease - slack,
-                lambda shared: {**shared.windows, "locks": [], "expiries": []})
+                lambda shared: {**shared.windows, "locks": [], "row_locks": [],
+                                "expiries": []})
     return (lambda lease: lease / 2,
             # A writer the harness paused inside its transaction held the lock for everyone.
             lambda shared: {**shared.windows,
@@ -113,7 +114,7 @@ def _check_claim_leases(verdict: Verdict, history: list[Event], settings: dict, 
                 f"{granted - e['t']:+.3f} s from the claim")
         if granted < e["t"] + floor(lease):
             pid = tl.pids.get(e.get("worker"))
-            if disturbed(windows, pid, granted - lease, e["t"]) or (
+            if disturbed(windows, pid, granted - lease, e["t"], e.get("job")) or (
                     settings.get("lease_from_write") and _stalled_through(
                         shared, pid, granted - lease, e["t"], lease - floor(lease))):
                 continue
@@ -186,7 +187,7 @@ def _check_renewals(verdict: Verdict, shared, tl, settings: dict, clock: str | N
                 until >= e["t"] + floor(lease):
             continue
         pid = tl.pids.get(e.get("worker"))
-        if disturbed(windows, pid, until - lease, e["t"]) or _stalled_through(
+        if disturbed(windows, pid, until - lease, e["t"], e.get("job")) or _stalled_through(
                 shared, pid, until - lease, e["t"], lease - floor(lease)):
             continue
         verdict.fail("renewal-short", f"job {e['job']}: {e.get('worker')}'s renewal at "
@@ -215,7 +216,7 @@ def _check_holding(verdict: Verdict, h, events: list[Event], shared, lease: floa
         e["type"] == "claimed" or is_operator(e) or e.get("actor") == "harness")), None)
     end = min(t for t in (h.write["t"] if h.write else None, died["t"] if died else None,
                           after, events[-1]["t"]) if t is not None)
-    if disturbed(excused, index.pids.get(h.worker), start, end):
+    if disturbed(excused, index.pids.get(h.worker), start, end, h.job):
         return
     held_until, last = h.start.get("lease_until"), h.start
     renewals = [e for e in events if is_heartbeat(e) and e.get("worker") == h.worker

@@ -832,7 +832,7 @@ def _crashed(h: Holding, run: list[Holding], shared, park: Event) -> bool:
     died = shared.jobs.exit_after(h.worker, h.start["t"])
     if died is not None and died["t"] <= end + TOL:
         return True
-    return disturbed(shared.windows, shared.jobs.pids.get(h.worker), h.start["t"], end)
+    return disturbed(shared.windows, shared.jobs.pids.get(h.worker), h.start["t"], end, h.job)
 
 
 def _check_crash_loop(verdict: Verdict, tl: Timeline, snapshot: dict, job: str) -> None:

@@ -122,8 +122,10 @@ LOCK_ENDS = {"contention_end": "contention", "server_restart": "server_crash",
 
 def harness_windows(history: list[Event]) -> dict[str, Any]:
     """When the harness took leases on purpose: [t, t] of each forced expiry, (pid, from, to)
-    of each pause, [from, to] of each held write lock; pids run without heartbeat."""
-    pauses, expiries, opened = [], [], {}
+    of each pause, [from, to] of each held write lock, (table, row, from, to) of each row
+    held locked (table "job": row is the job's id; "outbox": an outbox row's); pids run
+    without heartbeat."""
+    pauses, expiries, opened, rows, row_locks = [], [], {}, {}, []
     off_slots = {e.get("slot") for e in history
                  if e.get("src") == "nemesis" and e.get("type") == "heartbeat_off"}
     off = {e["pid"] for e in history if e.get("src") == "process" and e.get("type") == "spawn"
@@ -138,9 +140,15 @@ def harness_windows(history: list[Event]) -> dict[str, Any]:
             opened[e.get("pid")] = e["t"]
         elif kind == "resume" and e.get("pid") in opened:
             pauses.append((e["pid"], opened.pop(e["pid"]), e["t"]))
+        elif kind == "row_lock":
+            rows.setdefault((e.get("table"), e.get("row")), []).append(e["t"])
+        elif kind == "row_lock_end" and rows.get((e.get("table"), e.get("row"))):
+            row_locks.append((e["table"], e["row"], rows[(e["table"], e["row"])].pop(0),
+                              e["t"]))
     pauses += [(pid, t, float("inf")) for pid, t in opened.items()]
+    row_locks += [(*key, t, float("inf")) for key, ts in rows.items() for t in ts]
     return {"pauses": pauses, "locks": lock_windows(history), "expiries": expiries,
-            "no-heartbeat": off}
+            "row_locks": row_locks, "no-heartbeat": off}
 
 
 def lock_windows(history: list[Event]) -> list[tuple[float, float]]:
@@ -175,9 +183,12 @@ def paused_holds(history: list[Event], windows: dict[str, Any]) -> list[tuple[fl
     return held
 
 
-def disturbed(windows: dict[str, Any], pid: int | None, start: float, end: float) -> bool:
-    """Whether the harness took a lease, paused process `pid` or held the write lock at some
-    moment of [start, end] (see harness_windows)."""
+def disturbed(windows: dict[str, Any], pid: int | None, start: float, end: float,
+              job: str | None = None) -> bool:
+    """Whether the harness took a lease, paused process `pid`, held the write lock, or held
+    `job`'s row locked at some moment of [start, end] (see harness_windows)."""
     return (any(start - TOL <= t <= end + TOL for t in windows["expiries"])
             or any(p == pid and a <= end and b >= start for p, a, b in windows["pauses"])
-            or any(a <= end and b >= start for a, b in windows["locks"]))
+            or any(a <= end and b >= start for a, b in windows["locks"])
+            or any((table, row) == ("job", job) and a <= end and b >= start
+                   for table, row, a, b in windows.get("row_locks", ())))

@@ -287,6 +287,10 @@ def _check_latency(verdict: Verdict, reading: _Reading, history: list[Event],
     free = _free_windows(reading, history, end, excluded)
     spells = reading.spells + [(k, max(j.due, j.seen or j.due), end, "open")
                                for k, j in reading.still_due.items()]
+    # no one may claim a job (an outbox row) while the harness holds its row locked
+    spells = _unlocked(spells, [(row, a, b) for table, row, a, b in
+                                shared.windows.get("row_locks", ())
+                                if table == ("job" if unit == "job" else "outbox")])
     longest, judged = 0.0, 0
     for job_id, due, ended, how in spells:
         if ended - due <= bound:
@@ -315,6 +319,18 @@ def _check_latency(verdict: Verdict, reading: _Reading, history: list[Event],
             verdict.error_count += 1
     return {"due_spells": len(spells), "due_spells_judged": judged, "bound": bound,
             "longest_wait_beside_a_free_worker": round(longest, 3)}
+
+
+def _unlocked(spells: list, row_locks) -> list:
+    """The parts of each due spell (unit, from, to, how) outside the times the harness held
+    that unit's row locked ([(unit, from, to)]); a part that ends where a lock began ends
+    "row-locked"."""
+    locked: dict[Any, list] = defaultdict(list)
+    for key, a, b in row_locks:
+        locked[key].append((a, b))
+    return [(key, a, b, how if b == ended else "row-locked by the harness")
+            for key, due, ended, how in spells
+            for a, b in _subtract([(due, ended)], sorted(locked.get(key, [])))]
 
 
 def _excluded(history: list[Event], snapshot: dict) -> dict[int | None, list]:

@@ -256,6 +256,16 @@ class ReferenceEngine:
             return pg_audit.hold_write_lock(db)
         return sqlite.hold_write_lock(db)
 
+    def hold_row_lock(self, db: str, pick: int) -> ContextManager[dict | None]:
+        """Hold one row's lock until the block ends (the row_lock fault; PostgreSQL only:
+        SQLite locks the whole database, which hold_write_lock holds): a job's a worker
+        holds, else one still to run, else an unsent outbox row's. Yields {"table": "job"
+        or "outbox", "row", "job"}, or None when nothing is unfinished (see
+        pg_audit.hold_row_lock)."""
+        if not is_postgres_url(db):
+            raise ValueError("SQLite has no row locks: the whole database is locked at once")
+        return pg_audit.hold_row_lock(db, pick)
+
     def integrity(self, db: str) -> str:
         """SQLite: PRAGMA integrity_check. PostgreSQL: the server answers, the schema is
         current and the audit triggers are in place (see pg_audit.integrity)."""

@@ -94,6 +94,41 @@ def hold_write_lock(url: str) -> Iterator[None]:
         conn.close()
 
 
+#: Where the row_lock fault looks for a row to lock, in this order: (table, its rows an
+#: engine process is about to write): a job under a live lease, a job still to run, an
+#: outbox row not yet sent nor dead-lettered.
+ROW_TARGETS = (("job", f"SELECT id, id FROM job WHERE lease_until > {NOW}"),
+               ("job", "SELECT id, id FROM job WHERE next_run_at IS NOT NULL"),
+               ("outbox", "SELECT id, job_id FROM outbox WHERE sent_at IS NULL"
+                          " AND dead_at IS NULL"))
+
+
+@contextmanager
+def hold_row_lock(url: str, pick: int) -> Iterator[dict | None]:
+    """Hold one row's lock (SELECT ... FOR UPDATE, as an operator's session or a report that
+    means to write it would) until the block ends, then roll back. The row is the
+    `pick`-th (mod their number) of the first of ROW_TARGETS that has any. Yields {"table",
+    "row", "job"}, or None when nothing is left unfinished. A claim passes the row over
+    (SKIP LOCKED); a write of it waits, up to the writer's lock_timeout."""
+    conn = connect(url, autocommit=False)
+    try:
+        conn.execute("SET lock_timeout = '2s'")  # a row another writer holds: not forever
+        target = None
+        for table, sql in ROW_TARGETS:
+            rows = conn.execute(sql + " ORDER BY id").fetchall()
+            if rows:
+                row, job = rows[pick % len(rows)]
+                conn.execute(f"SELECT id FROM {table} WHERE id = %s FOR UPDATE", (row,))
+                target = {"table": table, "row": row, "job": job}
+                break
+        try:
+            yield target
+        finally:
+            conn.rollback()
+    finally:
+        conn.close()
+
+
 def integrity(url: str, store_check: str) -> str:
     """What can go wrong with a PostgreSQL engine database when an engine process is killed,
     and is checked: the server answers, the schema is current (`store_check`, the store's own

@@ -263,7 +263,8 @@ def calls_and_sends(history: list[Event], lanes: Lanes, t0: float) -> list[Bar]:
 MARKED = {("nemesis", "kill"): "kill", ("process", "crashpoint"): "crashpoint",
           ("nemesis", "operator"): "operator", ("nemesis", "duplicate_submit"): "submit"}
 WINDOW_END = {"resume": "pause", "outage_end": "outage", "contention_end": "contention",
-              "server_restart": "server_crash", "statement_timeout_end": "statement_timeout"}
+              "server_restart": "server_crash", "statement_timeout_end": "statement_timeout",
+              "row_lock_end": "row_lock"}
 
 
 def faults(history: list[Event], lanes: Lanes, t0: float,
@@ -282,9 +283,10 @@ def faults(history: list[Event], lanes: Lanes, t0: float,
         elif e["type"] == "expire":
             marks.append(Mark(None, "expire", e["t"], describe(e, t0, lanes.names)))
         elif e["type"] in WINDOW_END.values():
-            opened[(e["type"], e.get("pid"))] = e
+            opened[(e["type"], e.get("pid"), e.get("table"), e.get("row"))] = e
         elif e["type"] in WINDOW_END:
-            start = opened.pop((WINDOW_END[e["type"]], e.get("pid")), None)
+            start = opened.pop((WINDOW_END[e["type"]], e.get("pid"), e.get("table"),
+                                e.get("row")), None)
             if start is not None:
                 bands.append(_band(start, e["t"], lanes, t0))
     for start in opened.values():  # never healed: to its planned end, or the run's
@@ -301,7 +303,9 @@ def _band(start: Event, end: float, lanes: Lanes, t0: float) -> Band:
             "server_crash": "database server down (crashed, then restarted)",
             "statement_timeout": f"database write lock held until statements waited "
                                  f"{start.get('seconds')} s, then cancelled (statement "
-                                 "timeout)"}[kind]
+                                 "timeout)",
+            "row_lock": f"{'job' if start.get('table') == 'job' else 'outbox row of job'} "
+                        f"{start.get('job')} held locked (SELECT ... FOR UPDATE)"}[kind]
     return Band(lane, kind, start["t"], end, f"{what}: {at(start['t'], t0)} to {at(end, t0)}")
 
 

@@ -56,12 +56,12 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if not args.scenario:
         raise ValueError("ninelives sim needs a SCENARIO (or --replay FILE)")
     from ..contract import load_engine
-    from ..scenario import SERVER_FAULTS, ScenarioError, load_scenario
+    from ..scenario import POSTGRES_FAULTS, ScenarioError, load_scenario
     scenario = load_scenario(args.scenario, args.profile)
-    server = [name for name in SERVER_FAULTS if getattr(scenario.faults, name)]
-    if server:  # the simulation has no database server to crash: no silent pass without them
-        raise ScenarioError(f"{scenario.path}: faults.{server[0]} crashes a real PostgreSQL "
-                            "server; run it with `ninelives run --backend postgres`, not sim")
+    server = [name for name in POSTGRES_FAULTS if getattr(scenario.faults, name)]
+    if server:  # the simulation has no database server: no silent pass without its faults
+        raise ScenarioError(f"{scenario.path}: faults.{server[0]} {POSTGRES_FAULTS[server[0]]}"
+                            "; run it with `ninelives run --backend postgres`, not sim")
     engine = load_engine(args.engine)
     chosen = args.seeds if args.seed is None else range(args.seed, args.seed + 1)
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr,

@@ -1,8 +1,8 @@
-"""The statement-timeout fault of a PostgreSQL server the run starts: drawn after every other
-fault (other scenarios keep their plans), refused where there is no such server (SQLite, the
-simulation) with exit 2 naming the field, applied by the nemesis as a held lock and a
-cancelled statement, counted only when a statement was cancelled; and its held lock, like
-every other, is a window the checks' excuses see."""
+"""PostgreSQL's statement timeout and row lock faults: drawn after every other fault (other
+scenarios keep their plans), refused where there is no PostgreSQL (SQLite, the simulation)
+with exit 2 naming the field; the statement timeout applied by the nemesis as a held lock
+and cancelled statements, counted only when a statement was cancelled, its held lock a
+window the checks' excuses see; the row lock a row claims pass over and writes wait on."""
 from __future__ import annotations
 
 import contextlib
@@ -17,8 +17,8 @@ from chaos.checkers.ops import harness_windows, lock_windows
 from chaos.nemesis import STATEMENT_WAIT, Nemesis
 from chaos.plan import make_plan
 from chaos.reference import REFERENCE
-from chaos.report import not_applicable, unfired
-from chaos.scenario import RATES, SERVER_FAULTS, ScenarioError, load_scenario
+from chaos.report import not_applicable, prevented, unfired
+from chaos.scenario import POSTGRES_FAULTS, RATES, SERVER_FAULTS, ScenarioError, load_scenario
 
 PIPELINE = REFERENCE.pipeline
 
@@ -30,8 +30,8 @@ def postgres_faults(**faults):
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_statement_timeouts_are_drawn_after_every_other_fault(seed):
-    without = make_plan(postgres_faults(statement_timeout=0.0), seed, PIPELINE)
-    with_ = make_plan(postgres_faults(statement_timeout=0.5), seed, PIPELINE)
+    without = make_plan(postgres_faults(statement_timeout=0.0, row_lock=0.0), seed, PIPELINE)
+    with_ = make_plan(postgres_faults(statement_timeout=0.5, row_lock=0.0), seed, PIPELINE)
     others = [e for e in with_.timeline if e["fault"] != "statement_timeout"]
     assert others == without.timeline  # the other faults keep their times and targets
     assert dataclasses.replace(with_, timeline=[]) == dataclasses.replace(without, timeline=[])
@@ -87,7 +87,7 @@ def test_the_simulation_refuses_a_statement_timeout(tmp_path, capsys):
     code = main(["sim", scenario_file(tmp_path, "statement_timeout = 1.0"), "--seed", "1",
                  "--out", str(out), "--quiet"])
     assert code == 2
-    assert "faults.statement_timeout crashes a real PostgreSQL server" in \
+    assert "faults.statement_timeout cancels statements on a real PostgreSQL server" in \
         capsys.readouterr().err
     assert not out.exists() or not list(out.iterdir())
 
@@ -241,3 +241,96 @@ def test_nothing_is_cancelled_before_a_statement_has_run_the_timeout(pg_server):
     import os
     assert pg_server.cancel_statements(lambda: [os.getpid()], running_for=5.0,
                                        within=0.2) == []
+
+
+# -- a row held locked ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_row_locks_are_drawn_after_every_other_fault(seed):
+    without = make_plan(postgres_faults(row_lock=0.0), seed, PIPELINE)
+    with_ = make_plan(postgres_faults(row_lock=0.5), seed, PIPELINE)
+    assert [e for e in with_.timeline if e["fault"] != "row_lock"] == without.timeline
+    assert any(e["fault"] == "row_lock" for e in with_.timeline)
+    assert list(POSTGRES_FAULTS)[-1] == "row_lock" and "row_lock" not in SERVER_FAULTS
+
+
+def test_on_sqlite_a_row_lock_is_exit_2_naming_the_field(tmp_path, capsys):
+    from chaos.cli import main
+    code = main(["run", scenario_file(tmp_path, "row_lock = 1.0"), "--out",
+                 str(tmp_path / "out"), "--quiet"])
+    assert code == 2
+    assert "faults.row_lock needs --backend postgres" in capsys.readouterr().err
+
+
+def test_the_simulation_refuses_a_row_lock(tmp_path, capsys):
+    from chaos.cli import main
+    code = main(["sim", scenario_file(tmp_path, "row_lock = 1.0"), "--seed", "1", "--out",
+                 str(tmp_path / "out"), "--quiet"])
+    assert code == 2
+    assert "faults.row_lock holds a row lock on a real PostgreSQL server" in \
+        capsys.readouterr().err
+
+
+class RowLocking(FakeEngine):
+    def __init__(self, target) -> None:
+        self.target = target
+
+    @contextlib.contextmanager
+    def hold_row_lock(self, db, pick):
+        self.held = True
+        try:
+            yield self.target
+        finally:
+            self.held = False
+
+
+def row_nemesis(target):
+    events: list[dict] = []
+    scenario = postgres_faults(row_lock=1.0, row_lock_seconds=0.05)
+    nemesis = Nemesis(scenario, make_plan(scenario, 1, PIPELINE), RowLocking(target), "db",
+                      SimpleNamespace(alive=lambda: []), None, events.append, None)
+    return nemesis, events
+
+
+def test_the_nemesis_holds_a_row_and_closes_its_window():
+    target = {"table": "job", "row": "doc-1", "job": "doc-1"}
+    nemesis, events = row_nemesis(target)
+    nemesis._row_lock({"pick": 3})
+    assert [e["type"] for e in events] == ["row_lock", "row_lock_end"]
+    assert all(e["row"] == "doc-1" and e["table"] == "job" for e in events)
+    assert events[1]["t"] - events[0]["t"] >= 0.05
+    assert nemesis.applied == Counter({"row_lock": 1})
+
+
+def test_nothing_left_to_lock_is_recorded_and_excuses_the_unfired_fault():
+    nemesis, events = row_nemesis(None)
+    nemesis._row_lock({"pick": 3})
+    assert [e["type"] for e in events] == ["row_lock_idle"] and not nemesis.applied
+    plan = make_plan(postgres_faults(row_lock=1.0), 1, PIPELINE)
+    assert "settled" in prevented(plan, events, ["row_lock"])["row_lock"]
+    assert prevented(plan, [], ["row_lock"]) == {}
+
+
+def test_a_row_lock_needs_the_adapters_control():
+    scenario = postgres_faults(row_lock=1.0)
+    bare = SimpleNamespace(capabilities=frozenset(REFERENCE.capabilities), pipeline=PIPELINE)
+    assert "row_lock" in not_applicable(scenario, bare)
+    assert "row_lock" not in not_applicable(scenario, REFERENCE)
+
+
+def test_the_reference_holds_a_jobs_row_that_claims_pass_over_and_writes_wait_on(pg_server):
+    import psycopg
+    url = pg_server.create_database()
+    REFERENCE.install(url)
+    for job_id in ("doc-1", "doc-2"):
+        REFERENCE.submit(url, job_id, {"title": job_id})
+    with REFERENCE.hold_row_lock(url, pick=1) as target:
+        assert target == {"table": "job", "row": "doc-2", "job": "doc-2"}  # still to run
+        with psycopg.connect(url, autocommit=True) as conn:
+            free = conn.execute("SELECT id FROM job FOR UPDATE SKIP LOCKED").fetchall()
+            assert free == [("doc-1",)]
+            conn.execute("SET lock_timeout = '100ms'")
+            with pytest.raises(psycopg.errors.LockNotAvailable):  # SQLSTATE 55P03
+                conn.execute("UPDATE job SET attempts = attempts WHERE id = 'doc-2'")
+    with pytest.raises(ValueError, match="SQLite has no row locks"):
+        REFERENCE.hold_row_lock("engine.db", 0)
