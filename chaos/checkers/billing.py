@@ -19,6 +19,9 @@ from .transitions import JobIndex, clock_of, is_update, job_ops
 from .verdict import Verdict
 
 COST_TOLERANCE = 1e-9
+#: The run-queue watch's sampling period (chaos.runqueue.INTERVAL): a stall it records may
+#: begin or end up to one sample from when the process was in fact left unrun.
+STALL_SAMPLE = 0.05
 Key = tuple[str, str]  # (job, step)
 
 
@@ -454,8 +457,8 @@ class _KeptResults:
     def judge(self, verdict: Verdict, at, call: Event, spend: Event) -> None:
         worker, job = call["worker"], call["job"]
         if self.slack is None or not worker or call["outcome"] != "ok" or \
-                self.timeline.is_skewed(worker) or (self.timeout is not None and
-                                                     call["t_end"] > call["t_start"] + self.timeout):
+                self.timeline.is_skewed(worker) or (self.timeout is not None and (
+                    call["t_end"] > call["t_start"] + self.timeout or self._late_for(call))):
             return
         if any(call["t_start"] < t <= spend["t"] + TOL for t in self.steps.get((job, worker), ())):
             return  # the step's own write carried the spend (or came first): not a give-up
@@ -469,6 +472,17 @@ class _KeptResults:
                          f"recorded alone at {at(spend['t'])}) while its lease held until "
                          f"{at(held)}: more than finish_retry_slack={self.slack:g} s early",
                          call, spend, claim)
+
+
+    def _late_for(self, call: Event) -> bool:
+        """Whether the answer came too late for its caller however soon the provider gave
+        it: the machine left the caller unrun (chaos.runqueue) from the answer's arrival to
+        the end of its call timeout (which ran from no later than the call's arrival), but
+        for one sample of the run-queue watch; it could not read the answer in time."""
+        pid = call.get("pid") or self.shared.jobs.pids.get(call["worker"])
+        deadline = call["t_start"] + self.timeout
+        return pid is not None and deadline > call["t_end"] and self.shared.stalled(
+            pid, call["t_end"], deadline) >= deadline - call["t_end"] - STALL_SAMPLE - TOL
 
 
 def waste_cause(call: Event, spend: Event | None, index: JobIndex) -> str:
