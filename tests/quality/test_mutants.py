@@ -30,12 +30,14 @@ SCENARIOS = sorted({m.scenario for m in CATALOG})
 BACKENDS = ("sqlite", "postgres")
 
 #: The mutants the default suite runs on PostgreSQL: one for each family of invariants (the
-#: checker module that judges it), preferring those whose patch is PostgreSQL's own SQL.
-#: A family with no mutant here has none caught on PostgreSQL (see NOT_CAUGHT_ON_POSTGRES).
+#: checker module that judges it), preferring those whose patch is PostgreSQL's own SQL and
+#: whose scenario provokes them by design (a crash point, a fault on every call) rather than
+#: by a race a loaded machine makes rare. The promptness family (claims-prompt) has none
+#: caught on PostgreSQL (see NOT_CAUGHT_ON_POSTGRES).
 PG_DEFAULT = frozenset({
     "submit_replaces",             # transitions: submissions-idempotent
     "no_token_on_complete",        # leases: fenced-writes
-    "memo_last_writer_wins",       # billing: memo-consistent
+    "separate_transactions",       # billing: memo-consistent (and effects-complete)
     "senders_without_claim",       # outbox: outbox-bounded
     "claim_lease_already_over",    # liveness: bounded-work (and lease-kept)
     "retry_after_ignored",         # retry: retry-discipline
@@ -43,9 +45,21 @@ PG_DEFAULT = frozenset({
     "operator_move_not_written",   # operator: operator-moves
 })
 
-#: Mutants that PostgreSQL runs but its checks cannot catch, and why: each is run (marked
-#: soak) and must stay uncaught there, so that a change that catches it is seen.
-NOT_CAUGHT_ON_POSTGRES: dict[str, str] = {}
+#: Mutants that run on PostgreSQL but that its checks do not catch on their catalog
+#: scenario (3 seeds, `ninelives mutants --backend postgres --seeds 3`), and why. They are
+#: not run there by these tests; the README's mutants section says the same.
+NOT_CAUGHT_ON_POSTGRES: dict[str, str] = {
+    "claims_newest_first": (
+        "claims-prompt judges no claim order on PostgreSQL (the adapter's claim_order is "
+        "None there: SKIP LOCKED lets a claim pass over a row another transaction holds), "
+        "only the claim latency, and newest-first leaves no free worker beside due work"),
+    "outbox_retry_at_once": (
+        "retry-discipline knows a sender's wait only between its retry write and the end of "
+        "the failed send; on PostgreSQL that write takes round trips of the order of the "
+        "scenario's first backoff ceilings (0.05-0.1 s), so waits of zero are not told "
+        "from jittered ones at the test's confidence (too_low 0.54 against a band of 0.60 "
+        "over 20 waits; fewer than 20 waits in the other seeds)"),
+}
 
 
 def campaign(scenario: str, spec: str, seed: int, out, profile: str = PROFILE,
@@ -70,9 +84,11 @@ def on_backends(names, default_pg):
     the default suite and the rest marked soak."""
     cases = []
     for name in names:
+        cases.append(pytest.param(name, "sqlite", id=f"{name}-sqlite"))
+        if name in NOT_CAUGHT_ON_POSTGRES:
+            continue
         marks = () if name in default_pg else (pytest.mark.soak,)
-        cases += [pytest.param(name, "sqlite", id=f"{name}-sqlite"),
-                  pytest.param(name, "postgres", id=f"{name}-postgres", marks=marks)]
+        cases.append(pytest.param(name, "postgres", id=f"{name}-postgres", marks=marks))
     return cases
 
 
@@ -208,19 +224,31 @@ def test_mutant_is_caught_by_an_expected_invariant(name, backend, tmp_path, requ
         assert report["backend"] == backend
         failed = {v["name"] for v in report["verdicts"] if v["verdict"] == "fail"}
         if failed & set(mutant.expect):
-            assert backend == "sqlite" or name not in NOT_CAUGHT_ON_POSTGRES, (
-                f"{name} is caught on PostgreSQL now: take it out of NOT_CAUGHT_ON_POSTGRES")
             return
         tried.append(explain(report))
-    if backend == "postgres" and name in NOT_CAUGHT_ON_POSTGRES:
-        return  # as documented: see its reason
     pytest.fail(f"{name} ({mutant.removes}) was not caught by {', '.join(mutant.expect)} on "
                 f"{mutant.scenario} ({backend}) in {SEED_BUDGET} seeds from {mutant.seed}:\n"
                 + "\n".join(tried))
 
 
-#: The scenarios of the mutants the default suite runs on PostgreSQL.
-PG_DEFAULT_SCENARIOS = frozenset(BY_NAME[n].scenario for n in PG_DEFAULT)
+def test_what_keeps_a_mutant_uncaught_on_postgres_still_holds():
+    # The order of claims is not judged on PostgreSQL: once it is, claims_newest_first must
+    # be caught there and leave NOT_CAUGHT_ON_POSTGRES.
+    from chaos.reference import REFERENCE
+    assert REFERENCE.store_settings("postgresql://u@h/db")["claim_order"] is None
+    assert set(NOT_CAUGHT_ON_POSTGRES) <= set(BY_NAME) and not PG_DEFAULT & set(
+        NOT_CAUGHT_ON_POSTGRES)
+
+
+#: The scenarios on which the default suite runs the reference on PostgreSQL: those of
+#: PG_DEFAULT written for the mutants (scenarios/mutants/). The named scenarios are run on
+#: PostgreSQL by the test of every scenario (tests/integration/test_postgres_campaign.py, at
+#: the smoke profile), so here, at each mutant's profile, they are soak; and so is
+#: torn-steps, whose 0.3 s lease the reference did not keep once on PostgreSQL at a load of
+#: 28 (a renewal 16 ms late, the server's processes stalled: see the README).
+PG_DEFAULT_SCENARIOS = frozenset(BY_NAME[n].scenario for n in PG_DEFAULT
+                                 if BY_NAME[n].scenario.startswith("mutants/")) - {
+    "mutants/torn-steps"}
 
 
 @pytest.mark.parametrize("scenario, backend", on_backends(SCENARIOS, PG_DEFAULT_SCENARIOS))
