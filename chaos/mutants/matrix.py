@@ -178,7 +178,8 @@ def run_matrix(mutants: list[Mutant], seeds: range, profile: str | None, out: st
     mutant_rows = [rows[m.name].to_json() for m in mutants]
     clean = all(r["result"] == "pass" for r in reference)
     return {"schema": SCHEMA, "created": started, "seconds": round(time.time() - started, 1),
-            "backend": backend.name, "profile": profile, "seeds": list(seeds), "invariants": list(INVARIANTS),
+            "backend": backend.name, "profile": profile, "seeds": list(seeds),
+            "invariants": list(INVARIANTS),
             "mutants": mutant_rows, "reference": reference,
             "caught": sum(r["caught"] for r in mutant_rows), "total": len(mutant_rows),
             "reference_clean": clean,

@@ -142,7 +142,8 @@ CONSTANTS: dict[tuple[str, str], Callable[[], str]] = {
 
 def sqlite_edits() -> dict[str, tuple[SQLEdit, ...]]:
     """Mutant name -> its edits of SQLite's statements."""
-    live_job, live_row = "(next_run_at<=? OR lease_until>0)", "(next_attempt_at<=? OR lease_until>0)"
+    live_job = "(next_run_at<=? OR lease_until>0)"
+    live_row = "(next_attempt_at<=? OR lease_until>0)"
     return {
         "fail_fenced_by_id": (SQLEdit(FAIL, " AND lease_token=? AND state=?"),),
         "no_token_on_complete": (SQLEdit(COMPLETE, " AND lease_token=?"),
