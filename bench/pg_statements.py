@@ -5,10 +5,10 @@ full_page_writes on, so `synchronous_commit=on` means a commit waits for the dis
 SQLite's FULL does. (The tests' server turns fsync off: its durability is not under test.)
 
 StatementCounter counts, inside an engine's process, every statement that process sends
-through psycopg (sync and async cursors, every connection, every thread), and the time it
-waited for each. Outside psycopg's pipeline mode each statement is one round trip, so the
-counts are round trips too. It patches psycopg's cursors in that process only: it measures
-the engine as it is and changes nothing the engine does.
+through psycopg (sync and async cursors, every connection, every thread), the round trips
+they took (statements batched in psycopg's pipeline mode share one) and the time it waited
+for each. It patches psycopg's cursors and pipelines in that process only: it measures the
+engine as it is and changes nothing the engine does.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,24 +55,45 @@ class BenchServer(PostgresServer):
 
 
 class StatementCounter:
-    """Calls and seconds waited per statement text, for the process that installs it."""
+    """Statements, round trips and seconds waited per statement text, for the process that
+    installs it.
+
+    A statement executed on its own is one round trip. Statements sent together in
+    psycopg's pipeline mode share one: the batch's round trip, and the wait for it at the
+    pipeline's end, are the last statement's of the batch (the one whose result was
+    wanted), and the others count as statements with no round trip of their own.
+    """
 
     def __init__(self) -> None:
-        self.calls: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+        self.calls: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0])
         self._lock = threading.Lock()
+        self._batches = threading.local()  # the pipelines open in each thread
 
     def _record(self, query: object, seconds: float) -> None:
         text = " ".join(str(getattr(query, "as_string", lambda: query)()
                             if not isinstance(query, (str, bytes)) else query).split())
+        batches = getattr(self._batches, "open", None)
         with self._lock:
             entry = self.calls[text]
             entry[0] += 1
-            entry[1] += seconds
+            entry[2] += seconds
+            if batches:
+                batches[-1][0] = text  # its round trip is the batch's, counted at its end
+            else:
+                entry[1] += 1
+
+    def _synced(self, batch: list, seconds: float) -> None:
+        with self._lock:
+            entry = self.calls[batch[0] if batch[0] is not None else "(pipeline sync)"]
+            entry[1] += 1
+            entry[2] += seconds
 
     def install(self) -> "StatementCounter":
-        """Count every execute() of psycopg's Cursor and AsyncCursor in this process."""
+        """Count every execute() of psycopg's Cursor and AsyncCursor in this process, and
+        every pipeline of its Connection."""
         import psycopg
         sync_execute, async_execute = psycopg.Cursor.execute, psycopg.AsyncCursor.execute
+        open_pipeline = psycopg.Connection.pipeline
         counter = self
 
         def execute(cur, query, *args, **kwargs):
@@ -88,18 +110,35 @@ class StatementCounter:
             finally:
                 counter._record(query, time.perf_counter() - start)
 
+        @contextmanager
+        def pipeline(conn):
+            batch = [None, 0.0]  # the last statement sent, when the batch was sent
+            batches = counter._batches.__dict__.setdefault("open", [])
+            batches.append(batch)
+            try:
+                with open_pipeline(conn) as pipe:
+                    try:
+                        yield pipe
+                    finally:
+                        batch[1] = time.perf_counter()  # the sync (the wait) comes next
+            finally:
+                batches.pop()
+                counter._synced(batch, time.perf_counter() - batch[1])
+
         psycopg.Cursor.execute, psycopg.AsyncCursor.execute = execute, execute_async
+        psycopg.Connection.pipeline = pipeline
         return self
 
     def dump(self, folder: str) -> None:
         """Write the counts to `folder`/<pid>.json."""
         with self._lock:
-            rows = [[text, int(n), s] for text, (n, s) in self.calls.items()]
+            rows = [[text, int(n), int(trips), s] for text, (n, trips, s) in self.calls.items()]
         Path(folder, f"{os.getpid()}.json").write_text(json.dumps(rows))
 
 
-def read_counts(folder: str) -> list[tuple[str, int, float]]:
-    """Every process's counts in `folder`: (statement text, calls, seconds waited)."""
+def read_counts(folder: str) -> list[tuple[str, int, int, float]]:
+    """Every process's counts in `folder`: (statement text, statements, round trips,
+    seconds waited)."""
     return [tuple(row) for path in sorted(Path(folder).glob("*.json"))
             for row in json.loads(path.read_text())]
 
@@ -119,6 +158,7 @@ class Mechanism:
 REFERENCE = [
     Mechanism("BEGIN", r"^begin\b"),
     Mechanism("COMMIT (waits for the disk at FULL)", r"^(commit|rollback)\b"),
+    Mechanism("transaction id (a lost COMMIT's answer)", r"pg_current_xact_id"),
     # the claim reads the job's memos too (a join), in the one statement that leases it
     Mechanism("claim (leased, fenced)", r"skip locked|^with due as"),
     Mechanism("memo: the step's output", r"^insert into step_result\b", "memo"),
@@ -146,16 +186,17 @@ PROCRASTINATE = [
 ]
 
 
-def by_mechanism(rows: list[tuple[str, int, float]], mechanisms: list[Mechanism],
-                 jobs: int) -> list[tuple[Mechanism, float, float]]:
-    """(mechanism, statements per job, ms waited per job), in `mechanisms` order, then
-    "other" for what none matches (left out when nothing is)."""
+def by_mechanism(rows: list[tuple[str, int, int, float]], mechanisms: list[Mechanism],
+                 jobs: int) -> list[tuple[Mechanism, float, float, float]]:
+    """(mechanism, statements, round trips and ms waited per job), in `mechanisms` order,
+    then "other" for what none matches (left out when nothing is)."""
     other = Mechanism("other", "")
-    totals: dict[str, list] = {m.name: [m, 0, 0.0] for m in [*mechanisms, other]}
-    for query, calls, seconds in rows:
+    totals: dict[str, list] = {m.name: [m, 0, 0, 0.0] for m in [*mechanisms, other]}
+    for query, calls, trips, seconds in rows:
         found = next((m for m in mechanisms if re.search(m.pattern, query, re.IGNORECASE)),
                      other)
         totals[found.name][1] += calls
-        totals[found.name][2] += seconds
-    return [(m, calls / jobs, 1000 * seconds / jobs)
-            for m, calls, seconds in totals.values() if calls or m is not other]
+        totals[found.name][2] += trips
+        totals[found.name][3] += seconds
+    return [(m, calls / jobs, trips / jobs, 1000 * seconds / jobs)
+            for m, calls, trips, seconds in totals.values() if calls or m is not other]

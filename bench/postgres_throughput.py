@@ -1,6 +1,6 @@
 """The reference engine on PostgreSQL beside SQLite and beside procrastinate: jobs/s through
 four instant steps a job, at 1, 2, 4 and 8 worker processes, in the same run; then what its
-leases, memo, spend records and outbox cost, in statements (each a round trip) per job.
+leases, memo, spend records and outbox cost, in statements and round trips per job.
 
     python bench/postgres_throughput.py [--jobs 1000] [--workers 1,2,4,8] [--sync FULL,NORMAL]
                                         [--rounds 2]
@@ -81,18 +81,19 @@ def statement_costs(server: BenchServer, jobs: int) -> None:
             rate = run(server.database("FULL"), into)
             shares = by_mechanism(read_counts(into), mechanisms, jobs)
         print(f"\n{name}, 1 worker, FULL, {jobs} jobs ({rate:.0f} jobs/s counted, "
-              f"{1000 / rate:.2f} ms a job): statements a job, each a round trip, and the"
-              f" worker's wait on them")
-        print(f"  {'statement':<38}{'a job':>7}{'ms waited':>11}")
-        for mechanism, calls, ms in shares:
-            print(f"  {mechanism.name:<38}{calls:>7.2f}{ms:>11.2f}")
-        total_calls, total_ms = sum(c for _, c, _ in shares), sum(m for _, _, m in shares)
-        print(f"  {'total':<38}{total_calls:>7.2f}{total_ms:>11.2f}")
-        for part in dict.fromkeys(m.part for m, _, _ in shares if m.part):
-            calls = sum(c for m, c, _ in shares if m.part == part)
-            ms = sum(w for m, _, w in shares if m.part == part)
-            print(f"  {part}: {calls:.2f} statements a job ({calls / total_calls:.0%}),"
-                  f" {ms:.2f} ms waited ({ms / total_ms:.0%} of the wait)")
+              f"{1000 / rate:.2f} ms a job): a job's statements, its round trips (statements"
+              f" batched in a pipeline share one) and the worker's wait on them")
+        print(f"  {'statement':<38}{'sent':>6}{'trips':>7}{'ms waited':>11}")
+        for mechanism, calls, trips, ms in shares:
+            print(f"  {mechanism.name:<38}{calls:>6.2f}{trips:>7.2f}{ms:>11.2f}")
+        total = [sum(share[i] for share in shares) for i in (1, 2, 3)]
+        print(f"  {'total':<38}{total[0]:>6.2f}{total[1]:>7.2f}{total[2]:>11.2f}")
+        for part in dict.fromkeys(m.part for m, *_ in shares if m.part):
+            calls, trips, ms = (sum(share[i] for share in shares if share[0].part == part)
+                                for i in (1, 2, 3))
+            print(f"  {part}: {calls:.2f} statements a job ({calls / total[0]:.0%}), {trips:.2f}"
+                  f" round trips ({trips / total[1]:.0%}), {ms:.2f} ms waited"
+                  f" ({ms / total[2]:.0%} of the wait)")
 
 
 def outbox_cost(server: BenchServer, jobs: int, counts: list[int], rounds: int) -> None:

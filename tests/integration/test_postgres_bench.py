@@ -56,18 +56,18 @@ def test_the_bench_runs_on_tiny_input_and_leaves_no_process():
 
 
 def test_statements_are_shared_out_by_what_they_serve():
-    rows = [("BEGIN ISOLATION LEVEL READ COMMITTED", 8, 0.008),
-            ("INSERT INTO step_result (job_id) VALUES (%s)", 4, 0.004),
+    rows = [("BEGIN ISOLATION LEVEL READ COMMITTED", 8, 0, 0.0),
+            ("INSERT INTO step_result (job_id) VALUES (%s)", 4, 4, 0.004),
             ("WITH due AS (SELECT id FROM job FOR UPDATE SKIP LOCKED) SELECT m FROM"
-             " step_result", 2, 0.002),
-            ("UPDATE job SET state=%(working)s, claims=1, lease_until=1", 6, 0.006),
-            ("UPDATE job SET state=%(target)s, result=1", 8, 0.008),
-            ("VACUUM", 2, 0.002)]
-    shares = {m.name: (calls, ms) for m, calls, ms in by_mechanism(rows, REFERENCE, 2)}
-    assert shares["BEGIN"] == (4, 4.0)
-    assert shares["memo: the step's output"] == (2, 2.0)
-    assert shares["claim (leased, fenced)"] == (1, 1.0)  # its join on memos is the claim's
-    assert shares["lease: kept into the next step"] == (3, 3.0)
-    assert shares["state transition (fenced)"] == (4, 4.0)
-    assert shares["lease: heartbeat"] == (0, 0.0)  # shown, with nothing in it
-    assert shares["other"] == (1, 1.0)
+             " step_result", 2, 2, 0.002),
+            ("UPDATE job SET state=%(working)s, claims=1, lease_until=1", 6, 0, 0.006),
+            ("UPDATE job SET state=%(target)s, result=1", 8, 8, 0.008),
+            ("VACUUM", 2, 2, 0.002)]
+    shares = {m.name: rest for m, *rest in by_mechanism(rows, REFERENCE, 2)}
+    assert shares["BEGIN"] == [4, 0, 0.0]
+    assert shares["memo: the step's output"] == [2, 2, 2.0]
+    assert shares["claim (leased, fenced)"] == [1, 1, 1.0]  # its join on memos is the claim's
+    assert shares["lease: kept into the next step"] == [3, 0, 3.0]
+    assert shares["state transition (fenced)"] == [4, 4, 4.0]
+    assert shares["lease: heartbeat"] == [0, 0, 0.0]  # shown, with nothing in it
+    assert shares["other"] == [1, 1, 1.0]
