@@ -107,26 +107,33 @@ ROW_TARGETS = (("job", f"SELECT id, id FROM job WHERE lease_until > {NOW}"),
 def hold_row_lock(url: str, pick: int) -> Iterator[dict | None]:
     """Hold one row's lock (SELECT ... FOR UPDATE, as an operator's session or a report that
     means to write it would) until the block ends, then roll back. The row is the
-    `pick`-th (mod their number) of the first of ROW_TARGETS that has any. Yields {"table",
-    "row", "job"}, or None when nothing is left unfinished. A claim passes the row over
-    (SKIP LOCKED); a write of it waits, up to the writer's lock_timeout."""
+    `pick`-th (mod their number) of the first of ROW_TARGETS that has any, or the next free
+    one (`_lock_one`). Yields {"table", "row", "job"}, or None when nothing is left
+    unfinished. A claim passes the row over (SKIP LOCKED); a write of it waits, up to the
+    writer's lock_timeout."""
     conn = connect(url, autocommit=False)
     try:
-        conn.execute("SET lock_timeout = '2s'")  # a row another writer holds: not forever
-        target = None
-        for table, sql in ROW_TARGETS:
-            rows = conn.execute(sql + " ORDER BY id").fetchall()
-            if rows:
-                row, job = rows[pick % len(rows)]
-                conn.execute(f"SELECT id FROM {table} WHERE id = %s FOR UPDATE", (row,))
-                target = {"table": table, "row": row, "job": job}
-                break
+        target = next((t for table, sql in ROW_TARGETS
+                       if (t := _lock_one(conn, table, sql, pick)) is not None), None)
         try:
             yield target
         finally:
             conn.rollback()
     finally:
         conn.close()
+
+
+def _lock_one(conn: psycopg.Connection, table: str, sql: str, pick: int) -> dict | None:
+    """Lock the `pick`-th row `sql` finds, or the next after it that no writer holds at this
+    moment (a row being written is passed over, never waited for); {"table", "row", "job"},
+    or None when none could be had."""
+    rows = conn.execute(sql + " ORDER BY id").fetchall()
+    start = pick % len(rows) if rows else 0
+    for row, job in rows[start:] + rows[:start]:
+        if conn.execute(f"SELECT id FROM {table} WHERE id = %s FOR UPDATE SKIP LOCKED",
+                        (row,)).fetchone():
+            return {"table": table, "row": row, "job": job}
+    return None
 
 
 def integrity(url: str, store_check: str) -> str:
