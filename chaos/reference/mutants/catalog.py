@@ -2,9 +2,10 @@
 scenario (with profile and seed) that provokes it; and their adapters for `--engine`.
 
 Each mutant is the reference engine's adapter whose worker and sender processes start as
-`python -m chaos.reference.mutants NAME ROLE` (the patch of chaos.reference.mutants.patches applied, then the
-engine's CLI). A mutant of submission changes the adapter's own `submit` instead, in the
-harness process, for that call only.
+`python -m chaos.reference.mutants NAME ROLE` (the patch of chaos.reference.mutants.patches
+applied, to the store of the backend its database is on, then the engine's CLI). A mutant of
+submission changes the adapter's own `submit` instead, in the harness process, for that
+call only. Every mutant runs on both backends unless SQLITE_ONLY says why not.
 """
 from __future__ import annotations
 
