@@ -14,11 +14,6 @@ Isolation: READ COMMITTED with row locks, chosen per transition:
 Nothing reads a value and writes it back in a later statement without such a fence, which is
 what SERIALIZABLE would protect; it would only add serialization failures to retry.
 
-Round trips: a transaction's BEGIN goes with its first statement, and a statement whose
-result is not read (a spend record, outbox rows, the lease kept into the next step) with
-the next statement or with COMMIT (postgres_session.Transaction): the same statements, in
-the same order and transaction, with fewer waits on the server.
-
 Time: leases run on the server's clock (see `Store`): SQL below writes `{NOW}`, which is
 `statement_timestamp()` on the server, or the caller's `now` with `lease_clock="caller"`.
 """
@@ -32,7 +27,7 @@ from .base import (Claim, DatabaseError, Effect, LeaseLost, OutboxClaim, Spend,
                    SubmissionConflict, canonical_json)
 from .operator import OperatorSQL
 from .postgres_schema import MIGRATIONS, SCHEMA_VERSION, VERSION_TABLE
-from .postgres_session import Cursor, PostgresSession, Transaction
+from .postgres_session import Cursor, PostgresSession
 from .postgres_verify import CommitEvidence
 from .sqlite import SQLiteStore
 
@@ -151,7 +146,7 @@ class PostgresStore(PostgresSession, CommitEvidence, OperatorSQL):
         """Create job `job_id` unless it exists (see Store.submit)."""
         body = canonical_json(payload)
 
-        def run(cur: Transaction) -> bool:
+        def run(cur: Cursor) -> bool:
             created = cur.execute(
                 "INSERT INTO job (id, pipeline, state, payload, next_run_at, updated_by,"
                 f" created, updated) VALUES (%(id)s, %(pipeline)s, %(state)s, %(payload)s,"
@@ -173,7 +168,7 @@ class PostgresStore(PostgresSession, CommitEvidence, OperatorSQL):
     def claim(self, pipeline: Pipeline, worker: str, now: float, lease: float,
               max_claims: int) -> Claim | None:
         """Lease the job due soonest (see Store.claim); one statement per job looked at."""
-        def run(cur: Transaction) -> Claim | None:
+        def run(cur: Cursor) -> Claim | None:
             claim = self._claim_in(cur, pipeline, worker, now, lease, max_claims)
             if claim is not None:
                 crashpoint("claim.before_commit")
@@ -182,7 +177,7 @@ class PostgresStore(PostgresSession, CommitEvidence, OperatorSQL):
         return self._write(run, idempotent=False,
                            verify=lambda claim: self._holds("job", claim, worker))
 
-    def _claim_in(self, cur: Transaction, pipeline: Pipeline, worker: str, now: float,
+    def _claim_in(self, cur: Cursor, pipeline: Pipeline, worker: str, now: float,
                   lease: float, max_claims: int) -> Claim | None:
         if max_claims < 1:
             raise ValueError(f"max_claims must be at least 1, not {max_claims}")
@@ -220,7 +215,7 @@ class PostgresStore(PostgresSession, CommitEvidence, OperatorSQL):
         target = step.parked if park_reason else step.done
         pipeline.check(step.working, target)
 
-        def run(cur: Transaction) -> tuple[int, Claim | None]:
+        def run(cur: Cursor) -> tuple[int, Claim | None]:
             result, memos = output, claim.memos
             if output is not None:
                 kept = cur.execute(
@@ -265,11 +260,11 @@ class PostgresStore(PostgresSession, CommitEvidence, OperatorSQL):
             raise LeaseLost(claim.job_id, f"finishing step {step.name!r}")
         return nxt
 
-    def _continue(self, cur: Transaction, claim: Claim, memos: dict[str, str],
+    def _continue(self, cur: Cursor, claim: Claim, memos: dict[str, str],
                   pipeline: Pipeline, worker: str, now: float, lease: float) -> Claim:
         step = pipeline.step_for(claim.step.done)
         pipeline.check(step.ready, step.working)
-        cur.defer(  # its row count is not needed: the completion just moved the job there
+        cur.execute(
             f"UPDATE job SET state=%(working)s, claims=1, lease_until={NOW} + %(lease)s,"
             f" next_run_at={NOW} + %(lease)s, lease_owner=%(worker)s, updated_by=%(worker)s,"
             f" updated={NOW} WHERE id=%(job)s AND lease_token=%(token)s AND state=%(ready)s",
@@ -278,10 +273,10 @@ class PostgresStore(PostgresSession, CommitEvidence, OperatorSQL):
         return Claim(job_id=claim.job_id, step=step, lease_token=claim.lease_token, claims=1,
                      attempts=0, lease_until=now + lease, payload=claim.payload, memos=memos)
 
-    def _insert_effects(self, cur: Transaction, job_id: str, effects: tuple[Effect, ...],
+    def _insert_effects(self, cur: Cursor, job_id: str, effects: tuple[Effect, ...],
                         worker: str, now: float) -> None:
         for effect in effects:
-            cur.defer(
+            cur.execute(
                 "INSERT INTO outbox (job_id, kind, payload, idempotency_key, next_attempt_at,"
                 f" updated_by, created) VALUES (%(job)s, %(kind)s, %(payload)s, %(key)s, {NOW},"
                 f" %(worker)s, {NOW}) ON CONFLICT (job_id, kind) DO NOTHING",
@@ -296,7 +291,7 @@ class PostgresStore(PostgresSession, CommitEvidence, OperatorSQL):
         target = step.ready if retry_at is not None else step.parked
         pipeline.check(step.working, target)
 
-        def run(cur: Transaction) -> int:
+        def run(cur: Cursor) -> int:
             if spend is not None:
                 self._record_spend(cur, spend)
             moved = cur.execute(
@@ -320,7 +315,7 @@ class PostgresStore(PostgresSession, CommitEvidence, OperatorSQL):
         """Extend a lease (see Store.heartbeat). False when the lease was taken."""
         crashpoint("worker.heartbeat")
 
-        def run(cur: Transaction) -> int:
+        def run(cur: Cursor) -> int:
             # GREATEST: a beat delayed between its clock read and its write never moves a
             # lease back (and so running it twice is the same as once).
             return cur.execute(
@@ -339,9 +334,9 @@ class PostgresStore(PostgresSession, CommitEvidence, OperatorSQL):
                     verify=lambda _: self._spent(spend))
 
     @staticmethod
-    def _record_spend(cur: Transaction, s: Spend) -> None:
+    def _record_spend(cur: Cursor, s: Spend) -> None:
         # The call's times are the worker's own observation of it, kept as it reports them.
-        cur.defer(Spend.INSERT, s.row())
+        cur.execute(Spend.INSERT, s.row())
 
     # -- outbox -----------------------------------------------------------------------------
 
@@ -351,7 +346,7 @@ class PostgresStore(PostgresSession, CommitEvidence, OperatorSQL):
         per row looked at)."""
         params = self._params(now, sender=sender, lease=lease, max_attempts=max_attempts)
 
-        def run(cur: Transaction) -> OutboxClaim | None:
+        def run(cur: Cursor) -> OutboxClaim | None:
             while True:
                 row = cur.execute(CLAIM_OUTBOX, params).fetchone()
                 if row is None:
@@ -367,7 +362,7 @@ class PostgresStore(PostgresSession, CommitEvidence, OperatorSQL):
 
     def mark_sent(self, row: OutboxClaim, sender: str, now: float) -> bool:
         """Mark a row sent, fenced by its lease token. False if the lease was taken."""
-        def run(cur: Transaction) -> int:
+        def run(cur: Cursor) -> int:
             n = cur.execute(
                 f"UPDATE outbox SET sent_at={NOW}, lease_until=0, lease_owner=NULL,"
                 " updated_by=%(sender)s WHERE id=%(id)s AND lease_token=%(token)s"
@@ -383,7 +378,7 @@ class PostgresStore(PostgresSession, CommitEvidence, OperatorSQL):
     def outbox_failed(self, row: OutboxClaim, sender: str, now: float, *, error: str,
                       retry_at: float | None) -> bool:
         """Schedule a retry at `retry_at`, or dead-letter (retry_at None). Fenced."""
-        def run(cur: Transaction) -> int:
+        def run(cur: Cursor) -> int:
             return cur.execute(
                 f"UPDATE outbox SET next_attempt_at=COALESCE({CLOCK} + %(retry)s,"
                 f" next_attempt_at), dead_at=CASE WHEN %(dead)s THEN {NOW} END,"

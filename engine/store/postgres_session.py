@@ -53,80 +53,6 @@ class Cursor:
             cur.executemany(sql.replace("?", "%s"), list(rows))
 
 
-class Transaction(Cursor):
-    """The cursor of one write transaction, which waits on the server as few times as it
-    can: BEGIN, and the query of the transaction's id, go with its first statement, and a
-    statement whose result nobody reads (`defer`) goes with the next statement executed,
-    or with COMMIT, each batch in one message and one wait (psycopg's pipeline mode). The
-    statements run as they would one at a time: in order, in the one transaction, their
-    text unchanged; an error a deferred one raises comes from the call that sent it,
-    before COMMIT, and rolls the transaction back as any other.
-
-    The id is always known before COMMIT is sent (`ready`): it is what resolves a COMMIT
-    whose answer was lost. No statement at all: nothing is begun, nothing to commit."""
-
-    def __init__(self, conn: psycopg.Connection, read_only: bool) -> None:
-        super().__init__(conn)
-        self._ask_xid = not read_only  # a read-only transaction cannot be given an id
-        self._deferred: list[tuple[str, Any]] = []
-        self.begun = False
-        self.xid: str | None = None
-
-    def execute(self, sql: str, params: Any = ()) -> psycopg.Cursor:
-        if self.begun and not self._deferred:
-            return super().execute(sql, params)
-        if not params:  # perhaps a script of several statements, which a pipeline refuses
-            self._send(None)
-            return super().execute(sql, params)
-        return self._send((sql, params))
-
-    def executemany(self, sql: str, rows: Any) -> None:
-        if not self.begun or self._deferred:
-            self._send(None)
-        super().executemany(sql, rows)
-
-    def defer(self, sql: str, params: Any = ()) -> None:
-        """Run `sql` with the next statement or with COMMIT; its result is not read."""
-        self._deferred.append((sql, params))
-
-    def ready(self) -> None:
-        """Begin, if anything is to be committed, so that the id is known before COMMIT."""
-        if not self.begun and self._deferred:
-            self._send(None)
-
-    def commit(self) -> None:
-        """COMMIT, after the deferred statements, in one round trip (none if nothing was
-        begun)."""
-        if not self.begun:
-            return
-        if not self._deferred:
-            self._conn.execute("COMMIT")
-            return
-        with self._conn.pipeline():
-            self._flush_deferred()
-            self._conn.execute("COMMIT")
-
-    def _send(self, statement: tuple[str, Any] | None) -> psycopg.Cursor | None:
-        asked, cur = None, None
-        with self._conn.pipeline():
-            if not self.begun:
-                self.begun = True
-                self._conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-                if self._ask_xid:
-                    asked = self._conn.execute("SELECT pg_current_xact_id()::text")
-            self._flush_deferred()
-            if statement is not None:
-                cur = super().execute(*statement)
-        if asked is not None:  # the pipeline is synced: every result is in
-            self.xid = asked.fetchone()[0]
-        return cur
-
-    def _flush_deferred(self) -> None:
-        deferred, self._deferred = self._deferred, []
-        for sql, params in deferred:
-            super().execute(sql, params)
-
-
 class PostgresSession:
     """One connection to one database, with the store's one transaction primitive.
 
@@ -222,42 +148,45 @@ class PostgresSession:
     # -- transactions -----------------------------------------------------------------------
 
     @contextmanager
-    def write(self) -> Iterator[Transaction]:
-        """One write transaction: BEGIN, COMMIT, or ROLLBACK on any exception, in as few
-        round trips as can be (see Transaction). Sets `xid` to the transaction's id.
+    def write(self) -> Iterator[Cursor]:
+        """One write transaction: BEGIN, COMMIT, or ROLLBACK on any exception. Sets `xid`
+        to the transaction's id (in BEGIN's own round trip: no extra one).
 
         Raises StoreBusy (nothing committed) past the lock timeout or on a deadlock, and
         ConnectionDropped when the connection broke (see `_write` for what is retried).
         """
         self.xid = None
         conn = self._connection()
-        tx = Transaction(conn, self.read_only)
         try:
-            yield tx
-            tx.ready()
+            self.xid = self._begin(conn)
+            yield Cursor(conn)
         except BaseException as exc:
             # Also a crash handler's exception in a simulation: nothing uncommitted survives.
-            self._rollback(tx, conn)
+            if not conn.broken and not conn.closed:
+                try:
+                    conn.execute("ROLLBACK")
+                except psycopg.Error:
+                    pass
             if isinstance(exc, psycopg.Error):
                 raise self._explain(exc, conn, "write", at_commit=False) from exc
             raise
-        self.xid = tx.xid
         try:
-            tx.commit()
+            conn.execute("COMMIT")
         except psycopg.Error as exc:
-            # A deferred statement failed: COMMIT was skipped and the transaction is open.
-            self._rollback(tx, conn)
             raise self._explain(exc, conn, "commit", at_commit=True) from exc
 
-    @staticmethod
-    def _rollback(tx: Transaction, conn: psycopg.Connection) -> None:
-        if tx.begun and not conn.broken and not conn.closed:
-            try:
-                conn.execute("ROLLBACK")
-            except psycopg.Error:
-                pass
+    def _begin(self, conn: psycopg.Connection) -> str | None:
+        if self.read_only:  # a read-only transaction cannot be given an id
+            conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+            return None
+        # The id is what tells, after a COMMIT whose answer was lost, whether it committed
+        # (`_outcome`). Asked with BEGIN, in one message: it costs no round trip.
+        cur = conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED;"
+                           " SELECT pg_current_xact_id()::text")
+        cur.nextset()
+        return cur.fetchone()[0]
 
-    def _write(self, body: Callable[[Transaction], Any], *, idempotent: bool,
+    def _write(self, body: Callable[[Cursor], Any], *, idempotent: bool,
                verify: Callable[[Any], bool] | None = None) -> Any:
         """Run `body` in one write transaction, again on a new connection if it dropped,
         until it is known to have committed once.

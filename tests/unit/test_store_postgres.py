@@ -251,31 +251,6 @@ def test_a_fenced_write_after_a_reconnect_is_still_fenced(url, opened):
     assert store.job("job-1")["lease_owner"] == "w2"
 
 
-# -- fewer round trips ----------------------------------------------------------------------
-
-def test_a_statement_sent_with_commit_that_fails_rolls_the_whole_transaction_back(url,
-                                                                                  opened):
-    """The delivery's outbox row goes to the server with COMMIT (its result is not read):
-    kept waiting on a lock past the busy timeout, it fails there, COMMIT is not run, and
-    nothing of the transaction is left; the connection is fit for the next try."""
-    from engine.store import Effect, StoreBusy
-    store = opened(url, lease_clock="caller", busy_timeout=0.2)
-    store.submit("job-1", DOCUMENT, {}, 1.0)
-    claim = store.claim(DOCUMENT, "w1", 1.0, LEASE, 10)
-    while claim.step.name != "deliver":
-        claim = store.complete(claim, DOCUMENT, "w1", 2.0, output="{}", continue_lease=LEASE)
-    with psycopg.connect(url) as locker:
-        locker.execute("LOCK TABLE outbox IN EXCLUSIVE MODE")
-        with pytest.raises(StoreBusy):
-            store.complete(claim, DOCUMENT, "w1", 3.0, output='{"d":1}',
-                           effects=(Effect("charge", 1),))
-    job = store.job("job-1")
-    assert (job["state"], store.memo("job-1", "deliver")) == ("delivering", None)
-    store.complete(claim, DOCUMENT, "w1", 4.0, output='{"d":1}', effects=(Effect("charge", 1),))
-    assert store.job("job-1")["state"] == "delivered"
-    assert len(store.query("SELECT * FROM outbox")) == 1
-
-
 # -- migrations --------------------------------------------------------------------------------
 
 @pytest.fixture
