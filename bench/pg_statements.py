@@ -158,7 +158,7 @@ class Mechanism:
 REFERENCE = [
     Mechanism("BEGIN", r"^begin\b"),
     Mechanism("COMMIT (waits for the disk at FULL)", r"^(commit|rollback)\b"),
-    Mechanism("transaction id (a lost COMMIT's answer)", r"pg_current_xact_id"),
+    Mechanism("transaction id (for a lost COMMIT)", r"pg_current_xact_id"),
     # the claim reads the job's memos too (a join), in the one statement that leases it
     Mechanism("claim (leased, fenced)", r"skip locked|^with due as"),
     Mechanism("memo: the step's output", r"^insert into step_result\b", "memo"),
