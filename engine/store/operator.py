@@ -1,5 +1,5 @@
-"""The operator's actions for SQLite (the four read-only queries and the alerts are in
-`queries`).
+"""The operator's actions, shared by both stores (the four read-only queries and the alerts are
+in `queries`).
 
 Actions are compare-and-swap writes on the job's state that bump its lease token, so a worker
 that still believes it owns the job is fenced out of anything it writes afterwards.
@@ -25,11 +25,17 @@ class OperatorSQL(OperatorQueries):
     conn: sqlite3.Connection
     write: Callable[[], AbstractContextManager[sqlite3.Connection]]
     query: Callable[..., list[dict]]
+    #: What the action's read of the job appends: nothing on SQLite, whose write
+    #: transaction already holds the database's one write lock (BEGIN IMMEDIATE).
+    ROW_LOCK = ""
 
     # -- actions ---------------------------------------------------------------------
 
     def _job_for_action(self, conn: sqlite3.Connection, job_id: str) -> tuple[Pipeline, dict]:
-        cur = conn.execute("SELECT * FROM job WHERE id=?", (job_id,))
+        # The row is read locked where the write transaction does not lock it already, so a
+        # worker's commit between this read and the move waits for the operator instead of
+        # turning the move's compare-and-swap into "changed under the operator".
+        cur = conn.execute("SELECT * FROM job WHERE id=?" + self.ROW_LOCK, (job_id,))
         row = cur.fetchone()
         if row is None:
             raise OperatorError(f"no job {job_id!r}")

@@ -65,6 +65,9 @@ class PostgresStore(PostgresSession, CommitEvidence, OperatorSQL):
     """
 
     backend = "postgres"
+    #: An operator action locks the job's row as it reads it: READ COMMITTED takes no lock
+    #: on a plain read, and a worker's write landing before the move would void it.
+    ROW_LOCK = " FOR UPDATE"
     #: The SQLite store's lock-wait hooks, kept so that code setting them works on both: a
     #: PostgreSQL write waits on the server (lock_timeout), never in a client-side loop.
     wait_clock: Any = None

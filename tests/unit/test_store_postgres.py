@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from engine import DOCUMENT
-from engine.store import DatabaseError, LeaseLost, PostgresStore, open_store
+from engine.store import DatabaseError, LeaseLost, OperatorError, PostgresStore, open_store
 from engine.store.postgres_schema import SCHEMA_VERSION
 
 LEASE = 5.0
@@ -119,6 +119,42 @@ def test_a_claim_skips_a_job_another_transaction_holds_instead_of_waiting(url, o
         assert time.monotonic() - started < 5.0  # no wait for the lock
         assert got.job_id == "free"
     assert store.claim(DOCUMENT, "w1", 10.0, LEASE, 10).job_id == "held"
+
+
+def waiting_on_a_lock(store: PostgresStore, deadline: float = 10.0) -> None:
+    """Returns once some backend of this database waits for a lock (fails past `deadline`)."""
+    until = time.monotonic() + deadline
+    while not store.query("SELECT 1 FROM pg_stat_activity WHERE datname=current_database()"
+                          " AND wait_event_type='Lock'"):
+        assert time.monotonic() < until, "no statement came to wait for the row lock"
+        time.sleep(0.01)
+
+
+def test_an_operator_action_waits_for_a_worker_writing_the_job_and_judges_it_as_it_is_then(
+        url, opened):
+    store = opened(url, lease_clock="caller", busy_timeout=30.0)
+    store.submit("j", DOCUMENT, {}, 1.0)
+    outcome: list = []
+    worker = opened(url)
+    with worker.write() as conn:  # a claim under way: the job leaves 'pending' when it commits
+        conn.execute("UPDATE job SET state='fetching', lease_token=lease_token+1 WHERE id='j'")
+        action = threading.Thread(target=lambda: outcome.append(
+            _outcome_of(lambda: opened(url).cancel("j", "operator", 5.0))))
+        action.start()
+        waiting_on_a_lock(store)
+    action.join(10.0)
+    # answered as the job stands after the claim (a working job cannot be cancelled), not
+    # "changed under the operator" from a read taken before it
+    assert outcome and isinstance(outcome[0], OperatorError), outcome
+    assert "'fetching'" in str(outcome[0])
+    assert store.query("SELECT state FROM job WHERE id='j'")[0]["state"] == "fetching"
+
+
+def _outcome_of(call):
+    try:
+        return call()
+    except Exception as exc:  # the test reads which exception it was
+        return exc
 
 
 def test_concurrent_claimers_take_every_job_exactly_once(url, opened):
