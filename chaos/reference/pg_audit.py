@@ -12,6 +12,7 @@ may be numbered either way, as their times are. Times are the server's clock
 """
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -85,13 +86,40 @@ def hold_write_lock(url: str) -> Iterator[None]:
     up to their lock_timeout, then retry as busy."""
     conn = connect(url, autocommit=False)
     try:
-        conn.execute(f"LOCK TABLE {', '.join(TABLES)} IN EXCLUSIVE MODE")
+        _lock_tables(conn)
         try:
             yield
         finally:
             conn.rollback()
     finally:
         conn.close()
+
+
+#: How long hold_write_lock tries for the tables before it gives the fault up (as long as
+#: chaos.sqlite.hold_write_lock waits for its lock), and the wait between two tries.
+LOCK_PATIENCE, LOCK_RETRY = 10.0, 0.005
+
+
+def _lock_tables(conn: psycopg.Connection, patience: float = LOCK_PATIENCE) -> None:
+    """Take every engine table at once or none, as SQLite's BEGIN IMMEDIATE takes its lock:
+    LOCK TABLE ... NOWAIT, tried again until `patience` runs out (then LockNotAvailable).
+
+    A LOCK TABLE that waits takes the tables one by one and holds those it has while it
+    waits for the next, and its place in the lock queue stops every later write: the store
+    is locked before the harness knows it holds the lock (and records the fault's window),
+    and a transaction holding a later table that wants an earlier one deadlocks with it,
+    the store held for the server's deadlock_timeout (a second) with no window recorded.
+    A try that fails holds nothing."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            conn.execute(f"LOCK TABLE {', '.join(TABLES)} IN EXCLUSIVE MODE NOWAIT")
+            return
+        except psycopg.errors.LockNotAvailable:
+            conn.rollback()  # releases the tables this try took
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(LOCK_RETRY)
 
 
 #: Where the row_lock fault looks for a row to lock, in this order: (table, its rows an

@@ -4,6 +4,7 @@ controls (progress, snapshot, expire_leases, hold_write_lock, integrity) work on
 from __future__ import annotations
 
 import threading
+import time
 
 import psycopg
 import pytest
@@ -167,3 +168,32 @@ def test_store_settings_name_the_backends_clock():
     assert REFERENCE.store_settings("postgresql://u@127.0.0.1:1/db") == {
         "lease_clock": "store", "claim_order": None}
     assert REFERENCE.store_settings("/tmp/x/engine.db") == {}
+
+
+def test_the_write_lock_is_taken_whole_or_not_at_all_and_never_held_while_it_waits(pg_db):
+    # A transaction holds a later table (spend) and then writes an earlier one (job): a
+    # LOCK TABLE that waited held job meanwhile, deadlocked with it, and kept the store
+    # locked for the server's deadlock_timeout before the fault's window was recorded.
+    REFERENCE.install(pg_db)
+    held = threading.Event()
+
+    def hold() -> None:
+        with REFERENCE.hold_write_lock(pg_db):
+            held.set()
+
+    with pg_audit.connect(pg_db, autocommit=False) as writer:
+        writer.execute("SET lock_timeout = 2000")
+        writer.execute("INSERT INTO spend (job_id, step, worker, lease_token, started, ended,"
+                       " outcome, cost) VALUES ('j', 'fetch', 'w', 1, 0, 0, 'ok', 0)")
+        nemesis = threading.Thread(target=hold)
+        nemesis.start()
+        with pg_audit.connect(pg_db) as watch:  # the harness has tried for the lock
+            deadline = time.monotonic() + 10
+            while not watch.execute("SELECT 1 FROM pg_stat_activity WHERE query LIKE"
+                                    " 'LOCK TABLE%'").fetchall():
+                assert time.monotonic() < deadline, "the harness never asked for the lock"
+        writer.execute("UPDATE job SET state = state WHERE id = 'j'")  # not held back
+        assert not held.is_set()
+        writer.commit()
+    nemesis.join(timeout=10)
+    assert held.is_set()  # taken once the writer was done
