@@ -31,6 +31,10 @@ WAITS_ON_DATABASE = frozenset({"lease_expiry", "operator", "duplicate_submit",
 #: Seconds a statement timeout fault waits, past the timeout itself, for its target to run a
 #: write the held lock keeps waiting: a worker writes at least every poll or heartbeat.
 STATEMENT_WAIT = 3.0
+#: Seconds a connection kill waits for its target to be in a transaction before it ends the
+#: connections as they are: the cut that matters is the one through a write, and an engine
+#: between model calls holds a transaction for a few milliseconds at a time.
+MID_TRANSACTION_WAIT = 2.0
 
 
 class FaultPolicy:
@@ -282,7 +286,7 @@ class Nemesis:
         if child is None:
             return
         with self._server_lock:  # never against a server being restarted
-            ended = self.server.terminate_clients(child.pid)
+            ended = self.server.terminate_clients(child.pid, within=MID_TRANSACTION_WAIT)
         if ended:
             self._log("connection_kill", target=child.name, pid=child.pid,
                       backends=len(ended), in_transaction=any(e["in_transaction"] for e in ended))
