@@ -7,6 +7,15 @@ import pytest
 
 
 @pytest.fixture
+def url(pg_server):
+    """A new database on the tests' PostgreSQL server (a copy of the migrated template),
+    dropped after the test."""
+    made = pg_server.create_database()
+    yield made
+    pg_server.drop_database(made)
+
+
+@pytest.fixture
 def commits(store, monkeypatch):
     """The number of write transactions the store commits from now on."""
     count = []

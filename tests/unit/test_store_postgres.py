@@ -19,13 +19,6 @@ HOUR = 3600.0
 
 
 @pytest.fixture
-def url(pg_server):
-    made = pg_server.create_database()
-    yield made
-    pg_server.drop_database(made)
-
-
-@pytest.fixture
 def opened():
     """Opens stores (`opened(url, **options)`) and closes them all at teardown."""
     stores = []

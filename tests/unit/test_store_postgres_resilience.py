@@ -31,13 +31,6 @@ def wait_for(condition: Callable[[], object], what: str, timeout: float = 30.0) 
         time.sleep(0.01)
 
 
-@pytest.fixture
-def url(pg_server):
-    made = pg_server.create_database()
-    yield made
-    pg_server.drop_database(made)
-
-
 @pytest.fixture(scope="module")
 def own_server():
     """A server of this module's own, to crash and restart without disturbing the others."""
