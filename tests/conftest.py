@@ -14,6 +14,8 @@ import pytest
 
 from engine import DOCUMENT, ManualClock, load_config, open_store
 
+from store_backends import started_pg_server
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "sqlite_only: a store test of what only SQLite has "
@@ -38,13 +40,8 @@ def backend(request):
 @pytest.fixture(scope="session")
 def pg_server():
     """A PostgreSQL server for this test session (per xdist worker), always stopped."""
-    from chaos.pgserver import PostgresServer
-    server = PostgresServer()
-    try:
-        # the template is migrated once; every test's database is a copy of it
-        yield server.start(prepare=lambda url: open_store(url).close())
-    finally:
-        server.stop()
+    with started_pg_server() as server:
+        yield server
 
 
 @pytest.fixture

@@ -20,6 +20,8 @@ from engine import DOCUMENT
 from engine.store import DatabaseError, PostgresStore, Spend, open_store
 from engine.store.postgres_session import PostgresSession
 
+from store_backends import started_pg_server
+
 LEASE = 5.0
 
 
@@ -34,12 +36,8 @@ def wait_for(condition: Callable[[], object], what: str, timeout: float = 30.0) 
 @pytest.fixture(scope="module")
 def own_server():
     """A server of this module's own, to crash and restart without disturbing the others."""
-    from chaos.pgserver import PostgresServer
-    server = PostgresServer()
-    try:
-        yield server.start(prepare=lambda url: open_store(url).close())
-    finally:
-        server.stop()
+    with started_pg_server() as server:
+        yield server
 
 
 @pytest.fixture
