@@ -41,6 +41,21 @@ def test_the_article_engine_as_published_writes_an_illegal_transition(tmp_path):
     assert os.path.exists(os.path.join(report["run_dir"], "trace.jsonl"))
 
 
+def untied_calls(run_dir: str) -> tuple[list[dict], int]:
+    """The provider calls the fakes could not tie to a process, and how many calls there
+    were; fails for an untied one that no SIGKILL was near (2 s either side of its
+    arrival: the exit is recorded when the process is reaped)."""
+    def lines(name):
+        with open(os.path.join(run_dir, name)) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    kills = [e["t"] for e in lines("events.jsonl") if e.get("type") == "exit" and e.get("killed")]
+    calls = lines("provider.jsonl")
+    untied = [c for c in calls if c.get("caller_pid") is None]
+    for call in untied:
+        assert any(abs(t - call["t_start"]) <= 2.0 for t in kills), call
+    return untied, len(calls)
+
+
 def test_dbos_recovers_every_killed_workflow_and_is_judged_only_where_it_gives_evidence(
         tmp_path):
     done, report, verdicts = run(tmp_path, DBOS, "kill-storm", 1)
@@ -50,7 +65,12 @@ def test_dbos_recovers_every_killed_workflow_and_is_judged_only_where_it_gives_e
     # first call is put on the killed process: a crash's waste, not duplicate spend.
     assert done.returncode == 0, done.stdout + done.stderr
     assert report["faults_applied"].get("kill", 0) > 0, report["faults_applied"]
-    assert verdicts["lease-exclusive"]["metrics"]["unattributed_duplicates"] == 0
+    # A call is untied only when its caller was gone before the fake could look (killed
+    # between sending and the fake's thread reading it, which load makes likelier): each
+    # one is near a kill, and they are the rare exception.
+    untied, calls = untied_calls(report["run_dir"])
+    assert len(untied) * 10 <= calls, untied
+    assert verdicts["lease-exclusive"]["metrics"]["unattributed_duplicates"] <= len(untied)
     assert verdicts["fenced-writes"]["metrics"]["calls_judged"] > 0  # calls tied to workers
     assert verdicts["all-jobs-settle"]["verdict"] == "pass"
     assert verdicts["legal-transitions"]["verdict"] == "pass"
