@@ -40,7 +40,8 @@ COMMANDS = {
                                     out], 2),
     "sim": (lambda out: ["sim", "smoke", "--out", out, "--quiet"], 0),
     "replay": (lambda out: ["replay", FIXTURE_RUN, "--out", out], 1),
-    "demo": (lambda out: ["demo", "--jobs", "200", "--out", out], 1),
+    # enough jobs to outlast the random moment (200 finished within it on an idle machine)
+    "demo": (lambda out: ["demo", "--jobs", "2000", "--out", out], 1),
 }
 
 
