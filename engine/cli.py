@@ -25,7 +25,8 @@ from .steps import (PAYLOAD_SHAPE, SCHEMAS, StepContext, check_payload, check_sc
                     make_runner)
 from .store import (DatabaseError, OperatorError, Store, SubmissionConflict, open_store,
                     shown_target)
-from .worker import Worker, store_options
+from .slots import Slots
+from .worker import Worker, new_worker_id, store_options
 
 OPERATOR = f"operator:{os.environ.get('USER', 'unknown')}"
 
@@ -40,8 +41,8 @@ CLIENT_SETTINGS = ("steps", "call_timeout", "provider_url", "provider_key", "mod
 COMMAND_SETTINGS = {
     "worker": STORE_SETTINGS + CLIENT_SETTINGS + (
         "lease", "heartbeat", "heartbeat_interval", "max_attempts", "max_claims",
-        "backoff_base", "backoff_cap", "keep_job", "poll_interval", "seed",
-        "unsafe_long_calls"),
+        "backoff_base", "backoff_cap", "keep_job", "slots", "group_commit", "poll_interval",
+        "seed", "unsafe_long_calls"),
     "send": STORE_SETTINGS + ("receiver_url", "send_timeout", "outbox_lease",
                               "outbox_max_attempts", "backoff_base", "backoff_cap",
                               "poll_interval", "seed"),
@@ -96,10 +97,13 @@ def stop_on_signals() -> threading.Event:
 
 def cmd_worker(args: argparse.Namespace, config: EngineConfig) -> int:
     clock = SkewedClock(args.clock_skew) if args.clock_skew else SystemClock()
-    store = open_for(config)
-    worker = Worker(store, config, clock=clock)
+    worker = Slots(config, lambda: open_for(config),
+                   lambda store, **kw: Worker(store, config, clock=clock, **kw),
+                   clock=clock, worker_id=new_worker_id())
     stop = stop_on_signals()
-    print(f"worker {worker.id} on {shown_target(config.db)}", file=sys.stderr, flush=True)
+    slots = f" with {config.slots} slots" if config.slots > 1 else ""
+    print(f"worker {worker.id}{slots} on {shown_target(config.db)}", file=sys.stderr,
+          flush=True)
     if config.calls_may_outlive_lease:
         print(f"warning: unsafe_long_calls is on: calls may outlive the {config.lease} s lease "
               "with heartbeat off; another worker may pay for the same step", file=sys.stderr)

@@ -36,6 +36,8 @@ class EngineConfig:
     backoff_base: float = 0.5
     backoff_cap: float = 60.0
     keep_job: bool = True              # move on to the next step under the same lease
+    slots: int = 1                     # jobs one worker process runs at once (a thread each)
+    group_commit: bool = True          # slots' finishing writes ready together: one commit
     synchronous: str = "FULL"
     busy_timeout: float = 5.0
     # A PostgreSQL server's crash and restart (recovery included) takes seconds; a worker
@@ -77,6 +79,8 @@ class EngineConfig:
                      "poll_interval", "send_timeout", "outbox_lease"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"setting {name!r} must be > 0, got {getattr(self, name)}")
+        if not 1 <= self.slots <= MAX_SLOTS:
+            raise ConfigError(f"setting 'slots' must be from 1 to {MAX_SLOTS}, got {self.slots}")
         for name in ("max_attempts", "max_claims", "outbox_max_attempts", "max_payload_bytes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"setting {name!r} must be >= 1, got {getattr(self, name)}")
@@ -104,6 +108,8 @@ class EngineConfig:
         return self
 
 
+#: The most job slots one worker process may run: each is a thread with its own connection.
+MAX_SLOTS = 1024
 FIELDS = {f.name: f for f in fields(EngineConfig)}
 #: What each setting means, for the help of the flags.
 MEANING = {
@@ -119,6 +125,10 @@ MEANING = {
     "backoff_base": "seconds: the first retry waits up to this (full jitter)",
     "backoff_cap": "seconds: no retry waits longer",
     "keep_job": "move on to the next step under the same lease",
+    "slots": "jobs one worker process runs at once, each in a thread with its own "
+             "connection and lease",
+    "group_commit": "with slots: commit the finishing writes of slots that are ready "
+                    "together in one transaction (SQLite)",
     "synchronous": "FULL (committed means durable) or NORMAL (faster)",
     "busy_timeout": "seconds a write waits for the database lock",
     "reconnect_window": "seconds to keep trying a PostgreSQL server that cannot be reached "

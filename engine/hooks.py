@@ -11,6 +11,7 @@ import json
 import os
 import random
 import signal
+import threading
 import time
 from typing import Callable, Protocol
 
@@ -26,6 +27,8 @@ CRASHPOINTS: tuple[str, ...] = (
     "worker.after_commit",         # the step committed
     "worker.fail.before_commit",   # inside the failure / retry transaction
     "worker.heartbeat",            # a heartbeat is about to extend the lease
+    "worker.group.before_commit",  # every write of a slot group is in, COMMIT not yet sent
+    "worker.group.after_commit",   # a slot group committed, its slots not yet told
     "sender.after_claim",          # outbox row leased, not sent
     "sender.after_send",           # the receiver answered; sent_at not yet written
     "sender.before_commit",        # inside the transaction that marks sent_at
@@ -34,8 +37,18 @@ CRASHPOINTS: tuple[str, ...] = (
 Handler = Callable[[str], None]
 _handler: Handler | None = None
 
-#: The job the worker in this process is working on (read by job-aware crash handlers).
-current_job: str | None = None
+_local = threading.local()
+
+
+def current_job() -> str | None:
+    """The job this thread (one job slot of the worker) is working on, read by job-aware
+    crash handlers: with several slots a process works several jobs at once."""
+    return getattr(_local, "job", None)
+
+
+def set_current_job(job_id: str | None) -> None:
+    """Note the job this thread works on (see `current_job`)."""
+    _local.job = job_id
 
 
 def die(point: str) -> None:
@@ -44,7 +57,7 @@ def die(point: str) -> None:
     log = os.environ.get("NINELIVES_CRASH_LOG")
     if log:
         line = f'{{"t": {time.time()}, "pid": {os.getpid()}, "point": "{point}", ' \
-               f'"job": {json.dumps(current_job)}}}\n'
+               f'"job": {json.dumps(current_job())}}}\n'
         fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line.encode())  # one write() of a short line: appends stay whole
@@ -79,6 +92,7 @@ class KillAt:
         self.nth: dict[str, int] = {}
         self.prob: dict[str, float] = {}
         self.hits: dict[str, int] = {}
+        self._lock = threading.Lock()  # slots hit points from several threads
         for item in filter(None, (part.strip() for part in spec.split(","))):
             self._parse(item)
 
@@ -110,7 +124,8 @@ class KillAt:
                              f"known: {', '.join(CRASHPOINTS)}")
 
     def __call__(self, name: str) -> None:
-        hits = self.hits[name] = self.hits.get(name, 0) + 1
+        with self._lock:
+            hits = self.hits[name] = self.hits.get(name, 0) + 1
         due = self.nth.get(name) == hits
         for key in (name, "*"):
             p = self.prob.get(key)
@@ -131,8 +146,9 @@ class KillOnJobs:
         self.point, self.then = point, then
 
     def __call__(self, name: str) -> None:
-        if name == self.point and current_job is not None and any(
-                fnmatch.fnmatchcase(current_job, p) for p in self.patterns):
+        job = current_job()
+        if name == self.point and job is not None and any(
+                fnmatch.fnmatchcase(job, p) for p in self.patterns):
             die(name)
         if self.then is not None:
             self.then(name)

@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from .config import EngineConfig
@@ -92,6 +92,10 @@ class Heartbeat:
 
     `thread` builds the thread and `monotonic` measures intervals: the standard library's by
     default; a simulation passes its own, so that this very code runs on its virtual clock.
+
+    With job slots one heartbeat serves every slot of the process: it watches each slot's
+    claim, and beats for all that are due in one transaction where the store can batch
+    writes, each under its own token and writing under its own slot's worker id.
     """
 
     def __init__(self, open_store_: Callable[[], Store], clock: Clock, lease: float,
@@ -102,58 +106,75 @@ class Heartbeat:
         self.worker_id = worker_id
         self._new_thread, self._monotonic = thread, monotonic
         self._lock = threading.Lock()
-        self._watched: tuple[Claim, threading.Event, float] | None = None
+        #: what is watched, by a key of its own: (claim, lost, since, writer's id)
+        self._watched: dict[object, tuple[Claim, threading.Event, float, str]] = {}
         self._thread: Any = None
 
     @contextmanager
-    def watching(self, claim: Claim) -> Iterator[threading.Event]:
-        lost = threading.Event()
-        if self._thread is None:
-            self._thread = self._new_thread(target=self._run, name="heartbeat", daemon=True)
-            self._thread.start()
+    def watching(self, claim: Claim, worker_id: str | None = None) -> Iterator[threading.Event]:
+        """Beat for `claim` (held by `worker_id`, default the heartbeat's own) while inside."""
+        lost, key = threading.Event(), object()
         with self._lock:
-            self._watched = (claim, lost, self._monotonic())
+            if self._thread is None:
+                self._thread = self._new_thread(target=self._run, name="heartbeat",
+                                                daemon=True)
+                self._thread.start()
+            self._watched[key] = (claim, lost, self._monotonic(), worker_id or self.worker_id)
         try:
             yield lost
         finally:
             with self._lock:
-                self._watched = None
+                self._watched.pop(key, None)
 
     def _run(self) -> None:
         store = None
         half = self.every / 2
         while True:
             self.clock.sleep(half)
+            now = self._monotonic()
             with self._lock:
-                watched = self._watched
-            if watched is None or self._monotonic() - watched[2] < half:
+                due = [(k, w) for k, w in self._watched.items() if now - w[2] >= half]
+            if not due:
                 continue
-            claim, lost, _ = watched
             try:
                 store = store or self._open_store()  # opened here: a server down at start
-                if not store.heartbeat(claim.job_id, claim.lease_token, self.clock.now(),
-                                       self.lease, self.worker_id):
-                    log.warning("lost the lease on job %s", claim.job_id)
-                    lost.set()
-                    with self._lock:
-                        if self._watched is watched:
-                            self._watched = None
+                self._beat(store, due)
             except StoreBusy:
-                continue  # the lease still runs; try again next tick
+                continue  # the leases still run; try again next tick
             except DatabaseError as exc:
                 # The server is out of reach (down, restarting) past the store's reconnect
-                # window: beat again next tick. If the lease ran out meanwhile and another
+                # window: beat again next tick. If a lease ran out meanwhile and another
                 # worker took the job, its token fences every write this worker makes.
-                log.warning("heartbeat of job %s: %s", claim.job_id, exc)
+                log.warning("heartbeat of job(s) %s: %s",
+                            ", ".join(w[0].job_id for _, w in due), exc)
+
+    def _beat(self, store: Store, due: list) -> None:
+        batch = getattr(store, "batch", None)
+        with batch() if batch is not None and len(due) > 1 else nullcontext():
+            kept = [store.heartbeat(claim.job_id, claim.lease_token, self.clock.now(),
+                                    self.lease, who) for _, (claim, _, _, who) in due]
+        for (key, (claim, lost, _, _)), ok in zip(due, kept):
+            if not ok:
+                log.warning("lost the lease on job %s", claim.job_id)
+                lost.set()
+                with self._lock:
+                    self._watched.pop(key, None)
 
 
 @dataclass
 class WorkerStats:
+    """What a worker did; the slots of one process share one (increments from threads)."""
+
     claims: int = 0
     steps: int = 0
     memo_hits: int = 0
     failures: int = 0
     leases_lost: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, name: str) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + 1)
 
 
 class Worker:
@@ -162,6 +183,8 @@ class Worker:
     store: the worker's store; runner: the step implementations; clock and rng are the
     injected time and random sources; beat_store opens the heartbeat's own connection, and
     beat_thread and monotonic are the heartbeat's thread and interval clock (see Heartbeat).
+    One Worker is one job slot: `engine.slots.Slots` runs several in one process, passing
+    the GroupCommit their finishing writes go through and the stats they share.
     """
 
     def __init__(self, store: Store, config: EngineConfig, *,
@@ -170,8 +193,9 @@ class Worker:
                  worker_id: str | None = None,
                  beat_store: Callable[[], Store] | None = None,
                  beat_thread: Callable[..., Any] = threading.Thread,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
-        self.store, self.config = store, config
+                 monotonic: Callable[[], float] = time.monotonic,
+                 group: Any = None, stats: WorkerStats | None = None) -> None:
+        self.store, self.config, self.group = store, config, group
         self.pipeline = pipeline or get_pipeline(config.pipeline)
         self.runner = runner or make_runner(config)
         self.clock = clock or SystemClock()
@@ -182,7 +206,7 @@ class Worker:
                                    config.lease, config.beat_every, self.id,
                                    thread=beat_thread, monotonic=monotonic,
                                    ) if config.heartbeat else None
-        self.stats = WorkerStats()
+        self.stats = stats or WorkerStats()
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -228,7 +252,7 @@ class Worker:
         return True
 
     def _claimed(self) -> None:
-        self.stats.claims += 1
+        self.stats.add("claims")
         crashpoint("worker.after_claim")
 
     def _wants_more(self) -> bool:
@@ -239,7 +263,7 @@ class Worker:
 
     def work(self, claim: Claim) -> Claim | None:
         """Run the claimed step; return the next step's claim when the job is kept."""
-        hooks.current_job = claim.job_id
+        hooks.set_current_job(claim.job_id)
         ctx = StepContext(claim.job_id, claim.step.name, self.id, claim.attempts + 1,
                           lambda step: json.loads(claim.memos[step]))
         try:
@@ -247,13 +271,13 @@ class Worker:
                 return self._finish_from_memo(claim, ctx)
             return self._run_step(claim, ctx)
         except LeaseLost as exc:
-            self.stats.leases_lost += 1
+            self.stats.add("leases_lost")
             log.info("%s", exc)
             return None
 
     def _finish_from_memo(self, claim: Claim, ctx: StepContext) -> Claim | None:
         # Already done before a crash: advance at once, releasing or passing on the lease.
-        self.stats.memo_hits += 1
+        self.stats.add("memo_hits")
         try:
             conclusion = self.runner.conclude(claim.step.name, json.loads(claim.memo), ctx)
         except Exception as exc:  # a memo the step cannot use is poison, not a crash loop
@@ -289,7 +313,7 @@ class Worker:
         spend = self._spend(claim, started, "ok", result.cost) if self.runner.makes_call(
             claim.step.name) else None
         conclusion = self.runner.conclude(claim.step.name, result.output, ctx)
-        self.stats.steps += 1
+        self.stats.add("steps")
         return self._complete(claim, json.dumps(result.output, sort_keys=True),
                               result.cost or 0.0, conclusion, spend)
 
@@ -298,18 +322,21 @@ class Worker:
         keep = self.config.lease if self.config.keep_job else None
         claim_next = (self.config.lease, self.config.max_claims) if (
             self.config.keep_job and self._wants_more()) else None
-        nxt = self._write(lambda: self.store.complete(
+        nxt = self._write(lambda store: store.complete(
             claim, self.pipeline, self.id, self.clock.now(), output=output, cost=cost,
             effects=conclusion.effects, spend=spend, park_reason=conclusion.park_reason,
             continue_lease=keep, claim_next=claim_next), claim, spend)
         crashpoint("worker.after_commit")
         return nxt
 
-    def _write(self, write: Callable[[], Any], claim: Claim, spend: Spend | None) -> Any:
-        """A finishing write, retried while the lease holds. If the database stays locked
-        past that, the step is lost to the next owner, but its spend is still recorded."""
+    def _write(self, write: Callable[[Store], Any], claim: Claim, spend: Spend | None) -> Any:
+        """A finishing write, retried while the lease holds: in the slots' group commit if
+        there is one, else on this slot's own connection. If the database stays locked past
+        that, the step is lost to the next owner, but its spend is still recorded."""
         try:
-            return retry_store(write, self.clock, claim.lease_until)
+            if self.group is not None:
+                return self.group.commit(self.store, write, claim.lease_until)
+            return retry_store(lambda: write(self.store), self.clock, claim.lease_until)
         except StoreBusy:
             if spend is not None:
                 # No deadline: the money is spent, and its record fences nothing (a worker
@@ -318,7 +345,7 @@ class Worker:
             raise
 
     def _fail(self, claim: Claim, exc: Exception, started: float, billed: bool = True) -> None:
-        self.stats.failures += 1
+        self.stats.add("failures")
         retryable = classify(exc)
         attempt = claim.attempts + 1
         now = self.clock.now()
@@ -335,8 +362,8 @@ class Worker:
         if billed and self.runner.makes_call(claim.step.name):
             spend = self._spend(claim, started, outcome, getattr(exc, "cost", None)
                                 if isinstance(exc, StepError) else None, error)
-        self._write(lambda: self.store.fail(claim, self.pipeline, self.id, now, error=error,
-                                            retry_at=retry_at, spend=spend), claim, spend)
+        self._write(lambda store: store.fail(claim, self.pipeline, self.id, now, error=error,
+                                             retry_at=retry_at, spend=spend), claim, spend)
 
     def _spend(self, claim: Claim, started: float, outcome: str, cost: float | None,
                error: str | None = None) -> Spend:
@@ -349,4 +376,4 @@ class Worker:
     def _heartbeat(self, claim: Claim) -> AbstractContextManager:
         if self.heartbeat is None or not self.runner.makes_call(claim.step.name):
             return nullcontext()
-        return self.heartbeat.watching(claim)
+        return self.heartbeat.watching(claim, self.id)

@@ -42,6 +42,8 @@ class SQLiteStore(OperatorSQL):
     wait_rng: Any = random
     #: Seconds the last write waited for the lock (see `_begin_immediate`).
     waited: float = 0.0
+    #: Inside `batch()`: each write is a savepoint of the batch's transaction.
+    _batched: bool = False
 
     def __init__(self, path: str | os.PathLike, *, synchronous: str = "FULL",
                  busy_timeout: float = 5.0, read_only: bool = False) -> None:
@@ -85,6 +87,10 @@ class SQLiteStore(OperatorSQL):
         Waits up to `busy_timeout` seconds for the write lock, polling with short jittered
         sleeps so that waiting writers get their turn; raises StoreBusy after that.
         """
+        if self._batched:
+            with self._savepoint():
+                yield self.conn
+            return
         self._begin_immediate()
         try:
             yield self.conn
@@ -96,6 +102,35 @@ class SQLiteStore(OperatorSQL):
             if isinstance(exc, sqlite3.OperationalError):
                 raise _explain(exc, self.path, "write") from exc
             raise
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """One transaction for several writes (a group commit): every `write()` inside it
+        is a savepoint in it, undone alone if it raises (so one write that fails, or one
+        fenced out, leaves the others), and nothing commits before the batch does. Raises
+        StoreBusy, as `write()` does, when the lock cannot be had.
+
+        A write inside reads its time after the batch has the lock, so it waited for
+        nothing (`waited` is 0 for it).
+        """
+        with self.write():
+            self.waited, self._batched = 0.0, True
+            try:
+                yield
+            finally:
+                self._batched = False
+
+    @contextmanager
+    def _savepoint(self) -> Iterator[None]:
+        self.conn.execute("SAVEPOINT w")
+        try:
+            yield
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK TO w")
+                self.conn.execute("RELEASE w")
+            raise
+        self.conn.execute("RELEASE w")
 
     def _begin_immediate(self) -> None:
         clock = self.wait_clock
