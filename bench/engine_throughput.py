@@ -3,9 +3,10 @@ SQLite commit ceiling and DBOS on the same work, measured in the same run.
 
     python bench/engine_throughput.py [--jobs 2000] [--workers 1,2,4] [--sync FULL,NORMAL]
 
-Workers are separate processes released together; each runs the real Worker loop with every
-crash-safety mechanism on (fenced writes, memo, spend records, heartbeat thread). Prints a
-table; the figures are for reading, not for asserting.
+Workers are separate processes released together; each runs the engine's own `worker` command
+(engine.cli, in a forked process) with every crash-safety mechanism on (fenced writes, memo,
+spend records, heartbeat thread). Prints a table; the figures are for reading, not for
+asserting.
 """
 from __future__ import annotations
 
@@ -16,14 +17,20 @@ import sqlite3
 import sys
 import tempfile
 import time
+from collections import Counter
+from dataclasses import dataclass
 from importlib.metadata import version
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from chaos.supervisor import OwnedPool, die_with_parent  # noqa: E402
-from engine import DOCUMENT, Worker, load_config, open_store  # noqa: E402
+from chaos.reference.observer import pid_of  # noqa: E402
+from chaos.supervisor import OwnedPool, die_with_parent, log_tail  # noqa: E402
+from engine import DOCUMENT, open_store  # noqa: E402
+from engine.store import is_postgres_url  # noqa: E402
 from pg_statements import StatementCounter  # noqa: E402
+from sqlite_commits import CommitCounter  # noqa: E402
 
 TX_PER_JOB = 4  # one commit per step; the last one also claims the next job
 
@@ -46,30 +53,58 @@ def raw_commit_ceiling(sync: str, seconds: float = 2.0) -> float:
     return rate
 
 
-def _worker(db: str, sync: str, go, counts, index: int, steps: str,
-            count_into: str | None, parent: int) -> None:
+@dataclass(frozen=True)
+class EngineRun:
+    """One measured run: jobs/s, each worker process's share of the jobs (in start order),
+    and the SQLite transactions they committed in all (None: not counted)."""
+
+    rate: float
+    shares: list[int]
+    commits: int | None = None
+
+
+def worker_argv(db: str, sync: str, steps: str, slots: int,
+                settings: dict[str, Any] | None) -> list[str]:
+    """The engine's own `worker` command line for one benchmark process: until idle, polling
+    every 2 ms (the default 50 ms would measure the poll at the end, not the work)."""
+    argv = ["worker", "--exit-when-idle", "--db", db, "--steps", steps, "--synchronous", sync,
+            "--poll-interval", "0.002"]
+    if slots != 1:
+        argv += ["--slots", str(slots)]
+    for name, value in (settings or {}).items():
+        argv += [f"--{name.replace('_', '-')}",
+                 ("on" if value else "off") if isinstance(value, bool) else str(value)]
+    return argv
+
+
+def _worker(argv: list[str], go, commits, index: int, count_into: str | None, log: str,
+            parent: int) -> None:
     die_with_parent(parent)  # never outlives the benchmark, however it ends
+    from engine.cli import main as engine_main
     counter = StatementCounter().install() if count_into else None
-    config = load_config(env={}, overrides={"db": db, "steps": steps, "synchronous": sync,
-                                            "poll_interval": 0.002})
-    store = open_store(db, synchronous=sync)
-    worker = Worker(store, config)
+    committed = CommitCounter().install()
+    with open(log, "w") as err:  # the engine's own lines (and any error) go to its log
+        os.dup2(err.fileno(), 2)
     go.wait()
-    stats = worker.run(exit_when_idle=True)
-    counts[index] = stats.claims
+    code = engine_main(argv)
+    commits[index] = committed.commits
     if counter is not None:
         counter.dump(count_into)
+    raise SystemExit(code)  # the engine's answer is this process's exit code
 
 
-def engine_rate(jobs: int, workers: int, sync: str, prepare=None, db: str | None = None,
-                steps: str = "instant", count_into: str | None = None
-                ) -> tuple[float, list[int]]:
-    """Jobs/s for `jobs` jobs through `workers` processes, and each worker's share.
+def engine_run(jobs: int, workers: int, sync: str, prepare=None, db: str | None = None,
+               steps: str = "instant", count_into: str | None = None, slots: int = 1,
+               settings: dict[str, Any] | None = None) -> EngineRun:
+    """`jobs` jobs through `workers` processes running the engine's `worker` command (its
+    real entry point, forked, released together) with `slots` job slots each.
 
     prepare(store), when given, runs on the fresh database first (e.g. to install an observer).
     db: a fresh database to use (a `postgresql://` URL, say); else a SQLite file of its own.
     steps: the step runner (the config's `steps`). count_into: a folder where each worker
     writes the statements it sent to PostgreSQL (pg_statements.StatementCounter).
+    settings: more engine settings, as flags. Raises SystemExit if a worker fails or a job
+    is left undelivered.
     """
     with tempfile.TemporaryDirectory() as tmp:
         db = db or os.path.join(tmp, "engine.db")
@@ -81,23 +116,49 @@ def engine_rate(jobs: int, workers: int, sync: str, prepare=None, db: str | None
             store.submit(f"job-{i}", DOCUMENT, {"title": f"t{i}", "body": "a b c " * 20}, now)
         store.close()
         ctx = mp.get_context("fork")
-        go = ctx.Event()
-        counts = ctx.Array("i", workers)
-        procs = [ctx.Process(target=_worker, args=(db, sync, go, counts, i, steps, count_into,
-                                                       os.getpid()))
+        go, commits = ctx.Event(), ctx.Array("q", workers)
+        argv = worker_argv(db, sync, steps, slots, settings)
+        logs = [os.path.join(tmp, f"worker-{i}.log") for i in range(workers)]
+        procs = [ctx.Process(target=_worker, args=(argv, go, commits, i, count_into, logs[i],
+                                                   os.getpid()))
                  for i in range(workers)]
         for p in procs:
             p.start()
-        time.sleep(0.5)  # let every process open its connection before the clock starts
+        time.sleep(0.5)  # let every process import and open its store before the clock starts
         start = time.perf_counter()
         go.set()
         for p in procs:
             p.join()
         elapsed = time.perf_counter() - start
-        done = open_store(db).query("SELECT COUNT(*) AS n FROM job WHERE state='delivered'")[0]["n"]
-        if done != jobs:
-            raise SystemExit(f"only {done} of {jobs} jobs were delivered")
-    return jobs / elapsed, list(counts)
+        failed = [(p.exitcode, log) for p, log in zip(procs, logs) if p.exitcode != 0]
+        if failed:
+            code, log = failed[0]
+            raise SystemExit(f"a worker exited with {code}: {log_tail(log)}")
+        shares = delivered_by_process(db, [p.pid for p in procs])
+        if sum(shares) != jobs:
+            raise SystemExit(f"only {sum(shares)} of {jobs} jobs were delivered")
+    return EngineRun(jobs / elapsed, shares, sum(commits) if not is_postgres_url(db) else None)
+
+
+def delivered_by_process(db: str, pids: list[int]) -> list[int]:
+    """How many jobs each of `pids` delivered (the worker id of its last step names the
+    process: `worker:<host>:<pid>:<nonce>`, with `/<slot>` after it with several slots)."""
+    store = open_store(db)
+    try:
+        rows = store.query("SELECT worker FROM step_result WHERE step='deliver'")
+    finally:
+        store.close()
+    per_pid = Counter(pid_of(row["worker"]) for row in rows)
+    return [per_pid[pid] for pid in pids]
+
+
+def engine_rate(jobs: int, workers: int, sync: str, prepare=None, db: str | None = None,
+                steps: str = "instant", count_into: str | None = None
+                ) -> tuple[float, list[int]]:
+    """Jobs/s for `jobs` jobs through `workers` one-slot processes, and each worker's share
+    (see engine_run)."""
+    run = engine_run(jobs, workers, sync, prepare, db, steps, count_into)
+    return run.rate, run.shares
 
 
 def dbos_rates(jobs: int) -> dict[str, float]:
