@@ -356,11 +356,13 @@ def check_cost_accounted(history: list[Event], snapshot: dict[str, Any]) -> Verd
                    if t is not None], default=None)
     kept = _KeptResults(history, snapshot, shared, timeout)
     slack = machine_slack(snapshot.get("clock"))
+    slots = int(snapshot["settings"].get("slots") or 1)
     for call in (c for group in calls.values() for c in group):
         verdict.checked += 1
         spend = spends.get(id(call))
         if spend is None and (call["billed"] or 0) > 0 and call["worker"] and records and \
-                index.lived_on(call["worker"], call["job"], call["t_start"], call.get("pid")):
+                index.lived_on(call["worker"], call["job"], call["t_start"], call.get("pid"),
+                               sequential=slots == 1):
             verdict.fail("spend-unrecorded", f"job {call['job']}: the provider billed "
                          f"{call['billed']} for {call['step']!r} to {call['worker']} (call at "
                          f"{at(call['t_start'])}), and the engine recorded no spend though "

@@ -59,7 +59,7 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
                     tl.pids.get(h.worker) in excused["no-heartbeat"]:
                 continue
             verdict.checked += 1
-            _check_holding(verdict, h, events, shared, lease, beat, at)
+            _check_holding(verdict, h, events, shared, lease, beat, at, tl)
     if not verdict.checked and verdict.valid is not False:
         verdict.unknown("no holding to judge: every claim was by a worker on a skewed clock or "
                         "without heartbeat")
@@ -125,16 +125,19 @@ def _check_claim_leases(verdict: Verdict, history: list[Event], settings: dict, 
 
 
 def _check_abandoned(verdict: Verdict, tl, slots: int, at, grace: float) -> None:
-    """A worker runs at most `slots` jobs at once: when it claims while already holding that
-    many live leases (none ended by its write, by another's claim or by an intervention on
-    the job), it walked away from one, leaving its job to wait for the lease to run out
-    ("lease-abandoned"). A lease within `grace` of its end (the engine's finish_retry_slack:
-    a write the lock kept out may give up that early) counts as over."""
-    by_worker: dict[str, list] = {}
+    """A worker process runs at most `slots` jobs at once (its job slots, under one worker
+    id or one per slot): when it claims while already holding that many live leases (none
+    ended by its own write, by another's claim or by an intervention on the job), it walked
+    away from one, leaving its job to wait for the lease to run out ("lease-abandoned"). A
+    lease within `grace` of its end (the engine's finish_retry_slack: a write the lock kept
+    out may give up that early) counts as over. Holdings are grouped by the process that
+    claimed (a worker id that names a slot outlives its processes; one whose process is not
+    known stands for itself)."""
+    by_process: dict[Any, list] = {}
     for holds in tl.holdings.values():
         for h in holds:
-            by_worker.setdefault(h.worker, []).append(h)
-    for worker, holds in by_worker.items():
+            by_process.setdefault(holder_process(h, tl), []).append(h)
+    for holder, holds in by_process.items():
         holds.sort(key=lambda h: h.start_pos)  # history order: times tie within a commit
         live: list = []  # a holding that is no longer live never is again
         for h in holds:
@@ -142,13 +145,38 @@ def _check_abandoned(verdict: Verdict, tl, slots: int, at, grace: float) -> None
             live = [p for p in live if _live_at(p, t, tl, grace)]
             if len(live) >= slots:
                 old = live[0]
-                verdict.fail("lease-abandoned", f"job {old.job}: {worker} claimed job {h.job} "
-                             f"at {at(t)} while it still held the lease on job {old.job} "
-                             f"(step {old.step['name']!r}, claimed at {at(old.start['t'])}, "
-                             f"lease to {at(_held_until(old, tl, t))}) without having "
-                             "finished or failed it", old.start, h.start)
+                held = (f"the lease on job {old.job}" if slots == 1 else
+                        f"{len(live)} live leases, as many as its {slots} slots, the oldest "
+                        f"on job {old.job}")
+                verdict.fail("lease-abandoned", f"job {old.job}: {h.worker} claimed job "
+                             f"{h.job} at {at(t)} while its process still held {held} "
+                             f"(step {old.step['name']!r}, claimed at {at(old.start['t'])} by "
+                             f"{old.worker}, lease to {at(_held_until(old, tl, t))}) without "
+                             "having finished or failed it", old.start, h.start)
                 return
             live.append(h)
+
+
+def renews(e: Event, h, tl) -> bool:
+    """Whether `e` renews holding `h`'s lease: a heartbeat by its holder, or by another
+    thread of the holder's process under the holding's own fencing token (one heartbeat
+    for every job slot of a process may write under an id of its own)."""
+    if not is_heartbeat(e):
+        return False
+    if e.get("worker") == h.worker:
+        return True
+    pid = e.get("pid") if e.get("pid") is not None else tl.pids.get(e.get("worker"))
+    return (h.token is not None and e.get("token") == h.token and pid is not None
+            and ("pid", pid) == holder_process(h, tl))
+
+
+def holder_process(h, tl) -> Any:
+    """The process that made holding `h`'s claim: its pid as the claim names it, else the
+    one its worker id is known by, else the worker id itself."""
+    pid = h.start.get("pid")
+    if pid is None:
+        pid = tl.pids.get(h.worker)
+    return ("pid", pid) if pid is not None else ("worker", h.worker)
 
 
 def _held_until(h, tl, t: float) -> float | None:
@@ -158,7 +186,7 @@ def _held_until(h, tl, t: float) -> float | None:
     for _, e in tl.job_events.get(h.job, []):
         if not h.start["t"] < e["t"] <= t + TOL or e is h.start:
             continue
-        if not (is_heartbeat(e) and e.get("worker") == h.worker):
+        if not renews(e, h, tl):
             return None
         until = max(until, e.get("lease_until") or 0.0)
     return until
@@ -203,7 +231,7 @@ def _stalled_through(shared, pid: int | None, start: float, end: float, spare: f
 
 
 def _check_holding(verdict: Verdict, h, events: list[Event], shared, lease: float,
-                   beat: float, at) -> None:
+                   beat: float, at, tl) -> None:
     index, excused = shared.jobs, shared.windows
     start = h.start["t"]
     granted = h.start.get("lease_until")
@@ -219,7 +247,7 @@ def _check_holding(verdict: Verdict, h, events: list[Event], shared, lease: floa
     if disturbed(excused, index.pids.get(h.worker), start, end, h.job):
         return
     held_until, last = h.start.get("lease_until"), h.start
-    renewals = [e for e in events if is_heartbeat(e) and e.get("worker") == h.worker
+    renewals = [e for e in events if renews(e, h, tl)
                 and start < e["t"] <= end]
     for e in renewals + [None]:
         t = e["t"] if e is not None else end

@@ -14,8 +14,10 @@ Two claims, each checked only where the engine declares it (chaos.contract.Engin
   operations before it left. A claim that skips an older due job starves it.
 - `claim_latency` seconds: a free worker claims due work within this long (its poll
   interval at the longest, plus the claim). A worker process is free from the write that
-  released its last job until its next claim, and only while it is alive, holds fewer jobs
-  than its slots, runs on the true clock, and the harness is not pausing it, stalling it
+  released a job while it held all its slots (one slot: its only job) until the claim that
+  fills its slots again, and only while it is alive, holds fewer jobs than its slots (job
+  slots are counted per process, whether the engine writes every slot under one worker id or
+  each under its own), runs on the true clock, and the harness is not pausing it, stalling it
   (the simulation's loaded machine) or holding the write lock; between real processes, nor
   while the store was held up for every writer (`_store_stalls`). A job that
   stays due while some worker is free for longer than claim_latency plus the scheduling
@@ -58,6 +60,7 @@ class _Unit:
 @dataclass
 class _Worker:
     pid: int | None
+    ids: list = field(default_factory=list)       # the worker ids it wrote under
     active: set = field(default_factory=set)
     free_from: float | None = None
     windows: list = field(default_factory=list)   # [(from, to)] free, in time order
@@ -103,7 +106,7 @@ class _Reading:
     choices: list = field(default_factory=list)
     # (job, due from, ended at, how it ended)
     spells: list = field(default_factory=list)
-    workers: dict = field(default_factory=dict)   # worker id -> _Worker
+    workers: dict = field(default_factory=dict)   # the process (see _holder) -> _Worker
     still_due: dict = field(default_factory=dict)
 
 
@@ -230,9 +233,24 @@ def _choice(reading: _Reading, e: Event, units: dict, key: Any) -> None:
     reading.choices.append((e, due, now, older))
 
 
+def _holder(e: Event) -> Any:
+    """Whose slots a write fills or frees: its process (the pid the operation names), else
+    its worker id. Job slots belong to a process, whatever ids its slots write under."""
+    return ("pid", e["pid"]) if e.get("pid") is not None else ("worker", e.get("worker") or "")
+
+
+def _who(w: _Worker, key: Any) -> str:
+    """A process as a failure names it: its worker ids (the first few) and its pid."""
+    ids = ", ".join(w.ids[:3]) + (f" and {len(w.ids) - 3} more" if len(w.ids) > 3 else "")
+    return f"{ids or key[1]} (pid {w.pid})" if w.pid is not None else str(key[1])
+
+
 def _hold(reading: _Reading, e: Event, key: Any, slots: int, keep: bool = False) -> None:
-    """Its writer now holds `key`: a free span of it ends here."""
-    w = reading.workers.setdefault(e.get("worker") or "", _Worker(e.get("pid")))
+    """Its writer's process now holds `key`: with every slot taken, a free span of it ends
+    here."""
+    w = reading.workers.setdefault(_holder(e), _Worker(e.get("pid")))
+    if e.get("worker") and e["worker"] not in w.ids:
+        w.ids.append(e["worker"])
     if slots == 1 and not keep:
         w.active.clear()  # one slot: whatever it held before is over
     if w.free_from is not None and len(w.active) + 1 >= slots:
@@ -242,8 +260,8 @@ def _hold(reading: _Reading, e: Event, key: Any, slots: int, keep: bool = False)
 
 
 def _let_go(reading: _Reading, e: Event, key: Any, slots: int) -> None:
-    """Its writer let `key` go: with a slot free, a free span of it begins."""
-    w = reading.workers.get(e.get("worker") or "")
+    """Its writer's process let `key` go: with a slot free, a free span of it begins."""
+    w = reading.workers.get(_holder(e))
     if w is not None and key in w.active:
         w.active.discard(key)
         if len(w.active) < slots and w.free_from is None:
@@ -308,11 +326,12 @@ def _check_latency(verdict: Verdict, reading: _Reading, history: list[Event],
             continue
         longest = max(longest, worst[2] - worst[1])
         worker, a, b = worst
+        worker = _who(reading.workers[worker], worker)
         t0 = reading.t0
         if len(verdict.failures) < MAX_REPORTED:
             verdict.fail("due-job-waited" if unit == "job" else "due-row-waited",
                          f"{unit} {job_id} was due from +{due - t0:.3f} s until it was {how} at "
-                         f"+{ended - t0:.3f} s, while {worker} was free from +{a - t0:.3f} s to "
+                         f"+{ended - t0:.3f} s, while {worker} had a free slot from +{a - t0:.3f} s to "
                          f"+{b - t0:.3f} s ({b - a:.3f} s, over claim_latency {latency:g} s + "
                          f"slack {slack:g} s)")
         else:
@@ -355,7 +374,9 @@ def _store_stalls(history: list[Event], settings: dict) -> list[tuple[float, flo
     committed meanwhile, by anyone. No worker could have claimed then. (A quiet store alone
     is no stall: a slow poll is what the check is for.) The simulation has none."""
     commits = sorted(e["t"] for e in history if e.get("src") == "engine")
-    by_client = readings(history).jobs.by_worker  # each client's writes that end an operation
+    # each client's writes for the job that end an operation (a client with job slots writes
+    # for other jobs meanwhile: only its write for this one is the one it had to make)
+    by_client = readings(history).jobs.writes
     timeouts = {"provider": settings.get("call_timeout"), "receiver": settings.get("send_timeout")}
     stalls = []
     for e in history:
@@ -363,7 +384,7 @@ def _store_stalls(history: list[Event], settings: dict) -> list[tuple[float, flo
             continue
         timeout = timeouts[e["src"]]
         ended = e["t_end"] if timeout is None else min(e["t_end"], e["t_start"] + timeout)
-        writes = by_client.get(e["worker"], [])
+        writes = by_client.get((e.get("job"), e["worker"]), [])
         i = bisect.bisect_right(writes, ended)
         if i == len(writes) or writes[i] - ended <= RUN_SLACK:
             continue
@@ -376,8 +397,8 @@ def _store_stalls(history: list[Event], settings: dict) -> list[tuple[float, flo
 
 def _free_windows(reading: _Reading, history: list[Event], end: float,
                   excluded: dict) -> dict[str, list]:
-    """worker id -> its free spans, cut where its process ended and where the harness
-    stopped it; workers on a skewed clock are left out (they see other due times)."""
+    """worker process (see _holder) -> its free spans, cut where it ended and where the
+    harness stopped it; workers on a skewed clock are left out (they see other due times)."""
     exits = {e.get("pid"): e["t"] for e in history
              if e.get("src") == "process" and e.get("type") == "exit"}
     skewed = {e.get("pid") for e in history if e.get("src") == "nemesis"

@@ -113,13 +113,19 @@ class JobIndex:
         written = self.next_write(worker, job, t)
         return exit_ if written is None or written > exit_["t"] else None
 
-    def lived_on(self, worker: str, job: str, t: float, pid: int | None = None) -> bool:
+    def lived_on(self, worker: str, job: str, t: float, pid: int | None = None,
+                 sequential: bool = True) -> bool:
         """Whether the worker went on after its operation on the job open at t: it did not
-        die before its next write for the job, or it wrote for another job after t before it
-        died (a worker is sequential: it had given that operation up)."""
+        die before its next write for the job, or (`sequential`: a worker that runs one job
+        at a time, an engine with one job slot per process) it wrote for another job after t
+        before it died, so it had given that operation up. With several job slots a write
+        for another job may be another slot's, under the same worker id: it proves
+        nothing of this one."""
         exit_ = self.died_before_writing(worker, job, t, pid)
         if exit_ is None:
             return True
+        if not sequential:
+            return False
         times = self.by_worker.get(worker, [])
         i = bisect.bisect_right(times, t)
         return i < len(times) and times[i] < exit_["t"]

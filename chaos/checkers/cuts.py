@@ -1,0 +1,67 @@
+"""What each kill cut: the steps a process held when the harness killed it (a SIGKILL of the
+nemesis, or an armed crash point that one of its jobs reached). A process that runs several
+jobs at once (job slots) loses every one of them in the one death, so a kill is reported
+with the steps it cut, read from the holdings (chaos.checkers.liveness), never assumed.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from ..history import Event
+from .index import readings
+
+
+def kill_cuts(history: list[Event], pipeline: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per kill of a worker process, in time order: {"t", "pid", "name", "how" ("kill" or
+    "crash point NAME"), "steps": [{"job", "step", "worker"}]}, the steps the process held
+    when it died: claimed (or moved on to) before its exit, not ended by its own write, nor
+    taken over by another claim or an intervention on the job first."""
+    tl = readings(history).timeline(pipeline)
+    causes = _causes(history)
+    deaths = [e for e in history if e.get("src") == "process" and e.get("type") == "exit"
+              and e.get("pid") in causes and e.get("role", "worker") == "worker"]
+    held = _held_by_pid(tl)
+    cuts = []
+    for exit_ in deaths:
+        t, pid = exit_["t"], exit_["pid"]
+        steps = [{"job": h.job, "step": h.step["name"], "worker": h.worker}
+                 for h, until in held.get(pid, ()) if h.start["t"] <= t < until]
+        cuts.append({"t": t, "pid": pid, "name": exit_.get("name"), "how": causes[pid],
+                     "steps": steps})
+    return cuts
+
+
+def cut_metrics(cuts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The report's summary of `kill_cuts`: kills, steps cut in all, the most one kill cut,
+    and how many kills cut 0, 1, 2, ... steps."""
+    sizes = [len(c["steps"]) for c in cuts]
+    return {"kills": len(cuts), "steps_cut": sum(sizes), "most_in_one_kill": max(sizes, default=0),
+            "kills_by_steps_cut": {str(n): k for n, k in sorted(Counter(sizes).items())}}
+
+
+def _causes(history: list[Event]) -> dict[int, str]:
+    """pid -> how the harness killed it (the last word wins: a crash point's own record)."""
+    causes: dict[int, str] = {}
+    for e in history:
+        if e.get("src") == "nemesis" and e.get("type") == "kill" and e.get("pid") is not None:
+            causes.setdefault(e["pid"], "kill")
+        elif e.get("src") == "process" and e.get("type") == "crashpoint":
+            causes[e["pid"]] = f"crash point {e.get('point')}"
+    return causes
+
+
+def _held_by_pid(tl) -> dict[int, list[tuple[Any, float]]]:
+    """pid -> [(holding, the time it stopped being its process's)]: the holding's own write,
+    or the job's next claim or intervention, whichever came first (inf: none)."""
+    out: dict[int, list[tuple[Any, float]]] = {}
+    for job, holds in tl.holdings.items():
+        others = sorted([h.start["t"] for h in holds]
+                        + [e["t"] for pos, e in tl.job_events.get(job, ())
+                           if pos in set(tl.interventions.get(job, ()))])
+        for h in holds:
+            pid = h.start.get("pid") if h.start.get("pid") is not None else tl.pids.get(h.worker)
+            ends = [h.write["t"]] if h.write is not None else []
+            ends += [t for t in others if t > h.start["t"]]
+            out.setdefault(pid, []).append((h, min(ends, default=float("inf"))))
+    return out
