@@ -1,6 +1,7 @@
 """`ninelives`: one command for the engine (`ninelives engine ...`) and the harness.
 
     ninelives run SCENARIO [--seed N] [--profile P] [--engine E] [--out DIR] [--quiet]
+                  [--engine-set NAME=VALUE ...]
                   [--backend sqlite|postgres [--pg-url postgresql://...]]
     ninelives replay RUN [--tries K] [--out DIR]
     ninelives check RUN
@@ -44,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1, help="the seed of the fault plan (default 1)")
     p.add_argument("--profile", default=None, help="smoke, ci (default) or soak")
     p.add_argument("--engine", default="reference", help="reference, or module:object")
+    p.add_argument("--engine-set", action="append", default=[], metavar="NAME=VALUE",
+                   help="an engine setting over the scenario's [engine] table, e.g. slots=4 "
+                        "(a TOML value; repeat for more); recorded, and given again by the "
+                        "rerun and replay commands")
     add_backend_flags(p)
     p.add_argument("--out", default="reports", help="where run folders go (default reports)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -93,10 +98,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .contract import load_engine
     from .report import summary
     from .runner import run_campaign
-    from .scenario import load_scenario
+    from .scenario import load_scenario, parse_engine_set
     backend = Backend(args.backend, args.pg_url)  # BackendError (exit 2) names the flag
     engine = load_engine(args.engine)
-    scenario = load_scenario(args.scenario, args.profile, engine)
+    scenario = load_scenario(args.scenario, args.profile, engine,
+                             parse_engine_set(args.engine_set))
     print(f"ninelives run {scenario.name} (profile {scenario.profile}, seed {args.seed}, "
           f"engine {args.engine}, backend {backend.name}): {scenario.run.jobs} jobs, "
           f"{scenario.run.workers} workers, {scenario.run.chaos:.1f} s of chaos",
@@ -128,7 +134,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise ValueError(f"--tries must be at least 1, got {args.tries}")
     report = load_report(args.run)
     engine = load_engine(report["engine"])
-    scenario = load_scenario(report["scenario"]["path"], report["profile"], engine)
+    # The settings the run was given on the command line, over the file's [engine] table
+    from .runfiles import REDACTED
+    given = {k: v for k, v in (report["scenario"].get("engine_set") or {}).items()
+             if v != REDACTED}  # a secret was not kept: the engine's default, or its env
+    scenario = load_scenario(report["scenario"]["path"], report["profile"], engine, given)
     plan = FaultPlan.from_json(report["plan"])
     # The same backend; on PostgreSQL a server of its own (a --pg-url's password is not kept)
     backend = Backend(report.get("backend", "sqlite"))

@@ -19,12 +19,13 @@ from rich.console import Console
 
 from .backends import STARTED
 from .checkers import Verdict
+from .checkers.cuts import cut_metrics, kill_cuts
 from .console import AUTO, Column, table
 from .history import Event, of
 from .plan import FaultPlan
 from .progress import progress_latency
 from .runfiles import scenario_record, write_json
-from .scenario import Scenario, crash_points_for
+from .scenario import Scenario, crash_points_for, engine_set_args
 
 REPORT_SCHEMA = "ninelives.report/1"
 VERSION = "0.1.0"
@@ -175,6 +176,21 @@ def crashpoint_coverage(points: Iterable[str], events: list[Event]) -> dict[str,
     return coverage
 
 
+#: kills listed one by one in report.json (the metrics count them all)
+MAX_KILL_ROWS = 500
+
+
+def kill_rows(events: list[Event], snapshot: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each kill of a worker process and the steps it cut (chaos.checkers.cuts): a process
+    that runs several jobs at once loses them all in one death. The first MAX_KILL_ROWS."""
+    pipeline = snapshot.get("pipeline")
+    if not events or not pipeline:
+        return []
+    t0 = events[0]["t"]
+    return [{**cut, "at": round(cut["t"] - t0, 3)} for cut in kill_cuts(events, pipeline)
+            ][:MAX_KILL_ROWS]
+
+
 def metrics(scenario: Scenario, events: list[Event], snapshot: dict[str, Any],
             applied: dict[str, int]) -> dict[str, Any]:
     phases = snapshot["phases"]
@@ -200,6 +216,8 @@ def metrics(scenario: Scenario, events: list[Event], snapshot: dict[str, Any],
         "processes_spawned": sum(1 for _ in of(events, "process", "spawn")),
         "history_events": len(events),
         "progress_latency": progress_latency(events),
+        # steps lost per kill: with job slots one death cuts every job its process held
+        "kill_cuts": cut_metrics(kill_cuts(events, snapshot["pipeline"])),
     }
 
 
@@ -215,6 +233,7 @@ def run_command(scenario: Scenario, seed: int, engine_spec: str | None,
              "--profile", scenario.profile]
     if engine_spec and engine_spec != "reference":
         parts += ["--engine", engine_spec]
+    parts += engine_set_args(scenario.engine_set)
     if database and database.get("backend", "sqlite") != "sqlite":
         parts += ["--backend", database["backend"]]
         if database.get("server") not in (None, *STARTED):  # not one started for it
@@ -282,6 +301,7 @@ def build_report(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str |
         "faults_prevented": taken,
         "crash_points_not_declared": list(crash_points_for(scenario, engine)[1]),
         "crashpoint_coverage": crashpoint_coverage(getattr(engine, "crashpoints", ()), events),
+        "kills": kill_rows(events, snapshot),
         "verdicts": verdicts_json,
         "skew": skew_of(verdicts_json),
         "metrics": metrics(scenario, events, snapshot, applied),
@@ -338,6 +358,15 @@ def _progress_line(progress: dict | None) -> list[str]:
     return lines
 
 
+def _cuts_line(cuts: dict | None) -> list[str]:
+    """What the worker kills cut: in-flight steps in all, and the most one kill cut."""
+    if not cuts or not cuts.get("kills"):
+        return []
+    return [f"worker kills {cuts['kills']} cut {cuts['steps_cut']} in-flight steps (at most "
+            f"{cuts['most_in_one_kill']} in one kill; kills by steps cut: "
+            + ", ".join(f"{n}: {k}" for n, k in cuts["kills_by_steps_cut"].items()) + ")"]
+
+
 def incomplete_lines(report: dict) -> list[str]:
     """Why the report judges less than a whole run: a killed run, a torn history."""
     lines = []
@@ -375,6 +404,7 @@ def summary(report: dict, console: Console | str | None = AUTO) -> str:
         f"faults applied: {applied}",
         f"kills {m['kills']} ({m['kills_per_minute']}/min), provider calls "
         f"{m['provider_calls']}, billed {m['billed']}, wasted {m['wasted']}",
+        *_cuts_line(m.get("kill_cuts")),
         *_progress_line(m.get("progress_latency")),
         *([f"skewed workers: {skew_text(report)}"] if skew_text(report) else []),
         "", verdict_table(report, console), "",

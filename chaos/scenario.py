@@ -120,12 +120,16 @@ class Scenario:
     engine: dict[str, Any] = field(default_factory=dict)
     faults: Faults = field(default_factory=Faults)
     expect: Expect = field(default_factory=Expect)
+    #: engine settings given on the command line over the file's [engine] table (already
+    #: in `engine`), kept apart so that a rerun and a replay give them again
+    engine_set: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {"name": self.name, "path": self.path, "description": self.description,
                 "profile": self.profile, "run": dataclasses.asdict(self.run),
                 "engine": dict(self.engine), "faults": dataclasses.asdict(self.faults),
-                "expect": dataclasses.asdict(self.expect)}
+                "expect": dataclasses.asdict(self.expect),
+                "engine_set": dict(self.engine_set)}
 
 
 SHARES = ("slow", "provider_429", "provider_5xx", "hang", "reset", "poison", "unavailable",
@@ -157,9 +161,11 @@ def resolve_path(name: str) -> str:
     raise ScenarioError(f"no scenario {name!r} (a file path, or one of: {', '.join(known)})")
 
 
-def load_scenario(name: str, profile: str | None = None, engine: Any = None) -> Scenario:
+def load_scenario(name: str, profile: str | None = None, engine: Any = None,
+                  engine_set: dict[str, Any] | None = None) -> Scenario:
     """Load, validate and scale a scenario for `engine` (an adapter; the reference when
-    None). Raises ScenarioError naming file and field."""
+    None), with `engine_set` (see `parse_engine_set`) over its [engine] table. Raises
+    ScenarioError naming file and field (or the --engine-set setting)."""
     path = resolve_path(name)
     data = _read_toml(path)
     where = os.path.relpath(path)
@@ -173,12 +179,51 @@ def load_scenario(name: str, profile: str | None = None, engine: Any = None) -> 
     faults = _table(where, "faults", Faults, data.get("faults", {}))
     expect = _table(where, "expect", Expect, data.get("expect", {}))
     table = _engine(where, data.get("engine", {}))
+    overrides = _engine("--engine-set", dict(engine_set or {}))
     scenario = Scenario(name=data["name"], path=path, description=data.get("description", ""),
-                        run=run, engine=table, faults=faults, expect=expect)
+                        run=run, engine={**table, **overrides}, faults=faults, expect=expect,
+                        engine_set=overrides)
     _check(where, scenario)
     scenario = apply_profile(scenario, profile or "ci")
     check_for_engine(scenario, engine)
     return scenario
+
+
+def parse_engine_set(items: list[str] | None) -> dict[str, Any]:
+    """`--engine-set NAME=VALUE` arguments as a table: VALUE is read as a TOML value (4,
+    0.5, true, "text"), a bare word that is not one as a string. Raises ScenarioError naming
+    the argument. Whether the engine has the setting, and accepts the value, is checked
+    with the scenario (`check_for_engine`), as for the file's [engine] table."""
+    table: dict[str, Any] = {}
+    for item in items or ():
+        name, eq, raw = item.partition("=")
+        name = name.strip()
+        if not eq or not name:
+            raise ScenarioError(f"--engine-set {item!r}: expected NAME=VALUE, e.g. slots=4")
+        try:
+            value = tomllib.loads(f"value = {raw.strip()}")["value"]
+        except tomllib.TOMLDecodeError:
+            value = raw.strip()  # a bare word: a string setting
+        table[name] = value
+    return table
+
+
+def engine_set_args(engine_set: dict[str, Any]) -> list[str]:
+    """The `--engine-set` arguments that give `engine_set` again (parse_engine_set's
+    inverse): what a rerun command shows. A secret setting (chaos.runfiles.is_secret) is
+    left out: it is never written down, so it must be given again by hand."""
+    def toml(value: Any) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, (int, float)):
+            return repr(value)
+        try:
+            tomllib.loads(f"value = {value}")
+        except tomllib.TOMLDecodeError:
+            return str(value)
+        return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return [arg for name, value in engine_set.items() if not is_secret(str(name))
+            for arg in ("--engine-set", f"{name}={toml(value)}")]
 
 
 def check_numbers(scenario: Scenario) -> Scenario:
@@ -207,7 +252,10 @@ def check_for_engine(scenario: Scenario, engine: Any = None) -> Any:
     try:
         settings = engine.settings(scenario.engine)
     except ValueError as exc:
-        raise ScenarioError(f"{where}: [engine] {exc}") from None
+        given = [f"{k}={v!r}" for k, v in scenario.engine_set.items()
+                 if not is_secret(str(k))]
+        raise ScenarioError(f"{where}: [engine] {exc}" + (
+            f" (with --engine-set {', '.join(given)})" if given else "")) from None
     return settings
 
 
