@@ -22,6 +22,10 @@ MAX_METRIC_CHARS = 4000
 SHOWN_ERRORS = 3    # errors of a verdict shown at once; the rest sit behind one more click
 
 
+#: kills the page lists one by one (report.json keeps more)
+SHOWN_KILLS = 200
+
+
 def render_html(report: dict[str, Any], history: list[Event] | None,
                 snapshot: dict[str, Any] | None) -> str:
     """The page for a run; a missing history or snapshot leaves its sections explained."""
@@ -48,6 +52,8 @@ def context(report: dict[str, Any], history: list[Event] | None,
         ctx.update(timeline_view(history, pipeline, report))
         ctx.update(charts_view(history, snapshot, pipeline, report))
     ctx["coverage"] = sorted(report.get("crashpoint_coverage", {}).items())
+    ctx["kills"] = (report.get("kills") or [])[:SHOWN_KILLS] \
+        if (report.get("metrics") or {}).get("kill_cuts") else []
     return ctx
 
 

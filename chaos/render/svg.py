@@ -15,6 +15,7 @@ ERROR = "#d62728"
 
 AXIS_H, LABEL_W = 34, 128
 LANE_H = {HARNESS: 24, "worker": 32, "sender": 24}
+ROW_H = 24          # each further job-slot row of a lane (a process with several job slots)
 PX_PER_S, MIN_W, MAX_W = 80.0, 1180, 7000
 MAX_GUIDES = 40     # witnesses get a full-height guide line while there are this few
 
@@ -60,7 +61,8 @@ class TimelineDrawing:
         self.width = int(min(MAX_W, max(MIN_W, span * PX_PER_S)))
         self.scale = (self.width - 20) / max(span, 1e-9)
         self.y: dict[str, float] = {}
-        self.h = {lane.key: LANE_H.get(lane.role, 28) for lane in timeline.lanes}
+        self.h = {lane.key: LANE_H.get(lane.role, 28) + ROW_H * (lane.rows - 1)
+                  for lane in timeline.lanes}
         y = float(AXIS_H)
         for lane in timeline.lanes:
             self.y[lane.key] = y
@@ -83,6 +85,9 @@ class TimelineDrawing:
                            class_="lane-label"))
             if sub:
                 rows.append(el("text", sub, x=8, y=y + h / 2 + 11,
+                               class_="lane-sub"))
+            if lane.rows > 1:  # how many steps its processes held at once
+                rows.append(el("text", f"{lane.rows} steps at once", x=8, y=y + h / 2 + 22,
                                class_="lane-sub"))
         return el("svg", "".join(rows), width=LABEL_W, height=self.height,
                   viewBox=f"0 0 {LABEL_W} {self.height}", class_="tl-labels", role="img")
@@ -115,6 +120,9 @@ class TimelineDrawing:
                                 x=self.x(seg.start), y=y + 1,
                                 width=max(self.x(seg.end) - self.x(seg.start), 1.0),
                                 height=h - 2, class_=f"proc p{j % 2}"))
+            for row in range(1, lane.rows):  # a rule between job-slot rows
+                parts.append(el("line", x1=0, x2=self.width, y1=y + 2 + row * ROW_H,
+                                y2=y + 2 + row * ROW_H, class_="slot-rule"))
         return "".join(parts)
 
     def _phases(self) -> str:
@@ -147,7 +155,7 @@ class TimelineDrawing:
                   class_=f"band b-{band.kind}")
 
     def _bar(self, bar: Bar) -> str:
-        y = self.y.get(bar.lane, AXIS_H)
+        y = self.y.get(bar.lane, AXIS_H) + bar.row * ROW_H
         if bar.kind == "call":
             y, h, fill = y + 20, 8, self.steps.get(bar.label, "#888")
         elif bar.kind == "send":
@@ -182,7 +190,10 @@ class TimelineDrawing:
 def _lane_title(lane: Lane) -> str:
     if lane.key == HARNESS:
         return "faults that hit no single process: outages, contention, operator actions"
-    return f"{lane.key}: " + "; ".join(f"{s.name} pid {s.pid} ({s.ended})" for s in lane.segments)
+    rows = (f" ({lane.rows} rows: the most steps its processes held at once, one row per "
+            "job slot)") if lane.rows > 1 else ""
+    return f"{lane.key}{rows}: " + "; ".join(f"{s.name} pid {s.pid} ({s.ended})"
+                                             for s in lane.segments)
 
 
 def _kill(x: float, y: float, h: float) -> str:

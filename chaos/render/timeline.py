@@ -1,6 +1,13 @@
 """The timeline's content: one lane per worker or sender slot (its successive processes),
 the steps each worker held, its provider calls and outbox sends, and the faults that hit it.
 
+A process that runs several jobs at once (job slots) gets one row per job slot inside its
+lane: each held step goes to the lowest row free at its claim, preferring the row its worker
+id last used (`pack_rows`). The rows come from the holdings themselves, not from the engine's
+worker ids or its settings, so an engine that writes every slot under one id is drawn alike,
+and a lane has as many rows as its processes ever held jobs at once: one more than its slots
+would show a process holding more jobs than it may.
+
 Pure data from the history; `chaos.render.svg` draws it. Long histories are thinned: beyond
 `MAX_BARS` per lane and kind, bars are merged into time buckets, and `notes` says so.
 """
@@ -33,6 +40,7 @@ class Lane:
     key: str
     role: str           # worker, sender, harness
     segments: list[Segment] = field(default_factory=list)
+    rows: int = 1       # job slots drawn: the most steps its processes held at once
 
 
 @dataclass
@@ -48,6 +56,10 @@ class Bar:
     witness: str | None = None
     verdicts: tuple[str, ...] = ()
     merged: int = 1
+    row: int = 0        # the job slot's row inside the lane (see pack_rows)
+    worker: str | None = None
+    job: str | None = None
+    pid: int | None = None
 
 
 @dataclass
@@ -90,8 +102,10 @@ def build_timeline(history: list[Event], pipeline: dict[str, Any],
     t1 = max((max(e["t"], e.get("t_end") or 0.0) for e in history), default=t0 + 1.0)
     lanes = Lanes(history, t0, t1)
     bars = held_steps(history, pipeline, lanes, t0, t1)
-    bars += calls_and_sends(history, lanes, t0)
-    marks, bands = faults(history, lanes, t0, t1)
+    calls = calls_and_sends(history, lanes, t0)
+    pack_rows(bars, calls, lanes)
+    bars += calls
+    marks, bands = faults(history, lanes, t0, t1, cut_by(bars))
     marks += witness_marks(witnessed, lanes, t0, lanes.names)
     flag_witnesses(bars, witnessed)
     bars, notes = thin(bars, t0, t1)
@@ -162,7 +176,8 @@ def _ended(exit_event: Event | None) -> str:
 # -- held steps -------------------------------------------------------------------------------
 
 class _Held:
-    """Each worker's open step (a worker works one job at a time)."""
+    """Each worker's open steps, one per job (a process with job slots holds several at
+    once, under one worker id or one per slot)."""
 
     def __init__(self, pipeline: dict[str, Any], lanes: Lanes, t0: float) -> None:
         steps = pipeline.get("steps", [])
@@ -171,27 +186,25 @@ class _Held:
         self.ready = {s["ready"] for s in steps}
         self.parked = set(pipeline.get("parked", ()))
         self.lanes, self.t0 = lanes, t0
-        self.open: dict[str, dict] = {}
-        self.holder: dict[str, Any] = {}    # job -> who took its lease last
+        self.open: dict[tuple[str, str], dict] = {}   # (worker, job) -> the open step
         self.last: dict[tuple[str, str], float] = {}
         self.bars: list[Bar] = []
 
     def job_write(self, e: Event) -> None:
         worker, job = e.get("worker"), e["job"]
-        bar = self.open.get(worker)
+        bar = self.open.get((worker, job))
         # A write that neither moves the job nor takes its lease (a heartbeat, a lease write)
         heartbeat = e["type"] == "state" and e.get("from") == e.get("to") and not takes_lease(e)
-        if bar is not None and not (heartbeat and bar["job"] == job):
-            if bar["job"] == job:
-                self.close(worker, e["t"], self.outcome(e))
-            else:
-                self.abandon(worker, e["t"])
-        if takes_lease(e):
-            self.holder[job] = worker
+        if bar is not None and not heartbeat:
+            self.close((worker, job), e["t"], self.outcome(e))
+        if takes_lease(e):  # whoever else held the job lost it (or had walked away)
+            for key in [k for k in self.open if k[1] == job and k[0] != worker]:
+                self.lose(key, e["t"])
         if (e.get("to") in self.step_of and is_worker(e) and e.get("pid") is not None
                 and not heartbeat):
-            self.open[worker] = {"job": job, "step": e.get("step") or self.step_of[e["to"]],
-                                 "start": e["t"], "pid": e["pid"]}
+            self.open[(worker, job)] = {"job": job, "step": e.get("step")
+                                        or self.step_of[e["to"]], "start": e["t"],
+                                        "pid": e["pid"]}
 
     def outcome(self, e: Event) -> str:
         to = e.get("to")
@@ -199,29 +212,32 @@ class _Held:
             return "ok"
         return "retry" if to in self.ready else ("parked" if to in self.parked else str(to))
 
-    def abandon(self, worker: str, t: float) -> None:
-        """The worker moved on without writing this job again: its lease was taken."""
-        bar = self.open[worker]
-        last = self.last.get((worker, bar["job"]), bar["start"])
-        taken = self.holder.get(bar["job"], worker) != worker
-        self.close(worker, min(t, max(last, bar["start"])), "lost lease" if taken else "left")
+    def lose(self, key: tuple[str, str], t: float) -> None:
+        """Another took the job's lease: the step ends at its holder's last activity on it."""
+        bar = self.open[key]
+        last = self.last.get(key, bar["start"])
+        self.close(key, min(t, max(last, bar["start"])), "lost lease")
 
-    def close(self, worker: str, t: float, outcome: str) -> None:
-        bar = self.open.pop(worker)
+    def close(self, key: tuple[str, str], t: float, outcome: str) -> None:
+        bar = self.open.pop(key)
+        worker = key[0]
         title = (f"{bar['step']} of job {bar['job']} by {worker}: {at(bar['start'], self.t0)} "
                  f"to {at(t, self.t0)}, {outcome}")
-        self.bars.append(Bar(self.lanes.of_worker(worker), "step", bar["start"], t,
-                             bar["step"], outcome, title))
+        self.bars.append(Bar(self.lanes.of_pid(bar["pid"], self.lanes.role_of.get(
+            worker, "worker")), "step", bar["start"], t, bar["step"], outcome, title,
+            worker=worker, job=bar["job"], pid=bar["pid"]))
 
     def process_exit(self, e: Event) -> None:
-        for worker in [w for w, bar in self.open.items() if bar["pid"] == e.get("pid")]:
-            self.close(worker, e["t"], "killed" if e.get("signal") else "exited")
+        """Every step the process held ends with it (all its job slots at once)."""
+        for key in [k for k, bar in self.open.items() if bar["pid"] == e.get("pid")]:
+            self.close(key, e["t"], "killed" if e.get("signal") else "exited")
 
 
 def held_steps(history: list[Event], pipeline: dict[str, Any], lanes: Lanes, t0: float,
                t1: float) -> list[Bar]:
     """Bars for the steps workers held: from entering a working state (a claim, or moving
-    on in a kept job) to the worker's next write of that job, its death, or losing it."""
+    on in a kept job) to the worker's next write of that job, its process's death, or
+    another's taking the job's lease."""
     held = _Held(pipeline, lanes, t0)
     for e in history:
         src, type_ = e["src"], e["type"]
@@ -234,9 +250,48 @@ def held_steps(history: list[Event], pipeline: dict[str, Any], lanes: Lanes, t0:
             end = e.get("t_end") or e["t"]
             key = (worker, e["job"])
             held.last[key] = max(held.last.get(key, end), end)
-    for worker in list(held.open):
-        held.close(worker, t1, "unfinished")
+    for key in list(held.open):
+        held.close(key, t1, "unfinished")
     return held.bars
+
+
+def pack_rows(steps: list[Bar], calls: list[Bar], lanes: Lanes) -> None:
+    """Give each held step a row of its lane: the row its worker id used last if free at
+    the step's start (an engine with one id per job slot keeps each slot on its own row),
+    else the lowest free one; then each call the row of its worker's step on that job
+    open at the call (row 0 without one). Sets each lane's `rows`."""
+    by_lane: dict[str, list[Bar]] = defaultdict(list)
+    for bar in steps:
+        by_lane[bar.lane].append(bar)
+    for lane, bars in by_lane.items():
+        busy: list[float] = []          # row -> when its current step ends
+        last_row: dict[str | None, int] = {}
+        for bar in sorted(bars, key=lambda b: (b.start, b.end)):
+            free = [r for r, until in enumerate(busy) if until <= bar.start]
+            preferred = last_row.get(bar.worker)
+            row = preferred if preferred in free else (free[0] if free else len(busy))
+            if row == len(busy):
+                busy.append(bar.end)
+            busy[row] = max(bar.end, bar.start + 1e-9)
+            bar.row, last_row[bar.worker] = row, row
+        if lane in lanes.by_key:
+            lanes.by_key[lane].rows = max(1, len(busy))
+    open_steps: dict[tuple, list[Bar]] = defaultdict(list)
+    for bar in steps:
+        open_steps[(bar.worker, bar.job)].append(bar)
+    for call in calls:
+        holder = next((b for b in open_steps.get((call.worker, call.job), ())
+                       if b.start - 0.005 <= call.start <= b.end + 0.005), None)
+        call.row = holder.row if holder is not None else 0
+
+
+def cut_by(bars: list[Bar]) -> dict[int, list[Bar]]:
+    """pid -> the held steps its death cut (outcome "killed"), for the kill marks."""
+    cut: dict[int, list[Bar]] = defaultdict(list)
+    for bar in bars:
+        if bar.kind == "step" and bar.outcome == "killed" and bar.pid is not None:
+            cut[bar.pid].append(bar)
+    return cut
 
 
 def calls_and_sends(history: list[Event], lanes: Lanes, t0: float) -> list[Bar]:
@@ -254,7 +309,7 @@ def calls_and_sends(history: list[Event], lanes: Lanes, t0: float) -> list[Bar]:
         bars.append(Bar(lanes.of_worker(e.get("worker")), kind, e["t_start"],
                         e.get("t_end") or e["t_start"], str(label), outcome,
                         describe(e, t0, lanes.names),
-                        witness=event_key(e)))
+                        witness=event_key(e), worker=e.get("worker"), job=e.get("job")))
     return bars
 
 
@@ -267,17 +322,21 @@ WINDOW_END = {"resume": "pause", "outage_end": "outage", "contention_end": "cont
               "row_lock_end": "row_lock"}
 
 
-def faults(history: list[Event], lanes: Lanes, t0: float,
-           t1: float) -> tuple[list[Mark], list[Band]]:
-    """Kills, crash-point kills, operator actions and duplicate submits as marks; forced
-    lease expiries across every lane; pauses, outages, contention, a database server down
-    and a statement timeout's held lock as bands."""
+def faults(history: list[Event], lanes: Lanes, t0: float, t1: float,
+           cut: dict[int, list[Bar]] | None = None) -> tuple[list[Mark], list[Band]]:
+    """Kills, crash-point kills (each saying the steps it cut: `cut`, see cut_by), operator
+    actions and duplicate submits as marks; forced lease expiries across every lane;
+    pauses, outages, contention, a database server down and a statement timeout's held
+    lock as bands."""
     marks, bands, opened = [], [], {}
     for e in history:
         kind = MARKED.get((e["src"], e["type"]))
         if kind:
             lane = HARNESS if kind in ("operator", "submit") else lanes.of_event(e)
-            marks.append(Mark(lane, kind, e["t"], describe(e, t0, lanes.names)))
+            text = describe(e, t0, lanes.names)
+            if kind in ("kill", "crashpoint") and cut is not None and e.get("pid") is not None:
+                text += _cut_text(cut.get(e["pid"], []))
+            marks.append(Mark(lane, kind, e["t"], text))
         elif e["src"] != "nemesis":
             continue
         elif e["type"] == "expire":
@@ -293,6 +352,15 @@ def faults(history: list[Event], lanes: Lanes, t0: float,
         end = start["t"] + start["seconds"] if start.get("seconds") else t1
         bands.append(_band(start, min(end, t1), lanes, t0))
     return marks, bands
+
+
+def _cut_text(steps: list[Bar]) -> str:
+    """What a kill's title adds: the steps its process held when it died."""
+    if not steps:
+        return "; it held no step"
+    shown = ", ".join(f"{b.label} of {b.job}" for b in steps[:8])
+    more = f" and {len(steps) - 8} more" if len(steps) > 8 else ""
+    return f"; it cut {len(steps)} step{'s' if len(steps) != 1 else ''}: {shown}{more}"
 
 
 def _band(start: Event, end: float, lanes: Lanes, t0: float) -> Band:
@@ -342,17 +410,18 @@ def thin(bars: list[Bar], t0: float, t1: float,
          limit: int = MAX_BARS) -> tuple[list[Bar], list[str]]:
     """Merge each lane's bars of one kind into `limit` time buckets when there are more;
     witness bars stay whole. Returns the bars and a note per lane and kind thinned."""
-    groups: dict[tuple[str, str], list[Bar]] = defaultdict(list)
+    groups: dict[tuple[str, str, int], list[Bar]] = defaultdict(list)
     for bar in bars:
-        groups[(bar.lane, bar.kind)].append(bar)
+        groups[(bar.lane, bar.kind, bar.row)].append(bar)
     kept, notes = [], []
-    for (lane, kind), group in groups.items():
+    for (lane, kind, row), group in groups.items():
         if len(group) <= limit:
             kept += group
             continue
         kept += [b for b in group if b.witness] + _merge(
             [b for b in group if not b.witness], t0, t1, limit)
-        notes.append(f"{lane}: {len(group)} {kind} bars merged into at most {limit} time "
+        where = f"{lane} row {row + 1}" if row else lane
+        notes.append(f"{where}: {len(group)} {kind} bars merged into at most {limit} time "
                      "buckets (the step drawn is the most frequent in each bucket)")
     return kept, notes
 
@@ -370,5 +439,6 @@ def _merge(bars: list[Bar], t0: float, t1: float, limit: int) -> list[Bar]:
         title = (f"{len(group)} {group[0].kind}s merged: " +
                  ", ".join(f"{o} {n}" for o, n in outcomes.most_common()))
         merged.append(Bar(group[0].lane, group[0].kind, min(b.start for b in group),
-                          max(b.end for b in group), label, outcome, title, merged=len(group)))
+                          max(b.end for b in group), label, outcome, title, merged=len(group),
+                          row=group[0].row))
     return merged
