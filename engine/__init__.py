@@ -13,15 +13,18 @@ from .states import (DOCUMENT, STATES, IllegalTransition, Pipeline, PipelineErro
 from .steps import CallResult, Conclusion, StepContext, StepRunner
 from .store import (DatabaseError, Effect, LeaseLost, OperatorError, SQLiteStore, Store,
                     StoreBusy, SubmissionConflict, open_store)
+from .slots import GroupCommit, Slots
 from .worker import Worker, new_worker_id
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Backoff", "CRASHPOINTS", "CallResult", "CallTimeout", "Clock", "Conclusion", "ConfigError",
-    "DOCUMENT", "DatabaseError", "Effect", "EngineConfig", "IllegalTransition", "LeaseLost",
+    "DOCUMENT", "DatabaseError", "Effect", "EngineConfig", "GroupCommit", "IllegalTransition",
+    "LeaseLost",
     "ManualClock", "OperatorError", "ParseError", "Pipeline", "PipelineError", "PoisonError",
-    "RetryableError", "SQLiteStore", "STATES", "SchemaError", "Sender", "SkewedClock", "Step",
+    "RetryableError", "SQLiteStore", "STATES", "SchemaError", "Sender", "SkewedClock", "Slots",
+    "Step",
     "StepContext", "StepError", "StepRunner", "Store", "StoreBusy", "SubmissionConflict", "SystemClock",
     "Worker", "build_pipeline", "classify", "crashpoint", "get_pipeline", "load_config",
     "new_worker_id", "open_store", "register_pipeline",
