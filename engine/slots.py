@@ -70,7 +70,9 @@ class GroupCommit:
     #: counters for the bench: transactions, and the writes they carried
     groups: int = 0
     writes: int = 0
-    _cond: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    #: guards the queue and wakes the followers; injectable (a simulation passes one whose
+    #: waits are its own scheduling points), the standard library's by default
+    condition: Any = field(default_factory=threading.Condition, repr=False)
     _queue: list[_Write] = field(default_factory=list, repr=False)
     _leading: bool = False
 
@@ -79,19 +81,19 @@ class GroupCommit:
         raise its error. `deadline` (clock time): past it, a group that cannot have the
         write lock gives this write up with StoreBusy (the slot's lease is gone)."""
         entry = _Write(write, deadline)
-        with self._cond:
+        with self.condition:
             self._queue.append(entry)
             while self._leading and not entry.done:
-                self._cond.wait()
+                self.condition.wait()
             if entry.done:
                 return entry.outcome()
             self._leading, group, self._queue = True, self._queue, []
         try:
             self._lead(store, group)
         finally:
-            with self._cond:
+            with self.condition:
                 self._leading = False
-                self._cond.notify_all()
+                self.condition.notify_all()
         return entry.outcome()
 
     def _lead(self, store: Store, group: list[_Write]) -> None:
@@ -147,15 +149,20 @@ class Slots:
     cannot be opened fails at start); worker_id: the process's id, each slot writing under
     `<id>/<k>`; make_worker: builds one slot's Worker (engine.worker.Worker's signature).
     With one slot the Worker runs in the calling thread under the process's own id.
+    `thread` builds each slot's thread and `condition` the group commit's condition: the
+    standard library's by default; a simulation passes its own, so that this very code runs
+    on its virtual clock.
     """
 
     def __init__(self, config: EngineConfig, open_store_: Callable[[], Store],
                  make_worker: Callable[..., Any], *, clock: Clock | None = None,
-                 worker_id: str, thread: Callable[..., Any] = threading.Thread) -> None:
+                 worker_id: str, thread: Callable[..., Any] = threading.Thread,
+                 condition: Callable[[], Any] = threading.Condition) -> None:
         self.config, self.id, self._thread = config, worker_id, thread
         self.stats = WorkerStats()
         stores = [open_store_() for _ in range(config.slots)]
-        self.group = (GroupCommit(clock or SystemClock()) if config.slots > 1
+        self.group = (GroupCommit(clock or SystemClock(), condition=condition())
+                      if config.slots > 1
                       and config.group_commit and hasattr(stores[0], "batch") else None)
         self.workers = [make_worker(
             store, worker_id=worker_id if config.slots == 1 else f"{worker_id}/{k}",
