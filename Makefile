@@ -58,6 +58,7 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: $(BENCH_STAMP) postgres
 	$(BIN)/python bench/engine_throughput.py
+	$(BIN)/python bench/latency_throughput.py
 	$(BIN)/python bench/postgres_throughput.py
 
 clean:

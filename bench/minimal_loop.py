@@ -18,12 +18,14 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from chaos.supervisor import die_with_parent  # noqa: E402
 from engine import DOCUMENT, open_store  # noqa: E402
 from engine.steps import InstantSteps, StepContext  # noqa: E402
 from engine.store import canonical_json  # noqa: E402
+from engine_throughput import EngineRun  # noqa: E402
 from sqlite_commits import CommitCounter  # noqa: E402
 
 LEASE = 30.0
@@ -101,9 +103,9 @@ def _loop(db: str, sync: str, go, done, commits, index: int, parent: int) -> Non
     done[index], commits[index] = n, counter.commits
 
 
-def minimal_rate(jobs: int, workers: int, sync: str) -> tuple[float, float]:
-    """Jobs/s of `jobs` jobs through `workers` minimal-loop processes released together, and
-    the commits a job took. Raises SystemExit if a job is left undone."""
+def minimal_rate(jobs: int, workers: int, sync: str) -> EngineRun:
+    """Jobs/s of `jobs` jobs through `workers` minimal-loop processes released together, each
+    one's share and the commits in all. Raises SystemExit if a job is left undone."""
     with tempfile.TemporaryDirectory() as tmp:
         db = os.path.join(tmp, "minimal.db")
         store = open_store(db, synchronous="NORMAL")  # the engine's schema and submit
@@ -126,4 +128,4 @@ def minimal_rate(jobs: int, workers: int, sync: str) -> tuple[float, float]:
         if sum(done) != jobs:
             raise SystemExit(f"minimal loop: {sum(done)} of {jobs} jobs done "
                              f"(exit codes {[p.exitcode for p in procs]})")
-    return jobs / elapsed, sum(commits) / jobs
+    return EngineRun(jobs / elapsed, list(done), sum(commits))
