@@ -10,13 +10,18 @@ from typing import Any
 
 from ..history import Event
 from .index import readings
+from .lease_kept import renews
+from .ops import TOL
 
 
 def kill_cuts(history: list[Event], pipeline: dict[str, Any]) -> list[dict[str, Any]]:
     """Per kill of a worker process, in time order: {"t", "pid", "name", "how" ("kill" or
     "crash point NAME"), "steps": [{"job", "step", "worker"}]}, the steps the process held
     when it died: claimed (or moved on to) before its exit, not ended by its own write, nor
-    taken over by another claim or an intervention on the job first."""
+    taken over by another claim or an intervention on the job first, and still being worked
+    on: its lease live as its holder last wrote it, or a provider call of it in flight (a
+    slot whose lease ran out while it was stopped walks away from its job, and a call
+    outliving its lease is still a step the death cut)."""
     tl = readings(history).timeline(pipeline)
     causes = _causes(history)
     deaths = [e for e in history if e.get("src") == "process" and e.get("type") == "exit"
@@ -26,7 +31,8 @@ def kill_cuts(history: list[Event], pipeline: dict[str, Any]) -> list[dict[str, 
     for exit_ in deaths:
         t, pid = exit_["t"], exit_["pid"]
         steps = [{"job": h.job, "step": h.step["name"], "worker": h.worker}
-                 for h, until in held.get(pid, ()) if h.start["t"] <= t < until]
+                 for h, until in held.get(pid, ())
+                 if h.start["t"] <= t < until and _worked_on(h, t, tl)]
         cuts.append({"t": t, "pid": pid, "name": exit_.get("name"), "how": causes[pid],
                      "steps": steps})
     return cuts
@@ -38,6 +44,20 @@ def cut_metrics(cuts: list[dict[str, Any]]) -> dict[str, Any]:
     sizes = [len(c["steps"]) for c in cuts]
     return {"kills": len(cuts), "steps_cut": sum(sizes), "most_in_one_kill": max(sizes, default=0),
             "kills_by_steps_cut": {str(n): k for n, k in sorted(Counter(sizes).items())}}
+
+
+def _worked_on(h, t: float, tl) -> bool:
+    """Whether holding `h` was still being worked on at `t`: its lease (its claim's, as its
+    holder's renewals moved it) had not run out, or one of its calls was in flight."""
+    if any(c["t_start"] - TOL <= t <= (c.get("t_end") or t) + TOL for _, c in h.calls):
+        return True
+    until = h.start.get("lease_until")
+    if until is None:
+        return True  # an engine without leases: nothing says the holder had let it go
+    for _, e in tl.job_events.get(h.job, ()):
+        if h.start["t"] < e["t"] <= t and renews(e, h, tl):
+            until = max(until, e.get("lease_until") or 0.0)
+    return until > t - TOL
 
 
 def _causes(history: list[Event]) -> dict[int, str]:

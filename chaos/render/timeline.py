@@ -17,6 +17,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..checkers.cuts import kill_cuts
 from ..checkers.ops import is_job, is_worker, pids_by_worker, takes_lease
 from ..history import Event
 from .evidence import at, describe, event_key, writer_names
@@ -105,7 +106,7 @@ def build_timeline(history: list[Event], pipeline: dict[str, Any],
     calls = calls_and_sends(history, lanes, t0)
     pack_rows(bars, calls, lanes)
     bars += calls
-    marks, bands = faults(history, lanes, t0, t1, cut_by(bars))
+    marks, bands = faults(history, lanes, t0, t1, cut_by(history, pipeline))
     marks += witness_marks(witnessed, lanes, t0, lanes.names)
     flag_witnesses(bars, witnessed)
     bars, notes = thin(bars, t0, t1)
@@ -285,13 +286,12 @@ def pack_rows(steps: list[Bar], calls: list[Bar], lanes: Lanes) -> None:
         call.row = holder.row if holder is not None else 0
 
 
-def cut_by(bars: list[Bar]) -> dict[int, list[Bar]]:
-    """pid -> the held steps its death cut (outcome "killed"), for the kill marks."""
-    cut: dict[int, list[Bar]] = defaultdict(list)
-    for bar in bars:
-        if bar.kind == "step" and bar.outcome == "killed" and bar.pid is not None:
-            cut[bar.pid].append(bar)
-    return cut
+def cut_by(history: list[Event], pipeline: dict[str, Any]) -> dict[int, list[dict]]:
+    """pid -> the steps its death cut (chaos.checkers.cuts: those it was still working on),
+    for the kill marks; the report's list of kills reads the same."""
+    if not pipeline.get("steps"):
+        return {}
+    return {cut["pid"]: cut["steps"] for cut in kill_cuts(history, pipeline)}
 
 
 def calls_and_sends(history: list[Event], lanes: Lanes, t0: float) -> list[Bar]:
@@ -323,7 +323,7 @@ WINDOW_END = {"resume": "pause", "outage_end": "outage", "contention_end": "cont
 
 
 def faults(history: list[Event], lanes: Lanes, t0: float, t1: float,
-           cut: dict[int, list[Bar]] | None = None) -> tuple[list[Mark], list[Band]]:
+           cut: dict[int, list[dict]] | None = None) -> tuple[list[Mark], list[Band]]:
     """Kills, crash-point kills (each saying the steps it cut: `cut`, see cut_by), operator
     actions and duplicate submits as marks; forced lease expiries across every lane;
     pauses, outages, contention, a database server down and a statement timeout's held
@@ -354,11 +354,11 @@ def faults(history: list[Event], lanes: Lanes, t0: float, t1: float,
     return marks, bands
 
 
-def _cut_text(steps: list[Bar]) -> str:
-    """What a kill's title adds: the steps its process held when it died."""
+def _cut_text(steps: list[dict]) -> str:
+    """What a kill's title adds: the steps its process was working on when it died."""
     if not steps:
         return "; it held no step"
-    shown = ", ".join(f"{b.label} of {b.job}" for b in steps[:8])
+    shown = ", ".join(f"{s['step']} of {s['job']}" for s in steps[:8])
     more = f" and {len(steps) - 8} more" if len(steps) > 8 else ""
     return f"; it cut {len(steps)} step{'s' if len(steps) != 1 else ''}: {shown}{more}"
 

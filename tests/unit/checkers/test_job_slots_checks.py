@@ -152,6 +152,16 @@ def test_a_crash_point_one_slot_reached_cuts_the_other_slots_too():
     assert len(cut["steps"]) == 3
 
 
+def test_a_kill_cuts_the_steps_still_worked_on_not_those_a_slot_walked_away_from():
+    # a's lease ran out at 2.0 with no call: its slot let it go (say it was stopped past
+    # the lease); c's lease ran out too, but its call was still in flight; b is live.
+    history = merge([spawned(), claim(1.0, "a", SLOT[0], lease=1.0),
+                     claim(1.0, "c", SLOT[2], lease=1.0), call(1.1, 3.5, "c", "fetch", SLOT[2]),
+                     claim(2.5, "b", SLOT[1]), *killed(3.0)])
+    [cut] = kill_cuts(history, snapshot()["pipeline"])
+    assert sorted(s["job"] for s in cut["steps"]) == ["b", "c"]
+
+
 def test_the_killed_slots_leases_are_not_abandoned_and_their_successors_may_claim():
     verdict = run(check_lease_kept, one_kill_cuts_three(), slots=4)
     assert "lease-abandoned" not in verdict.by_type, verdict.reason
