@@ -40,15 +40,18 @@ def faults_applied(plan: FaultPlan, events: list[Event], nemesis: Counter) -> di
     outages = _windows(events, "outage", "outage_end")
     for e in of(events, "provider", "call"):
         fault, status = e.get("fault"), e.get("status")
-        if fault == "status" and any(a <= e["t"] <= b for a, b in outages):
+        if fault == "status" and status and status >= 500 \
+                and plan.unavailable.get(e.get("job")) == e.get("step"):
+            # the document's own 503s, outage or not: its fault comes first (chaos.nemesis)
+            counts["unavailable"] += 1
+        elif fault == "status" and any(a <= e["t"] <= b for a, b in outages):
             counts["outage_503"] += 1  # the outage's doing, not evidence of random 5xx
         elif fault == "status" and status == 429:
             counts["provider_429"] += 1
         elif fault == "status" and status and 400 <= status < 500:
             counts["poison"] += 1  # 429 was counted above
         elif fault == "status" and status and status >= 500:
-            counts["unavailable" if plan.unavailable.get(e.get("job")) == e.get("step")
-                   else "provider_5xx"] += 1
+            counts["provider_5xx"] += 1
         elif fault in ("hang", "reset", "slow"):
             counts[fault] += 1
         elif fault in ("bad_content", "schema", "garbage"):

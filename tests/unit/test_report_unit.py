@@ -187,3 +187,15 @@ def test_verdict_table_shows_counts_and_a_reason_shortened_at_a_word():
     reason = row.split("  ")[-1]
     assert reason.endswith(" ...") and len(reason) <= 100
     assert long_reason.startswith(reason[:-4]) and long_reason[len(reason) - 4] == " "
+
+
+def test_an_unavailable_steps_503s_during_an_outage_are_still_its_own():
+    """A document whose step answers 503 every time keeps its fault during an outage (the
+    nemesis asks the document first), so its 503s there are evidence of `unavailable`, not
+    of the outage; another job's 503 in the outage is the outage's."""
+    plan = dataclasses.replace(PLAN, unavailable={OTHER: "fetch"})
+    outage = [{"t": 0.5, "src": "nemesis", "type": "outage"},
+              {"t": 1.5, "src": "nemesis", "type": "outage_end"}]
+    other = dict(call("status", 503), job=LOOPING)
+    applied = faults_applied(plan, outage + [call("status", 503), other], Counter())
+    assert (applied.get("unavailable"), applied.get("outage_503")) == (1, 1)
