@@ -131,6 +131,12 @@ CATALOG: tuple[Mutant, ...] = (
     Mutant("heartbeat_inverted",
            "the worker builds its heartbeat only when heartbeat is off", ("lease-kept",),
            "lost-lease"),
+    Mutant("group_stale_fails_all",
+           "a group commit lets one slot's stale write roll back every slot's write of the "
+           "group", ("cost-accounted", "lease-kept"), "mutants/slot-zombies"),
+    Mutant("heartbeat_one_slot",
+           "with job slots the heartbeat beats only for the step that began last",
+           ("lease-kept", "lease-exclusive"), "mutants/slot-leases"),
     Mutant("submit_replaces",
            "submit replaces an existing job (INSERT OR REPLACE) instead of keeping it",
            ("submissions-idempotent",), "duplicate-submit"),
@@ -143,7 +149,10 @@ BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOG}
 #: than run the reference engine under a mutant's name. Every mutant of the store removes
 #: its mechanism from each backend's own SQL or methods (chaos.reference.mutants.patches),
 #: so none is SQLite's alone today.
-SQLITE_ONLY: dict[str, str] = {}
+SQLITE_ONLY: dict[str, str] = {
+    "group_stale_fails_all": "group commit is SQLite's: on PostgreSQL each slot commits on its "
+                             "own connection, the server grouping their flushes",
+}
 #: The mutants that run on PostgreSQL too.
 ON_POSTGRES = frozenset(m.name for m in CATALOG if m.name not in SQLITE_ONLY)
 

@@ -21,9 +21,11 @@ patch here.
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager
 from typing import Any, Callable, Iterable
 
 from engine import hooks, retry, worker
+from engine.slots import GroupCommit
 from engine.outbox import Sender
 from engine.store import Claim, LeaseLost, SQLiteStore
 from engine.worker import Worker
@@ -444,13 +446,43 @@ def mark_sent_before_send() -> None:
     wrap(Sender, "send", make)
 
 
+# -- job slots ---------------------------------------------------------------------------------
+
+def group_stale_fails_all() -> None:
+    """A group commit lets one stale write fail the whole group: the others' paid-for
+    results are rolled back with it, and every slot of the group walks away from a job whose
+    lease it still holds."""
+    def run(store, group):
+        results = []
+        with store.batch():
+            for entry in group:
+                results.append((entry.write(store), None))  # a LeaseLost undoes them all
+            hooks.crashpoint("worker.group.before_commit")
+        return results
+    GroupCommit._run = staticmethod(run)
+
+
+def heartbeat_one_slot() -> None:
+    """The heartbeat watches one claim at a time, as a single-job worker's does: with slots,
+    only the step that began last is beaten for, and the others' leases run out under them."""
+    def make(original: Callable) -> Callable:
+        @contextmanager
+        def watching(self, claim, worker_id=None):
+            with self._lock:
+                self._watched.clear()
+            with original(self, claim, worker_id) as lost:
+                yield lost
+        return watching
+    wrap(worker.Heartbeat, "watching", make)
+
+
 #: Patches of code both backends run (the worker, the sender, the retry policy, the client).
 PATCHES: dict[str, Callable[[], None]] = {f.__name__: f for f in (
     no_crash_loop_cap, memo_check_skipped, spend_unrecorded, poison_retried,
     retry_after_ignored, backoff_without_jitter, jitter_narrowed, no_call_deadline,
     operator_move_not_written, sender_without_key, mark_sent_before_send,
     dead_letter_at_first_failure, outbox_retry_at_once, client_fails_before_sending,
-    heartbeat_inverted)}
+    heartbeat_inverted, group_stale_fails_all, heartbeat_one_slot)}
 
 #: Patches of the store: each takes the store class it breaks, SQLite's or PostgreSQL's.
 STORE_PATCHES: dict[str, Callable[[type], None]] = {f.__name__: f for f in (
