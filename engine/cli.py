@@ -432,7 +432,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ninelives engine", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("worker", help="claim jobs and run their steps")
-    p.add_argument("--max-jobs", type=count, metavar="N", help="exit after this many jobs (default: no limit)")
+    p.add_argument("--max-jobs", type=count, metavar="N",
+                   help="exit after this many jobs (default: no limit; with slots, in all, "
+                   "each slot finishing the job it holds)")
     p.add_argument("--exit-when-idle", action="store_true",
                    help="exit once no job waits for a worker")
     p.add_argument("--exit-with-parent", action="store_true", help=WITH_PARENT)
