@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import resource
 import sqlite3
 import sys
 import tempfile
@@ -56,11 +57,30 @@ def raw_commit_ceiling(sync: str, seconds: float = 2.0) -> float:
 @dataclass(frozen=True)
 class EngineRun:
     """One measured run: jobs/s, each worker process's share of the jobs (in start order),
-    and the SQLite transactions they committed in all (None: not counted)."""
+    the SQLite transactions they committed in all (None: not counted), and the CPU seconds
+    they used from their release to their end, every thread's, user and system."""
 
     rate: float
     shares: list[int]
     commits: int | None = None
+    cpu: float | None = None
+
+
+class Tally:
+    """What each forked worker process reports back: its commits and CPU seconds."""
+
+    def __init__(self, ctx, workers: int) -> None:
+        self.commits, self.cpu = ctx.Array("q", workers), ctx.Array("d", workers)
+
+    @staticmethod
+    def cpu_now() -> float:
+        """This process's CPU seconds so far (every thread, user and system)."""
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    def record(self, index: int, commits: int, cpu_since: float) -> None:
+        """Worker `index` committed `commits` and used the CPU since `cpu_since`."""
+        self.commits[index], self.cpu[index] = commits, self.cpu_now() - cpu_since
 
 
 def worker_argv(db: str, sync: str, steps: str, slots: int,
@@ -77,7 +97,7 @@ def worker_argv(db: str, sync: str, steps: str, slots: int,
     return argv
 
 
-def _worker(argv: list[str], go, commits, index: int, count_into: str | None, log: str,
+def _worker(argv: list[str], go, tally: Tally, index: int, count_into: str | None, log: str,
             parent: int) -> None:
     die_with_parent(parent)  # never outlives the benchmark, however it ends
     from engine.cli import main as engine_main
@@ -86,8 +106,9 @@ def _worker(argv: list[str], go, commits, index: int, count_into: str | None, lo
     with open(log, "w") as err:  # the engine's own lines (and any error) go to its log
         os.dup2(err.fileno(), 2)
     go.wait()
+    cpu = tally.cpu_now()
     code = engine_main(argv)
-    commits[index] = committed.commits
+    tally.record(index, committed.commits, cpu)
     if counter is not None:
         counter.dump(count_into)
     raise SystemExit(code)  # the engine's answer is this process's exit code
@@ -116,10 +137,10 @@ def engine_run(jobs: int, workers: int, sync: str, prepare=None, db: str | None 
             store.submit(f"job-{i}", DOCUMENT, {"title": f"t{i}", "body": "a b c " * 20}, now)
         store.close()
         ctx = mp.get_context("fork")
-        go, commits = ctx.Event(), ctx.Array("q", workers)
+        go, tally = ctx.Event(), Tally(ctx, workers)
         argv = worker_argv(db, sync, steps, slots, settings)
         logs = [os.path.join(tmp, f"worker-{i}.log") for i in range(workers)]
-        procs = [ctx.Process(target=_worker, args=(argv, go, commits, i, count_into, logs[i],
+        procs = [ctx.Process(target=_worker, args=(argv, go, tally, i, count_into, logs[i],
                                                    os.getpid()))
                  for i in range(workers)]
         for p in procs:
@@ -137,7 +158,8 @@ def engine_run(jobs: int, workers: int, sync: str, prepare=None, db: str | None 
         shares = delivered_by_process(db, [p.pid for p in procs])
         if sum(shares) != jobs:
             raise SystemExit(f"only {sum(shares)} of {jobs} jobs were delivered")
-    return EngineRun(jobs / elapsed, shares, sum(commits) if not is_postgres_url(db) else None)
+    return EngineRun(jobs / elapsed, shares,
+                     None if is_postgres_url(db) else sum(tally.commits), sum(tally.cpu))
 
 
 def delivered_by_process(db: str, pids: list[int]) -> list[int]:

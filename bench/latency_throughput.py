@@ -289,9 +289,10 @@ def instant_row(sync: str, label: str, runs: list[EngineRun], minimal: float,
                 ceiling: float) -> None:
     """Print one row of the instant table: its best run, and every run's jobs/s."""
     run = max(runs, key=lambda r: r.rate)
-    per_job = run.commits / sum(run.shares)
+    jobs = sum(run.shares)
+    per_job = run.commits / jobs
     print(f"{sync:<7}{label:<17}{run.rate:>7.0f}{per_job:>8.2f}{per_job / STEPS_PER_JOB:>8.2f}"
-          f"{ceiling / per_job:>9.0f}{run.rate / minimal:>9.2f}  "
+          f"{ceiling / per_job:>9.0f}{run.rate / minimal:>9.2f}{run.cpu / jobs * 1000:>8.2f}  "
           f"{'/'.join(f'{r.rate:.0f}' for r in runs):<12}{run.shares}", flush=True)
 
 
@@ -303,20 +304,23 @@ def instant_table(jobs: int, syncs: list[str], layout: list[tuple[int, int]],
     other work on the machine only ever slows one."""
     print(f"\ninstant steps: {jobs} jobs of {STEPS_PER_JOB} steps, WAL, SQLite"
           f" {sqlite3.sqlite_version}; best of {rounds} rounds (every run in 'runs'); tx: the"
-          f" workers' commits; ceiling: the jobs/s the raw commit rate allows at that tx/job")
+          f" workers' commits; ceiling: the jobs/s the raw commit rate allows at that tx/job;"
+          f" cpu: the workers' CPU ms a job, every thread, user and system")
     print(f"{'sync':<7}{'shape':<17}{'jobs/s':>7}{'tx/job':>8}{'tx/step':>8}{'ceiling':>9}"
-          f"{'/minimal':>9}  {'runs':<12}jobs per process")
+          f"{'/minimal':>9}{'cpu':>8}  {'runs':<12}jobs per process")
     for sync in syncs:
         rows = instant_measures(jobs, sync, layout, pair)
         raw, runs, loads = [], {label: [] for label in rows}, [load()]
         for _ in range(rounds):
-            raw.append(raw_commit_ceiling(sync, seconds=1.0))
             for label, measure in rows.items():
+                # The disk's rate drifts with other work: sampled before every run, the
+                # best sample is the ceiling.
+                raw.append(raw_commit_ceiling(sync, seconds=0.3))
                 runs[label].append(measure())
             loads.append(load())
         ceiling = max(raw)
-        print(f"{sync:<7}{'raw commits':<17}{ceiling:>7.0f} commits/s, one row each,"
-              f" runs {'/'.join(f'{r:.0f}' for r in raw)}; load {'-'.join(loads)}")
+        print(f"{sync:<7}{'raw commits':<17}{ceiling:>7.0f} commits/s, one row each, best of"
+              f" {len(raw)} samples from {min(raw):.0f}; load {'-'.join(loads)}")
         minimal = max(r.rate for r in runs["minimal loop 1x1"])
         for label, measured in runs.items():
             instant_row(sync, label, measured, minimal, ceiling)

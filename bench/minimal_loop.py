@@ -25,7 +25,7 @@ from chaos.supervisor import die_with_parent  # noqa: E402
 from engine import DOCUMENT, open_store  # noqa: E402
 from engine.steps import InstantSteps, StepContext  # noqa: E402
 from engine.store import canonical_json  # noqa: E402
-from engine_throughput import EngineRun  # noqa: E402
+from engine_throughput import EngineRun, Tally  # noqa: E402
 from sqlite_commits import CommitCounter  # noqa: E402
 
 LEASE = 30.0
@@ -88,7 +88,7 @@ def work_job(conn: sqlite3.Connection, job: str, payload: str, worker: str):
     return nxt
 
 
-def _loop(db: str, sync: str, go, done, commits, index: int, parent: int) -> None:
+def _loop(db: str, sync: str, go, done, tally: Tally, index: int, parent: int) -> None:
     die_with_parent(parent)  # never outlives the benchmark, however it ends
     counter = CommitCounter().install()
     conn = sqlite3.connect(db, isolation_level=None, timeout=5.0)
@@ -96,11 +96,13 @@ def _loop(db: str, sync: str, go, done, commits, index: int, parent: int) -> Non
     conn.execute(f"PRAGMA synchronous={sync}")
     worker = f"minimal:{os.getpid()}"
     go.wait()
+    cpu = tally.cpu_now()
     job, n = _write(conn, lambda c: _claim(c, worker, time.time())), 0
     while job is not None:
         job, n = work_job(conn, *job, worker), n + 1
     conn.close()
-    done[index], commits[index] = n, counter.commits
+    done[index] = n
+    tally.record(index, counter.commits, cpu)
 
 
 def minimal_rate(jobs: int, workers: int, sync: str) -> EngineRun:
@@ -114,8 +116,8 @@ def minimal_rate(jobs: int, workers: int, sync: str) -> EngineRun:
             store.submit(f"job-{i}", DOCUMENT, {"title": f"t{i}", "body": "a b c " * 20}, now)
         store.close()
         ctx = mp.get_context("fork")
-        go, done, commits = ctx.Event(), ctx.Array("i", workers), ctx.Array("q", workers)
-        procs = [ctx.Process(target=_loop, args=(db, sync, go, done, commits, i, os.getpid()))
+        go, done, tally = ctx.Event(), ctx.Array("i", workers), Tally(ctx, workers)
+        procs = [ctx.Process(target=_loop, args=(db, sync, go, done, tally, i, os.getpid()))
                  for i in range(workers)]
         for p in procs:
             p.start()
@@ -128,4 +130,4 @@ def minimal_rate(jobs: int, workers: int, sync: str) -> EngineRun:
         if sum(done) != jobs:
             raise SystemExit(f"minimal loop: {sum(done)} of {jobs} jobs done "
                              f"(exit codes {[p.exitcode for p in procs]})")
-    return EngineRun(jobs / elapsed, list(done), sum(commits))
+    return EngineRun(jobs / elapsed, list(done), sum(tally.commits), sum(tally.cpu))

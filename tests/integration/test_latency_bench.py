@@ -58,13 +58,13 @@ def test_the_quick_bench_prints_both_tables_and_leaves_no_process():
     # audited, and the audit's overhead.
     full = [line for line in lines if line.startswith("FULL ")]
     raw, *table, overhead = full
-    assert re.fullmatch(r"FULL   raw commits +\d+ commits/s, one row each, runs \d+; load "
-                        r"\d+\.\d-\d+\.\d", raw), out
+    assert re.fullmatch(r"FULL   raw commits +\d+ commits/s, one row each, best of 5 samples "
+                        r"from \d+; load \d+\.\d-\d+\.\d", raw), out
     assert [line[7:24].strip() for line in table] == [
         "minimal loop 1x1", "1x1", "1x4", "1x4 no group", "1x4 audited"], out
     for row in table:
-        figures, runs, shares = row[24:].split()[:5], row[24:].split()[5], row[24:].split()[6:]
-        assert len(numbers(" ".join(figures), 0)) == 5, row
+        figures, runs, shares = row[24:].split()[:6], row[24:].split()[6], row[24:].split()[7:]
+        assert len(numbers(" ".join(figures), 0)) == 6, row
         assert re.fullmatch(r"\d+", runs), row  # one round: one run
         assert shares == ["[150]"], row  # one process: every job
     assert re.fullmatch(r"FULL   audit overhead at 1x4: audited/plain \d+\.\d\d", overhead), out
