@@ -166,10 +166,12 @@ class _JobReader:
             holding.write, holding.write_pos = e, pos
 
     def died(self, pid: int) -> None:
-        """The holdings open in process `pid` end with it, unwritten: a later write under the
-        same worker id (one that names a slot, not a process) is a successor's, not theirs."""
+        """The holdings open in process `pid` end with it, unwritten, every one of them (a
+        process with job slots holds several): a later write under the same worker id (one
+        that names a slot, not a process) is a successor's, not theirs."""
         for key, h in list(self.current.items()):
-            if h.write is None and (any(c.get("pid") == pid for _, c in h.calls)
+            if h.write is None and (h.start.get("pid") == pid
+                                    or any(c.get("pid") == pid for _, c in h.calls)
                                     or self.tl.pids.get(h.worker) == pid):
                 del self.current[key]
 

@@ -11,6 +11,7 @@ from builders import (W2, call, job, memo, nemesis, process, snapshot, snapshot_
 
 from chaos.checkers.billing import check_cost_accounted
 from chaos.checkers.cuts import cut_metrics, kill_cuts
+from chaos.checkers.index import readings
 from chaos.checkers.leases import check_fenced_writes, check_lease_kept
 from chaos.checkers.promptness import check_claims_prompt
 from chaos.history import merge
@@ -247,3 +248,21 @@ def test_due_work_waits_only_while_every_slot_of_a_process_is_taken(free_at, ref
     if status == "fail":
         assert verdict.by_type == {"due-job-waited": 1}
         assert SLOT[1] in verdict.failures[0].message and f"pid {PID}" in verdict.failures[0].message
+
+
+# -- holdings end with their process, all of them ---------------------------------------------
+
+def test_every_holding_of_a_killed_process_ends_with_it_though_its_id_lives_on():
+    """An engine whose worker id names a slot (not a process): process 301 holds a and b
+    under "exec-0" and is killed; process 302, under the same id, then finishes both. Its
+    writes are a successor's, not the killed holdings' own."""
+    def op(t, job_id, frm, to, pid, type_="state", **fields):
+        return {"t": t, "src": "engine", "type": type_, "job": job_id, "from": frm, "to": to,
+                "worker": "exec-0", "pid": pid, "actor": "worker", "token": None,
+                "completion": "ok", **fields}
+    history = [spawned(), *killed(2.0), process(2.1, "spawn", "worker-0.2", 302)]
+    history += [op(1.0, j, "pending", "fetching", PID, "claimed", step="fetch",
+                   continued=False) for j in "ab"]
+    history += [op(3.0, j, "fetching", "fetched", 302) for j in "ab"]
+    tl = readings(merge(history)).timeline(snapshot()["pipeline"])
+    assert all(h.write is None for j in "ab" for h in tl.holdings[j])
