@@ -76,9 +76,9 @@ def _held_by_pid(tl) -> dict[int, list[tuple[Any, float]]]:
     or the job's next claim or intervention, whichever came first (inf: none)."""
     out: dict[int, list[tuple[Any, float]]] = {}
     for job, holds in tl.holdings.items():
+        moved = set(tl.interventions.get(job, ()))
         others = sorted([h.start["t"] for h in holds]
-                        + [e["t"] for pos, e in tl.job_events.get(job, ())
-                           if pos in set(tl.interventions.get(job, ()))])
+                        + [e["t"] for pos, e in tl.job_events.get(job, ()) if pos in moved])
         for h in holds:
             pid = h.start.get("pid") if h.start.get("pid") is not None else tl.pids.get(h.worker)
             ends = [h.write["t"]] if h.write is not None else []
