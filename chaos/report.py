@@ -144,8 +144,9 @@ def unfired(scenario: Scenario, applied: dict[str, int], skip: Iterable[str] = (
 
 def prevented(plan: FaultPlan, events: list[Event], missing: Iterable[str]) -> dict[str, str]:
     """The unfired faults of `missing` whose every planned target the run legitimately took
-    away first: a fault forced onto a job's first call never fires when an operator acted on
-    the job (cancelled it, say) before that call. {setting: why}; the others stay unfired."""
+    away first: a fault forced onto a job's first call (or an unavailable document's step)
+    never fires when an operator acted on the job (cancelled it, say) before that call.
+    {setting: why}; the others stay unfired."""
     acted: dict[str, float] = {}
     for e in events:
         if e.get("src") == "engine" and e.get("actor") == "operator" and e.get("job"):
@@ -164,6 +165,8 @@ def prevented(plan: FaultPlan, events: list[Event], missing: Iterable[str]) -> d
     for setting in missing:
         targets = [(job, what) for job, what, name, *_ in
                    plan.forced_provider + plan.forced_receiver if name == setting]
+        if setting == "unavailable":  # the documents whose step answers 503 every time
+            targets = sorted(plan.unavailable.items())
         if targets and all(job in acted and acted[job] <= first.get((job, what), float("inf"))
                            for job, what in targets):
             why[setting] = "; ".join(f"its target {job} ({what}) was taken by an operator "

@@ -199,3 +199,10 @@ def test_an_unavailable_steps_503s_during_an_outage_are_still_its_own():
     other = dict(call("status", 503), job=LOOPING)
     applied = faults_applied(plan, outage + [call("status", 503), other], Counter())
     assert (applied.get("unavailable"), applied.get("outage_503")) == (1, 1)
+
+
+def test_an_unavailable_document_an_operator_cancelled_before_its_step_is_prevented():
+    plan = dataclasses.replace(PLAN, unavailable={OTHER: "verify"})
+    assert "unavailable" in prevented(plan, [cancel(0.5)], ["unavailable"])
+    fetched = dict(call(None), step="verify", t=0.2)  # its step was called first: unfired
+    assert prevented(plan, [fetched, cancel(0.5)], ["unavailable"]) == {}
