@@ -1,7 +1,7 @@
 """`ninelives sim`: explore seeds in simulation, shrink a failure, replay a saved schedule.
 
     ninelives sim SCENARIO [--seed N | --seeds N|A..B] [--profile P] [--engine E] [--out DIR]
-                  [--shrink] [--budget K]
+                  [--engine-set NAME=VALUE ...] [--shrink] [--budget K]
     ninelives sim --replay FILE [--out DIR]
 
 Exit codes: 0 every explored schedule passed, 1 one failed, 2 the command could not run.
@@ -40,6 +40,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", default="reference", help="reference, or module:object "
                    "(an adapter that declares in_process, e.g. chaos.mutants:NAME or "
                    "examples.toy_engine.adapter:TOY)")
+    p.add_argument("--engine-set", action="append", default=[], metavar="NAME=VALUE",
+                   help="an engine setting over the scenario's [engine] table, e.g. slots=4 "
+                        "(a TOML value; repeat for more); recorded, and given again by the "
+                        "command that explores the seed again")
     p.add_argument("--out", default="reports", help="where run folders go")
     p.add_argument("--replay", metavar="FILE", help="run a saved schedule.json or "
                    "counterexample.json again")
@@ -56,19 +60,21 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if not args.scenario:
         raise ValueError("ninelives sim needs a SCENARIO (or --replay FILE)")
     from ..contract import load_engine
-    from ..scenario import POSTGRES_FAULTS, ScenarioError, load_scenario
-    scenario = load_scenario(args.scenario, args.profile)
+    from ..scenario import POSTGRES_FAULTS, ScenarioError, load_scenario, parse_engine_set
+    engine = load_engine(args.engine)
+    scenario = load_scenario(args.scenario, args.profile, engine,
+                             parse_engine_set(args.engine_set))
     server = [name for name in POSTGRES_FAULTS if getattr(scenario.faults, name)]
     if server:  # the simulation has no database server: no silent pass without its faults
         raise ScenarioError(f"{scenario.path}: faults.{server[0]} {POSTGRES_FAULTS[server[0]]}"
                             "; run it with `ninelives run --backend postgres`, not sim")
-    engine = load_engine(args.engine)
     chosen = args.seeds if args.seed is None else range(args.seed, args.seed + 1)
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr,
                                                                     flush=True))
     say(f"ninelives sim {scenario.name} (profile {scenario.profile}, engine {args.engine}): "
         f"seeds {seeds_text(chosen)}, {scenario.run.jobs} jobs, "
-        f"{scenario.run.workers} workers")
+        f"{scenario.run.workers} workers" + (f" x {scenario.engine['slots']} slots"
+                                             if scenario.engine.get("slots", 1) > 1 else ""))
     if len(chosen) == 1:
         return _one(SimSpec(scenario, chosen.start, engine, args.engine), args)
     return _explore(scenario, engine, chosen, args)

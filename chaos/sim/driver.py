@@ -198,14 +198,14 @@ class Simulation:
     def live(self) -> list[Process]:
         return [p for p in self.processes.values() if p.alive]
 
-    def kill(self, process: Process, point: str | None) -> None:
-        """SIGKILL `process` (at crash point `point`, when one fired)."""
+    def kill(self, process: Process, point: str | None, actor: Actor | None = None) -> None:
+        """SIGKILL `process` (at crash point `point`, when one fired in `actor`)."""
         if not process.alive:
             return
         if point is not None:
             self.record({"t": self.sched.now(), "src": "process", "type": "crashpoint",
                          "pid": process.pid, "role": process.role, "point": point,
-                         "job": process.data.get("job")})
+                         "job": job_of(actor) if actor else process.data.get("job")})
         process.data["exit"] = (-9, "SIGKILL")
         self.sched.kill(process)
 
@@ -233,7 +233,7 @@ class Simulation:
             index, how = value % n, (STALLED if value >= n else RUN)
         actor = eligible[index]
         if how == CRASH or (how == RUN and self._crash_loops(actor)):
-            self.kill(actor.process, actor.point)
+            self.kill(actor.process, actor.point, actor)
             return index, CRASH
         if how == STALLED:
             # A stalled thread is the simulation's loaded machine: recorded, so that a check
@@ -257,7 +257,7 @@ class Simulation:
         crash-loop point (as NINELIVES_CRASH_JOBS does in a real run)."""
         return (actor.point == getattr(self.engine, "crash_loop_point", None)
                 and actor.process.role == "worker"
-                and actor.process.data.get("job") in self.plan.crash_loop)
+                and job_of(actor) in self.plan.crash_loop)
 
     def _thread_raised(self, args: threading.ExceptHookArgs) -> None:
         """A thread outside the scheduler's actors raised (an engine thread the simulation
@@ -384,6 +384,12 @@ class Simulation:
                                      receiver_applied=self.receiver.effects,
                                      phases=self.phases, jobs=self.job_ids, clock="virtual"))
         return snap
+
+
+def job_of(actor: Actor) -> str | None:
+    """The job `actor` works on: its own where the engine notes it per thread (a process with
+    job slots works several at once), else its process's."""
+    return actor.data.get("job", actor.process.data.get("job"))
 
 
 def _ledger_event(entry: dict, src: str, type_: str) -> hist.Event:

@@ -24,6 +24,7 @@ from .. import history as hist
 from ..report import build_report, faults_applied, write_report
 from ..runner import render_reports
 from ..runfiles import scenario_record
+from ..scenario import engine_set_args
 from .spec import SimResult
 from .shrink import save_schedule
 from .story import headline, tell
@@ -45,6 +46,7 @@ def sim_command(result: SimResult) -> str:
              "--profile", s.scenario.profile]
     if s.engine_spec and s.engine_spec != "reference":
         parts += ["--engine", s.engine_spec]
+    parts += engine_set_args(s.scenario.engine_set)
     return " ".join(shlex.quote(p) for p in parts)
 
 

@@ -215,7 +215,8 @@ def scenario_from_json(data: dict) -> Scenario:
     faults["outages"] = tuple(tuple(w) for w in faults.get("outages", ()))
     return Scenario(name=data["name"], path=data["path"], description=data.get("description", ""),
                     profile=data["profile"], run=Run(**data["run"]), engine=dict(data["engine"]),
-                    faults=Faults(**faults), expect=Expect(**data["expect"]))
+                    faults=Faults(**faults), expect=Expect(**data["expect"]),
+                    engine_set=dict(data.get("engine_set") or {}))
 
 
 __all__ = ["SCHEDULE_FORMAT", "Shrunk", "load_schedule", "replay", "save_schedule",

@@ -19,11 +19,12 @@ and the adapter's `submit`, `operator` and `expire_leases` take `now=`, the time
 
 The engine's code runs as it would in a process of its own: its clock is the process's
 virtual clock (`proc.now`), its threads are actors of the process (`proc.thread`, killed with
-it), its waits are virtual (`proc.event`), its SQLite connections are the simulation's
-(`chaos.sim.sqlite`: virtual timestamps and lock waits, rolled back when the process dies),
-its crash points are the probe's (`chaos.probe`), where the scheduler may hand the turn to
-another thread or kill the process. An engine that keeps settings or identity in module
-globals needs a copy of its modules per process (the article engine's adapter shows how).
+it), its waits are virtual (`proc.event`, `proc.condition`), its SQLite connections are the
+simulation's (`chaos.sim.sqlite`: virtual timestamps and lock waits, rolled back when the
+process dies), its crash points are the probe's (`chaos.probe`), where the scheduler may hand
+the turn to another thread or kill the process. An engine that keeps settings or identity in
+module globals needs a copy of its modules per process (the article engine's adapter shows
+how).
 """
 from __future__ import annotations
 
@@ -85,14 +86,24 @@ class SimEvent:
 
 class SimThread:
     """`threading.Thread` as an actor of its process: scheduled like the others, killed with
-    the process. `join` waits on the virtual clock."""
+    the process. `join` waits on the virtual clock: it looks again every tick, or (with
+    `wake_joiners`) is woken when the thread ends, one turn instead of one a tick (the
+    examples' schedules, and the seeds their READMEs name, are the polling join's)."""
 
     def __init__(self, sched: Scheduler, process: Process, target: Callable[..., Any],
                  name: str | None = None, args: tuple = (), kwargs: dict | None = None,
-                 daemon: bool | None = None) -> None:
+                 daemon: bool | None = None, *, wake_joiners: bool = False) -> None:
         self.sched, self.process, self.name = sched, process, name or "thread"
-        self._body = lambda: target(*args, **(kwargs or {}))
+        self._target, self._args, self._kwargs = target, args, kwargs or {}
+        self._ended = SimEvent(sched) if wake_joiners else None
         self.actor: Actor | None = None
+
+    def _body(self) -> None:
+        try:
+            self._target(*self._args, **self._kwargs)
+        finally:
+            if self._ended is not None:
+                self._ended.set()  # wakes its joiners, however it ended
 
     def start(self) -> None:
         self.actor = self.sched.spawn(f"{self.process.name}/{self.name}", self._body,
@@ -104,7 +115,72 @@ class SimThread:
     def join(self, timeout: float | None = None) -> None:
         deadline = INF if timeout is None else self.sched.now_us + self.sched.us(timeout)
         while self.is_alive() and self.sched.now_us < deadline:
-            self.sched.sleep(0)
+            if self._ended is None:
+                self.sched.sleep(0)
+            else:  # a thread killed before it ran sets nothing: look again now and then
+                self._ended.wait(min(1.0, (deadline - self.sched.now_us) / 1_000_000))
+
+
+class SimCondition:
+    """`threading.Condition` for actors. Its lock is never held across a scheduling point but
+    `wait`, which lets it go and parks the calling thread until `notify` or `notify_all`
+    (or the virtual timeout), a scheduling point like any other: a real Condition's wait
+    would block the scheduler's one running thread. Releasing the lock after a notify passes
+    the turn: the threads woken may run before the notifier goes on, as they would on a
+    machine that runs them in parallel."""
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+        self._owner: Actor | None = None
+        self._waiting: list[Actor] = []  # in the order they began to wait
+        self._woke = False
+
+    def acquire(self) -> bool:
+        actor = self.sched.current
+        while self._owner is not None and self._owner is not actor and self._owner.alive:
+            self.sched.sleep(0)  # held by a thread parked inside: try again a tick later
+        self._owner = actor
+        return True
+
+    def release(self) -> None:
+        self._owner = None
+        if self._woke:
+            self._woke = False
+            self.sched.pass_turn()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Release the lock, park until notified (or `timeout` virtual seconds), take the
+        lock again; whether it was notified."""
+        actor = self.sched.current
+        self._waiting.append(actor)
+        self.release()
+        try:
+            if timeout is None:
+                self.sched.wait()
+            else:
+                self.sched.sleep(timeout)
+        finally:
+            notified = actor not in self._waiting
+            if not notified:
+                self._waiting.remove(actor)
+            self.acquire()
+        return notified
+
+    def notify(self, n: int = 1) -> None:
+        """Wake the `n` threads that have waited longest."""
+        woken, self._waiting = self._waiting[:n], self._waiting[n:]
+        for actor in woken:
+            self.sched.hurry(actor)
+        self._woke = self._woke or bool(woken)
+
+    def notify_all(self) -> None:
+        self.notify(len(self._waiting))
 
 
 @dataclass
@@ -164,7 +240,7 @@ class JobProbe:
             actor = self.sched.current
             if job is not None and actor is not None \
                     and actor._thread is threading.current_thread():
-                actor.process.data["job"] = job
+                actor.process.data["job"] = actor.data["job"] = job
             handler(name)
         return probe.set_handler(at_point)
 

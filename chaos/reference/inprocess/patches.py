@@ -18,9 +18,10 @@ from typing import Any, ContextManager, Iterator
 from ..adapter import ReferenceEngine
 
 #: The engine modules a patch may touch; `restored()` puts their contents back.
-ENGINE_MODULES = ("engine.worker", "engine.outbox", "engine.retry", "engine.steps",
-                  "engine.provider", "engine.http", "engine.hooks", "engine.store.sqlite",
-                  "engine.store.operator", "engine.store.queries", "engine.store.base")
+ENGINE_MODULES = ("engine.worker", "engine.slots", "engine.outbox", "engine.retry",
+                  "engine.steps", "engine.provider", "engine.http", "engine.hooks",
+                  "engine.store.sqlite", "engine.store.operator", "engine.store.queries",
+                  "engine.store.base")
 
 
 _RESTORING = threading.Lock()

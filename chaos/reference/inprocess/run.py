@@ -1,10 +1,13 @@
 """The reference engine in a simulation: its workers and senders as scheduled threads against
 a real SQLite file (the engine-neutral rest of a simulated run is `chaos.sim.driver`).
 
-The engine's own heartbeat runs, its thread an actor of the worker's process on the virtual
-clock, so a bug in it shows in simulation too. A thread that finds the write lock taken (a
-contention fault holds it) waits on the virtual clock (the store's `wait_clock`), a scheduling point like
-any other. Databases use synchronous=NORMAL (a simulation tests interleavings, not
+A worker process runs the engine's own job slots (`engine.slots.Slots`, `slots` of them): each
+slot a thread of the process with its own store, the one heartbeat thread of the process, and
+the group commit whose followers wait on a condition that is a scheduling point; all of them
+actors of the process, killed with it at once, on the virtual clock, so a bug in any of them
+shows in simulation too. A thread that finds the write lock taken (a contention fault holds
+it) waits on the virtual clock (the store's `wait_clock`), a scheduling point like any
+other. Databases use synchronous=NORMAL (a simulation tests interleavings, not
 durability) and live in /dev/shm when there is one.
 """
 from __future__ import annotations
@@ -12,12 +15,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import random
 import shutil
 import sqlite3
 import time
 from typing import Any, Callable
 
 from engine import Sender, load_config
+from engine.slots import Slots
 from engine.store import OperatorError, SubmissionConflict
 from engine.worker import Worker
 
@@ -25,7 +30,7 @@ from ...sim.choices import Choices
 from ...sim.driver import Simulation
 from ...sim.scheduler import Process, VirtualClock
 from ...sim.spec import SimResult, SimSpec, scratch_dir
-from ...sim.threads import SimThread
+from ...sim.threads import SimCondition, SimThread
 from .. import audit, observer
 from ..adapter import expire_leases
 from .patches import in_process
@@ -34,12 +39,19 @@ from .world import (EngineErrors, EngineHooks, PROVIDER_URL, RECEIVER_URL,
 
 
 class SimWorker(Worker):
-    """The engine's worker, noting the job it works on where the crash handler can see it."""
+    """The engine's worker (one job slot), tying its store to the thread that runs it and
+    noting the job it works on where the crash handler can see it."""
 
     process: Process
+    sim: "ReferenceSimulation"
+
+    def run(self, *args, **kwargs):
+        self.actor = self.sim.sched.current
+        self.sim.own(self.store)  # Slots opened it in the process's main thread
+        return super().run(*args, **kwargs)
 
     def work(self, claim):
-        self.process.data["job"] = claim.job_id
+        self.process.data["job"] = self.actor.data["job"] = claim.job_id
         return super().work(claim)
 
 
@@ -98,16 +110,55 @@ class ReferenceSimulation(Simulation):
             slot, pid = process.slot, process.pid
             config = self._slot_config(slot)
             clock = VirtualClock(self.sched, self.skew(slot))
-            store = self.open_store(f"worker:{pid}")
-            self.own(store)
-            # The worker decides whether it has a heartbeat and builds it, as in a real
-            # process; the simulation gives it only its thread, store and clocks.
-            worker = SimWorker(store, config, pipeline=self.pipeline, clock=clock,
-                               rng=self.rng(process), worker_id=f"worker:sim:{pid}:{slot}",
-                               **self._heartbeat_parts(process))
-            worker.process = process
-            worker.run()
+            # The engine's own job slots (engine.slots): its slot threads, group commit and
+            # shared heartbeat, as a real worker process runs them; the simulation gives it
+            # only its threads, condition, stores and clocks.
+            slots = Slots(config, self._slot_stores(process), self._slot_workers(process, config,
+                                                                                   clock),
+                          clock=clock, worker_id=f"worker:sim:{pid}:{slot}",
+                          thread=self._thread_of(process),
+                          condition=lambda: SimCondition(self.sched))
+            slots.run()
         return body
+
+    def _slot_stores(self, process: Process) -> Callable[[], Any]:
+        """Opens each slot's store in the process's main thread (as Slots does), each with a
+        lock-wait source of its own; closed with the main thread unless the slot's own thread
+        took it over (SimWorker.run): a slot killed before it ran leaves no open file."""
+        opened = []
+        main = self.sched.current
+
+        def open_store():
+            who = f"worker:{process.pid}" + (f"/{len(opened)}" if opened else "")
+            store = self.open_store(who)
+            opened.append(store)
+            main.cleanup.append(lambda: getattr(store, "sim_owner", main) is main
+                                and store.close())
+            return store
+        return open_store
+
+    def _slot_workers(self, process: Process, config, clock) -> Callable[..., SimWorker]:
+        """Builds each slot's Worker as engine.slots.Slots asks; its random source is the
+        process's own (slot 0, as with one slot) or fixed by seed, pid and slot."""
+        made: list[SimWorker] = []
+
+        def make_worker(store, *, rng, **kwargs) -> SimWorker:
+            k = len(made)
+            rng = self.rng(process) if k == 0 else random.Random(
+                f"{self.spec.seed}:worker:{process.pid}/{k}")
+            worker = SimWorker(store, config, pipeline=self.pipeline, clock=clock, rng=rng,
+                               **self._heartbeat_parts(process), **kwargs)
+            worker.process, worker.sim = process, self
+            made.append(worker)
+            return worker
+        return make_worker
+
+    def _thread_of(self, process: Process) -> Callable[..., SimThread]:
+        """The engine's threads (a slot, the heartbeat) as actors of `process`; a join (the
+        main thread's, of its slots) is woken when the thread ends."""
+        def thread(target, name=None, args=(), kwargs=None, daemon=None):
+            return SimThread(self.sched, process, target, name, args, kwargs, wake_joiners=True)
+        return thread
 
     def _heartbeat_parts(self, process: Process) -> dict[str, Any]:
         """What the engine's own heartbeat runs on here: a thread that is an actor of the
@@ -117,10 +168,8 @@ class ReferenceSimulation(Simulation):
             self.own(store)
             return store
 
-        def thread(target, name=None, daemon=None):
-            return SimThread(self.sched, process, target, name)
-
-        return {"beat_store": open_store, "beat_thread": thread, "monotonic": self.sched.now}
+        return {"beat_store": open_store, "beat_thread": self._thread_of(process),
+                "monotonic": self.sched.now}
 
     def _sender_body(self, process: Process) -> Callable[[], None]:
         def body() -> None:
@@ -133,11 +182,12 @@ class ReferenceSimulation(Simulation):
         return body
 
     def own(self, store) -> None:
-        """Tie `store` to the running thread, which opened it: its open transaction keeps the
-        thread from being preempted, and it is closed when the thread ends (as a dead
-        process's files are)."""
+        """Tie `store` to the running thread, which opened it or works with it: its open
+        transaction keeps the thread from being preempted, and it is closed when the thread
+        ends (as a dead process's files are, which rolls back what it had not committed)."""
         actor = self.sched.current
         if actor is not None:
+            store.sim_owner = actor
             actor.cleanup.append(store.close)
             actor.in_transaction = lambda: store.conn.in_transaction
 
