@@ -71,7 +71,11 @@ def skew_effects(history: list[Event], settings: dict[str, Any], tl) -> dict[str
     kept = leases_past_a_lease(history, settings.get("lease"), tl)
     judged = store_clock(settings)
     seconds = sorted({tl.skew_of(w) for w in workers})
-    did = (f"{len(workers)} worker(s) on a clock {', '.join(f'{s:+g}' for s in seconds)} s "
+    # processes, not ids: a process with job slots writes under an id per slot
+    processes = {tl.pids[w] for w in workers}
+    ids = f" ({len(workers)} worker ids)" if len(workers) != len(processes) else ""
+    did = (f"{len(processes)} worker process(es){ids} on a clock "
+           f"{', '.join(f'{s:+g}' for s in seconds)} s "
            f"off made {len(claims)} claims: {len(taken)} of a lease still live by the true "
            f"clock, and {len(kept)} leases of theirs ran past one lease")
     note = (f"{did}; judged, as the store's clock places leases" if judged else
