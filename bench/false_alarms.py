@@ -2,7 +2,7 @@
 every scenario, counting each invariant that did not pass.
 
     python bench/false_alarms.py [--seeds 200|A..B] [--scenarios all|NAME,...] [--profile ci]
-                                 [--engine reference] [--processes 2]
+                                 [--engine reference] [--processes 2] [--engine-set slots=4]
 
 The reference engine holds every invariant it is checked against, so every failed verdict is
 a false alarm (a harness bug, or an engine bug: either way one to look at). `unknown`
@@ -10,7 +10,8 @@ verdicts are listed apart, with their reasons: a check whose faults the scenario
 inject (deadlines-kept without hangs) has nothing to judge, and says so. Each scenario's
 seeds run on a pool of --processes; the table gives per scenario the schedules run, the
 failed and unknown verdicts by invariant, and the first seeds of each; the total is the
-false-alarm count. Exits 1 when there was any.
+false-alarm count. Exits 1 when there was any. `--engine-set NAME=VALUE` runs every scenario
+with that engine setting over its [engine] table (slots=4: every scenario with job slots).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from chaos import flags  # noqa: E402
 from chaos.contract import load_engine  # noqa: E402
 from chaos.supervisor import die_with_parent  # noqa: E402
-from chaos.scenario import load_scenario  # noqa: E402
+from chaos.scenario import load_scenario, parse_engine_set  # noqa: E402
 from chaos.sim import SeededChoices, SimSpec, simulate  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -42,11 +43,11 @@ def scenario_names() -> list[str]:
 
 def one(task: tuple) -> tuple[str, int, list[tuple[str, str, str]], float]:
     """(scenario, seed, [(invariant, "fail" | "unknown", first message or reason)], seconds)."""
-    name, seed, profile, spec = task
+    name, seed, profile, spec, engine_set = task
     engine = load_engine(spec)
     started = time.perf_counter()
-    result = simulate(SimSpec(load_scenario(name, profile, engine=engine), seed, engine, spec),
-                      SeededChoices(seed))
+    scenario = load_scenario(name, profile, engine=engine, engine_set=engine_set)
+    result = simulate(SimSpec(scenario, seed, engine, spec), SeededChoices(seed))
     bad = [(v.name, "fail" if v.valid is False else "unknown",
             v.failures[0].message if v.failures else v.reason)
            for v in result.verdicts if v.valid is not True]
@@ -63,12 +64,18 @@ def main() -> int:
     parser.add_argument("--profile", default="ci")
     parser.add_argument("--engine", default="reference")
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--engine-set", action="append", default=[], metavar="NAME=VALUE",
+                        help="an engine setting over every scenario's [engine] table, e.g. "
+                             "slots=4 (repeatable)")
     args = parser.parse_args()
     if args.processes < 1:
         parser.error("--processes must be at least 1")
     names = scenario_names() if args.scenarios == "all" else args.scenarios.split(",")
-    tasks = [(n, s, args.profile, args.engine) for n in names for s in args.seeds]
-    print(f"false alarms: {args.engine}, {len(names)} scenarios x {len(args.seeds)} seeds "
+    engine_set = parse_engine_set(args.engine_set)
+    tasks = [(n, s, args.profile, args.engine, engine_set) for n in names for s in args.seeds]
+    print(f"false alarms: {args.engine}"
+          + "".join(f" ({k}={v})" for k, v in engine_set.items())
+          + f", {len(names)} scenarios x {len(args.seeds)} seeds "
           f"(profile {args.profile}) on {args.processes} processes; load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     started = time.perf_counter()

@@ -3,7 +3,7 @@ workers), and, for each mutant of the catalog (chaos.mutants), how many simulate
 how many seconds it takes to catch it.
 
     python bench/sim_speed.py [--seconds 60] [--processes 2] [--scenario smoke] [--jobs 10]
-                              [--workers 3] [--engines reference,...]
+                              [--workers 3] [--engines reference,...] [--engine-set slots=4]
                               [--mutants all|none|NAME,...] [--seeds 20|A..B]
 
 Speed: every process simulates seeds 1, 1 + N, 1 + 2N, ... of the scenario (smoke profile,
@@ -30,23 +30,23 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from chaos import flags  # noqa: E402
 from chaos.contract import load_engine  # noqa: E402
-from chaos.scenario import load_scenario  # noqa: E402
+from chaos.scenario import load_scenario, parse_engine_set  # noqa: E402
 from chaos.sim import SeededChoices, SimSpec, simulate  # noqa: E402
 
 TARGET = 1000  # schedules per minute on 2 cores, 10 jobs, 3 workers
 
 
-def sized(name: str, jobs: int, workers: int, engine=None):
-    scenario = load_scenario(name, "smoke", engine=engine)
+def sized(name: str, jobs: int, workers: int, engine=None, engine_set=None):
+    scenario = load_scenario(name, "smoke", engine=engine, engine_set=engine_set)
     return dataclasses.replace(scenario, run=dataclasses.replace(scenario.run, jobs=jobs,
                                                                  workers=workers))
 
 
 def speed_worker(task: tuple) -> dict:
     """One process: seeds first, first + step, ... for `seconds`; counts and turns."""
-    name, jobs, workers, first, step, seconds, spec = task
+    name, jobs, workers, first, step, seconds, spec, engine_set = task
     engine = load_engine(spec)
-    scenario = sized(name, jobs, workers, engine)
+    scenario = sized(name, jobs, workers, engine, engine_set)
     started, cpu = time.perf_counter(), time.process_time()
     seed, count, turns, failed = first, 0, 0, 0
     while time.perf_counter() - started < seconds:
@@ -66,8 +66,9 @@ def speed(args: argparse.Namespace) -> None:
 
 def speed_of(args: argparse.Namespace, spec: str) -> float:
     """Measure one engine; print its figures and return its schedules per minute."""
-    tasks = [(args.scenario, args.jobs, args.workers, 1 + i, args.processes, args.seconds, spec)
-             for i in range(args.processes)]
+    engine_set = parse_engine_set(args.engine_set)
+    tasks = [(args.scenario, args.jobs, args.workers, 1 + i, args.processes, args.seconds, spec,
+              engine_set) for i in range(args.processes)]
     context = multiprocessing.get_context("spawn")
     started = time.perf_counter()
     with context.Pool(args.processes) as pool:
@@ -77,7 +78,8 @@ def speed_of(args: argparse.Namespace, spec: str) -> float:
     count = sum(p["count"] for p in parts)
     per_minute = count / busy * 60
     print(f"speed: {spec} on {args.scenario} (smoke profile) resized to {args.jobs} jobs, "
-          f"{args.workers} workers, on {args.processes} processes")
+          f"{args.workers} workers, on {args.processes} processes"
+          + "".join(f", {k}={v}" for k, v in engine_set.items()))
     print(f"  {count} schedules in {busy:.1f} s ({wall:.1f} s with process start-up): "
           f"{per_minute:.0f} schedules/min, {busy / count * args.processes * 1000:.0f} ms per "
           f"schedule per process, {sum(p['turns'] for p in parts) / count:.0f} turns per "
@@ -160,6 +162,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--engines", default="reference",
                         help="comma-separated --engine specs, measured in turn")
+    parser.add_argument("--engine-set", action="append", default=[], metavar="NAME=VALUE",
+                        help="an engine setting for the speed runs, e.g. slots=4 (repeatable)")
     parser.add_argument("--mutants", default="all", help="all, none, or NAME,NAME,...")
     parser.add_argument("--seeds", type=flags.seeds, default=flags.parse_seeds("20"),
                         help="seeds per mutant: " + flags.SEEDS_HELP)
