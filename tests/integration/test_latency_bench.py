@@ -49,7 +49,7 @@ def test_the_quick_bench_prints_both_tables_and_leaves_no_process():
     assert done.returncode == 0, f"{out}\n{done.stderr}"
     lines = out.splitlines()
     assert lines[0] == "command: python bench/latency_throughput.py --quick", out
-    # The latency table: 50 ms, then 1x1 and 1x4 with their eight figures and the load.
+    # The latency table: 50 ms, then 1x1 and 1x4 with their seven figures and the load.
     rows = [line for line in lines if line.lstrip().startswith("50 ms")]
     assert [line.split()[2:4] for line in rows] == [["1", "1"], ["1", "4"]], out
     for row in rows:
@@ -67,6 +67,9 @@ def test_the_quick_bench_prints_both_tables_and_leaves_no_process():
         assert len(numbers(" ".join(figures), 0)) == 6, row
         assert re.fullmatch(r"\d+", runs), row  # one round: one run
         assert shares == ["[150]"], row  # one process: every job
+    # The commit counter sees the minimal loop's commits: a claim, then one a step, the
+    # next claim in the last (601 for 150 jobs).
+    assert table[0].split()[5:7] == ["4.01", "1.00"], table[0]
     assert re.fullmatch(r"FULL   audit overhead at 1x4: audited/plain \d+\.\d\d", overhead), out
     assert re.search(r"^DBOS( \S+ \(SQLite.*jobs/s called one by one, \d+ off a queue|"
                      r": not installed .*)$", out, re.M), out
