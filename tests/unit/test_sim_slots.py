@@ -8,6 +8,7 @@ stale slot's transition is caught and shrinks."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 
@@ -62,6 +63,19 @@ def test_ninelives_sim_takes_engine_settings_and_gives_them_again():
     result = run(SMOKE, 1)
     assert result.snapshot["settings"]["slots"] == SLOTS  # what the checks are told
     assert f"--engine-set slots={SLOTS}" in sim_command(result)
+
+
+def test_the_sim_command_runs_a_seed_with_the_setting_and_records_it(tmp_path, capsys):
+    from chaos.cli import main
+    assert main(["sim", "smoke", "--profile", "smoke", "--seed", "2", "--engine-set",
+                 f"slots={SLOTS}", "--out", str(tmp_path), "--quiet"]) == 0
+    assert "PASS" in capsys.readouterr().out
+    (folder,) = (tmp_path / "smoke").iterdir()
+    recorded = json.loads((folder / "scenario.json").read_text())
+    assert recorded["engine"]["slots"] == SLOTS and recorded["engine_set"] == {"slots": SLOTS}
+    report = json.loads((folder / "report.json").read_text())
+    assert report["run_command"].endswith(f"--engine-set slots={SLOTS}")
+    assert main(["sim", "smoke", "--seed", "2", "--engine-set", "slots=0"]) == 2
 
 
 def test_the_reference_engine_holds_every_invariant_with_four_slots_a_process():
