@@ -113,10 +113,9 @@ class ReferenceSimulation(Simulation):
             # The engine's own job slots (engine.slots): its slot threads, group commit and
             # shared heartbeat, as a real worker process runs them; the simulation gives it
             # only its threads, condition, stores and clocks.
-            slots = Slots(config, self._slot_stores(process), self._slot_workers(process, config,
-                                                                                   clock),
-                          clock=clock, worker_id=f"worker:sim:{pid}:{slot}",
-                          thread=self._thread_of(process),
+            workers = self._slot_workers(process, config, clock)
+            slots = Slots(config, self._slot_stores(process), workers, clock=clock,
+                          worker_id=f"worker:sim:{pid}:{slot}", thread=self._thread_of(process),
                           condition=lambda: SimCondition(self.sched))
             slots.run()
         return body
