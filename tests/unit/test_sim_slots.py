@@ -12,6 +12,8 @@ import json
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 
+import pytest
+
 import engine.slots
 from chaos.reference.inprocess.run import ReferenceSimulation
 from chaos.reference.observer import pid_of
@@ -228,6 +230,16 @@ def test_a_group_commit_that_writes_a_stale_slots_transition_is_caught_and_shrin
     assert spec.scenario.engine["slots"] == SLOTS
     again = simulate(spec, ReplayChoices(choices))
     assert history_bytes(again, tmp_path, "again") == history_bytes(small, tmp_path, "small")
+
+
+@pytest.mark.parametrize("name", ["group_stale_fails_all", "heartbeat_one_slot"])
+def test_the_catalogs_job_slot_mutants_are_caught_in_simulation_where_the_reference_holds(name):
+    from chaos.reference.mutants.catalog import CATALOG, ENGINES
+    mutant = next(m for m in CATALOG if m.name == name)
+    scen = load_scenario(mutant.scenario, mutant.profile)
+    assert scen.engine.get("slots", 1) > 1
+    failing = first_failure(scen, ENGINES[name], mutant.expect[0], seeds=range(1, 11))
+    assert clean(scen, [failing.spec.seed]) == {}
 
 
 # -- the condition the group waits on ------------------------------------------------------
