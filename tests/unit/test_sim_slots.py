@@ -3,8 +3,9 @@ slot a thread of its process with its own store, one heartbeat, the group commit
 followers waiting on the virtual clock). The reference engine holds every invariant with four
 slots a process; slots of one process work at once and commit in groups; a SIGKILL ends every
 slot of the process at once; a crash inside the group rolls its transaction back, one after
-it leaves it committed; the same seed gives the same history; a group commit that writes a
-stale slot's transition is caught and shrinks."""
+it leaves it committed; the same seed gives the same history; broken group commits (one that
+writes a stale slot's transition, one that tells a slot another's outcome) and the catalog's
+job-slot mutants are caught, and shrink."""
 from __future__ import annotations
 
 import dataclasses
@@ -230,6 +231,24 @@ def test_a_group_commit_that_writes_a_stale_slots_transition_is_caught_and_shrin
     assert spec.scenario.engine["slots"] == SLOTS
     again = simulate(spec, ReplayChoices(choices))
     assert history_bytes(again, tmp_path, "again") == history_bytes(small, tmp_path, "small")
+
+
+class CrossedGroup(GroupCommit):
+    """Broken: each slot of a group is told the next slot's outcome (its claim of the next
+    step, or its LeaseLost), so a slot works on under another slot's lease."""
+
+    @staticmethod
+    def _run(store, group):
+        results = GroupCommit._run(store, group)
+        return results[1:] + results[:1]
+
+
+CROSSED_GROUP = Broken("crossed-group", (engine.slots, "GroupCommit", lambda _: CrossedGroup))
+
+
+def test_a_group_commit_that_tells_a_slot_another_slots_outcome_is_caught():
+    failing = first_failure(SMOKE, CROSSED_GROUP, "fenced-writes", seeds=range(1, 11))
+    assert clean(SMOKE, [failing.spec.seed]) == {}
 
 
 @pytest.mark.parametrize("name", ["group_stale_fails_all", "heartbeat_one_slot"])
