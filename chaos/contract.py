@@ -119,6 +119,10 @@ class EngineSettings:
     send_timeout: float | None = None
     keep_job: bool = False
     slots: int = 1
+    #: each job slot writes under a worker id of its own, so a worker id works one job at a
+    #: time (lease-abandoned then judges each id as well as each process); False: the ids
+    #: say nothing of slots (one id for the whole process, say)
+    id_per_slot: bool = False
     #: "due": a claim takes the job that fell due first (claims-prompt checks it exactly)
     claim_order: str | None = None
     #: seconds a free worker takes at most to claim a due job: its longest poll, plus the

@@ -13,8 +13,8 @@ from typing import Any
 
 from ..history import Event
 from .index import readings
-from .ops import (TOL, capable, ends_an_operation, is_engine, is_job, is_operator, is_worker,
-                  machine_slack, takes_lease)
+from .ops import (TOL, capable, ends_an_operation, harness_windows, is_engine, is_job,
+                  is_operator, is_worker, machine_slack, takes_lease)
 from .transitions import JobIndex, clock_of, is_update, job_ops
 from .verdict import Verdict
 
@@ -36,16 +36,31 @@ def provider_calls(history: list[Event]) -> dict[Key, list[Event]]:
     return calls
 
 
+#: Statements of one transaction follow each other this closely (seconds) at most, as a
+#: memo's writer's next writes of the job under the same token are read (see Memos.visible)
+TXN_GAP = 0.05
+
+
 class Memos:
     """Each (job, step)'s memo lifetimes: [insert, delete or None] in commit order.
 
     `conflicts` holds (live insert, second insert) pairs: an insert while a memo was live.
+    `visible[id(insert)]`: when the insert is known committed, where that is later than its
+    stamp. A store stamps a write when its statement runs, and its transaction commits after
+    its last statement: the memo's writer's next writes of the job under the same token
+    that follow it closely (within TXN_GAP each) are read as the rest of its transaction;
+    and where the harness paused the writer's process while that transaction ran, it
+    committed after the resume at the earliest. Until then no other worker could see the
+    memo (on PostgreSQL the others go on writing meanwhile; a process with several job slots
+    makes that common).
     """
 
     def __init__(self, history: list[Event]) -> None:
         self.periods: dict[Key, list[list]] = defaultdict(list)
         self.conflicts: list[tuple[Event, Event]] = []
+        self.visible: dict[int, float] = {}
         self.count = 0
+        self._visibility(history)
         for e in history:
             if not is_engine(e, "memo"):
                 continue
@@ -64,9 +79,36 @@ class Memos:
     def live_at(self, key: Key, t: float) -> Event | None:
         """The memo insert live at audit time t (committed before t, not deleted by then)."""
         for insert, delete in self.periods.get(key, ()):
-            if insert["t"] < t and (delete is None or delete["t"] >= t):
+            if self.committed(insert) < t and (delete is None or delete["t"] >= t):
                 return insert
         return None
+
+    def committed(self, insert: Event) -> float:
+        """When the memo insert is known committed (see `visible`)."""
+        return self.visible.get(id(insert), insert["t"])
+
+    def _visibility(self, history: list[Event]) -> None:
+        pauses = harness_windows(history)["pauses"]
+        open_: dict[tuple, tuple[Event, float]] = {}   # (worker, job, token) -> (memo, last)
+        for e in history:
+            if e.get("src") != "engine" or not is_worker(e):
+                continue
+            key = (e.get("worker"), e.get("job"), e.get("token"))
+            if key in open_ and e["t"] - open_[key][1] <= TXN_GAP:
+                open_[key] = (open_[key][0], e["t"])
+            elif key in open_:
+                self._close(*open_.pop(key), pauses)
+            if is_engine(e, "memo") and e.get("op") == "insert":
+                open_[key] = (e, e["t"])
+        for memo, last in open_.values():
+            self._close(memo, last, pauses)
+
+    def _close(self, memo: Event, last: float, pauses: list) -> None:
+        resumed = [b for pid, a, b in pauses
+                   if pid == memo.get("pid") and memo["t"] - TOL <= a <= last + TOL]
+        seen = max([last] + resumed)
+        if seen > memo["t"]:
+            self.visible[id(memo)] = seen
 
     def worker_inserts(self) -> list[tuple[Event, Event | None]]:
         """(memo insert by a worker, its delete or None), in commit order."""
@@ -158,11 +200,11 @@ def check_no_rebill_after_commit(history: list[Event], snapshot: dict[str, Any])
             spend = spends.get(id(call))
             began = min(call["t_start"], spend["started"]) if spend else call["t_start"]
             for insert, delete in periods:
-                committed, ends = insert["t"], delete["t"] if delete else math.inf
+                committed, ends = memos.committed(insert), delete["t"] if delete else math.inf
                 if committed + TOL < began < ends - TOL:
                     claim = index.claim_of(call["worker"], key[0], call["t_start"])
                     stale = claim is not None and claim["t"] < committed
-                    if stale and _zombie_race(insert, claim, began):
+                    if stale and _zombie_race(insert, committed, claim, began):
                         races += 1
                         break
                     if claim is not None and index.taken_from(call["worker"], claim,
@@ -172,7 +214,7 @@ def check_no_rebill_after_commit(history: list[Event], snapshot: dict[str, Any])
                     after += 1
                     billed_after += call["billed"] or 0.0
                     stale_reads += stale
-                    _rebilled(verdict, at, call, insert, claim if stale else None)
+                    _rebilled(verdict, at, call, insert, committed, claim if stale else None)
                     break
                 if call["t_start"] <= committed + TOL < call["t_end"]:
                     overlapping += 1
@@ -188,18 +230,19 @@ def check_no_rebill_after_commit(history: list[Event], snapshot: dict[str, Any])
 RACE_WINDOW = 0.1  # seconds between an owner's last look for the memo and its call's start
 
 
-def _zombie_race(memo: Event, claim: Event, began: float) -> bool:
+def _zombie_race(memo: Event, committed: float, claim: Event, began: float) -> bool:
     """The memo's writer was fenced out by the caller's claim, and the call began so soon
-    after the memo that the caller's last look could not have seen it."""
+    after the memo committed that the caller's last look could not have seen it."""
     fenced = (memo.get("token") is not None and claim.get("token") is not None
               and memo["token"] < claim["token"])
-    return fenced and began - memo["t"] < RACE_WINDOW
+    return fenced and began - committed < RACE_WINDOW
 
 
-def _rebilled(verdict: Verdict, at, call: Event, memo: Event, stale_claim: Event | None) -> None:
+def _rebilled(verdict: Verdict, at, call: Event, memo: Event, committed: float,
+              stale_claim: Event | None) -> None:
     message = (f"job {call['job']}: provider call for {call['step']!r} by {call['worker']} "
                f"started at {at(call['t_start'])}, after the step's memo committed at "
-               f"{at(memo['t'])} (by {memo['worker']}); billed {call['billed']}")
+               f"{at(committed)} (by {memo['worker']}); billed {call['billed']}")
     if stale_claim is not None:
         message += (f"; its claim at {at(stale_claim['t'])} came before the memo: the worker "
                     "acted on the memos it read when it claimed")
@@ -356,13 +399,16 @@ def check_cost_accounted(history: list[Event], snapshot: dict[str, Any]) -> Verd
                    if t is not None], default=None)
     kept = _KeptResults(history, snapshot, shared, timeout)
     slack = machine_slack(snapshot.get("clock"))
-    slots = int(snapshot["settings"].get("slots") or 1)
+    # A worker id runs one job at a time with one slot, or where each slot has an id of its
+    # own: its write for another job then proves it had given the call up.
+    one_at_a_time = int(snapshot["settings"].get("slots") or 1) == 1 or bool(
+        snapshot["settings"].get("id_per_slot"))
     for call in (c for group in calls.values() for c in group):
         verdict.checked += 1
         spend = spends.get(id(call))
         if spend is None and (call["billed"] or 0) > 0 and call["worker"] and records and \
                 index.lived_on(call["worker"], call["job"], call["t_start"], call.get("pid"),
-                               sequential=slots == 1):
+                               sequential=one_at_a_time):
             verdict.fail("spend-unrecorded", f"job {call['job']}: the provider billed "
                          f"{call['billed']} for {call['step']!r} to {call['worker']} (call at "
                          f"{at(call['t_start'])}), and the engine recorded no spend though "

@@ -37,8 +37,7 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     shared = readings(history)
     tl = shared.timeline(snapshot["pipeline"])
     at = clock_of(history)
-    _check_abandoned(verdict, tl, settings.get("slots") or 1, at,
-                     settings.get("finish_retry_slack") or 0.0)
+    _check_abandoned(verdict, tl, settings, at, settings.get("finish_retry_slack") or 0.0)
     _check_claim_leases(verdict, history, settings, tl, at, snapshot.get("clock"))
     if not capable(snapshot, "heartbeat") or not settings.get("heartbeat"):
         return verdict if verdict.valid is False else verdict.unknown(
@@ -124,7 +123,7 @@ def _check_claim_leases(verdict: Verdict, history: list[Event], settings: dict, 
             verdict.fail("claim-lease-long", f"{head}: more than the lease ({lease:g} s)", e)
 
 
-def _check_abandoned(verdict: Verdict, tl, slots: int, at, grace: float) -> None:
+def _check_abandoned(verdict: Verdict, tl, settings: dict, at, grace: float) -> None:
     """A worker process runs at most `slots` jobs at once (its job slots, under one worker
     id or one per slot): when it claims while already holding that many live leases (none
     ended by its own write, by another's claim or by an intervention on the job), it walked
@@ -132,29 +131,47 @@ def _check_abandoned(verdict: Verdict, tl, slots: int, at, grace: float) -> None
     lease within `grace` of its end (the engine's finish_retry_slack: a write the lock kept
     out may give up that early) counts as over. Holdings are grouped by the process that
     claimed (a worker id that names a slot outlives its processes; one whose process is not
-    known stands for itself)."""
-    by_process: dict[Any, list] = {}
-    for holds in tl.holdings.values():
-        for h in holds:
-            by_process.setdefault(holder_process(h, tl), []).append(h)
-    for holder, holds in by_process.items():
-        holds.sort(key=lambda h: h.start_pos)  # history order: times tie within a commit
-        live: list = []  # a holding that is no longer live never is again
-        for h in holds:
-            t = h.start["t"]
-            live = [p for p in live if _live_at(p, t, tl, grace)]
-            if len(live) >= slots:
-                old = live[0]
-                held = (f"the lease on job {old.job}" if slots == 1 else
-                        f"{len(live)} live leases, as many as its {slots} slots, the oldest "
-                        f"on job {old.job}")
-                verdict.fail("lease-abandoned", f"job {old.job}: {h.worker} claimed job "
-                             f"{h.job} at {at(t)} while its process still held {held} "
-                             f"(step {old.step['name']!r}, claimed at {at(old.start['t'])} by "
-                             f"{old.worker}, lease to {at(_held_until(old, tl, t))}) without "
-                             "having finished or failed it", old.start, h.start)
+    known stands for itself). Where the engine declares `id_per_slot` (each slot writes
+    under an id of its own), a worker id holds one job at a time as well: a slot that
+    claims while its own last lease is live walked away from it, however many other slots
+    of its process are free."""
+    slots = settings.get("slots") or 1
+    groups = [(lambda h: holder_process(h, tl), slots)]
+    if settings.get("id_per_slot") and slots > 1:
+        groups.append((lambda h: ("worker", h.worker), 1))
+    for key, limit in groups:
+        by_holder: dict[Any, list] = {}
+        for holds in tl.holdings.values():
+            for h in holds:
+                by_holder.setdefault(key(h), []).append(h)
+        for holds in by_holder.values():
+            if _walked_away(verdict, tl, holds, limit, slots, at, grace):
                 return
-            live.append(h)
+
+
+def _walked_away(verdict: Verdict, tl, holds: list, limit: int, slots: int, at,
+                 grace: float) -> bool:
+    """Fail lease-abandoned at the first claim of `holds` (one holder's) made while it held
+    `limit` live leases; whether it did."""
+    holds.sort(key=lambda h: h.start_pos)  # history order: times tie within a commit
+    live: list = []  # a holding that is no longer live never is again
+    for h in holds:
+        t = h.start["t"]
+        live = [p for p in live if _live_at(p, t, tl, grace)]
+        if len(live) >= limit:
+            old = live[0]
+            held = (f"the lease on job {old.job}" if limit == 1 else
+                    f"{len(live)} live leases, as many as its {slots} slots, the oldest "
+                    f"on job {old.job}")
+            whose = ("it" if limit == 1 and slots > 1 else "its process")
+            verdict.fail("lease-abandoned", f"job {old.job}: {h.worker} claimed job "
+                         f"{h.job} at {at(t)} while {whose} still held {held} "
+                         f"(step {old.step['name']!r}, claimed at {at(old.start['t'])} by "
+                         f"{old.worker}, lease to {at(_held_until(old, tl, t))}) without "
+                         "having finished or failed it", old.start, h.start)
+            return True
+        live.append(h)
+    return False
 
 
 def renews(e: Event, h, tl) -> bool:

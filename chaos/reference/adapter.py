@@ -135,6 +135,7 @@ class ReferenceEngine:
             outbox_backoff_bounds=backoff_bounds(c.backoff_base, c.backoff_cap,
                                                  c.outbox_max_attempts),
             send_timeout=c.send_timeout, keep_job=c.keep_job, slots=c.slots,
+            id_per_slot=True,  # `<process id>/<k>`: one job at a time under each id
             # ORDER BY next_run_at in the claim; an idle worker sleeps poll * [0.5, 1.5).
             claim_order="due",
             claim_latency=1.5 * float(table.get("poll_interval", ProcessContext.poll_interval)),

@@ -85,6 +85,31 @@ def test_slots_are_counted_per_process_whatever_ids_the_slots_write_under():
     assert "lease-abandoned" not in run(check_lease_kept, history, slots=4).by_type
 
 
+def slot_walks_away():
+    """Slot 1 claims b while its own lease on a is live and unwritten; slots 0, 2, 3 are free."""
+    return [spawned(), claim(1.0, "a", SLOT[1]), claim(1.5, "b", SLOT[1])]
+
+
+def test_a_slot_that_claims_while_its_own_lease_is_live_walked_away_where_ids_name_slots():
+    verdict = run(check_lease_kept, slot_walks_away(), slots=4, id_per_slot=True)
+    assert verdict.by_type == {"lease-abandoned": 1}, verdict.reason
+    assert "while it still held the lease on job a" in verdict.failures[0].message
+
+
+def test_without_ids_per_slot_only_the_process_count_is_judged():
+    # The same writes from an engine whose ids say nothing of its slots: another slot of the
+    # process may have made the second claim.
+    verdict = run(check_lease_kept, slot_walks_away(), slots=4)
+    assert "lease-abandoned" not in verdict.by_type, verdict.reason
+
+
+def test_a_slot_whose_lease_ended_by_its_write_may_claim_again_under_its_id():
+    history = [spawned(), claim(1.0, "a", SLOT[1]), fetched(1.4, "a", SLOT[1]),
+               claim(1.5, "b", SLOT[1])]
+    verdict = run(check_lease_kept, history, slots=4, id_per_slot=True)
+    assert "lease-abandoned" not in verdict.by_type, verdict.reason
+
+
 def test_finishing_writes_committed_together_free_their_slots_for_the_next_claims():
     # A group commit finishes a and b at one instant; both slots claim again at once.
     history = [spawned(), claim(1.0, "a", SLOT[0]), claim(1.0, "b", SLOT[1]),
@@ -190,6 +215,14 @@ def test_a_slot_killed_before_recording_its_spend_is_not_judged_by_another_slots
 def test_a_one_slot_worker_that_went_on_to_another_job_still_owed_the_spend_record():
     history = billed_then_other_job_then_killed(SHARED, SHARED)
     assert run(check_cost_accounted, history, slots=1).by_type == {"spend-unrecorded": 1}
+
+
+def test_a_slot_with_an_id_of_its_own_that_went_on_to_another_job_owed_the_record():
+    # The slot's own id wrote for another job: no other slot could have, it gave the call up.
+    history = billed_then_other_job_then_killed(SLOT[0], SLOT[0])
+    verdict = run(check_cost_accounted, history, slots=2, id_per_slot=True)
+    assert verdict.by_type == {"spend-unrecorded": 1}, verdict.reason
+    assert "spend-unrecorded" not in run(check_cost_accounted, history, slots=2).by_type
 
 
 # -- a group commit with one row fenced out -------------------------------------------------
