@@ -55,15 +55,15 @@ from .flags import seconds as flag_seconds
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: The engine's safety code, the modules the issue names.
 MODULES = ("engine/store/sqlite.py", "engine/worker.py", "engine/outbox.py", "engine/retry.py",
-           "engine/http.py", "engine/store/operator.py")
+           "engine/http.py", "engine/store/operator.py", "engine/slots.py")
 #: Every scenario a user runs, in the order that kills most mutants soonest.
 SIM_SCENARIOS = ("smoke", "kill-storm", "provider-outage", "lost-lease", "outbox-ambiguous",
                  "operator-actions", "crash-loop", "poison", "duplicate-submit", "db-contention",
-                 "everything")
+                 "everything", "slots", "skew")
 #: The scenarios of the deep stage (ci profile): the ones whose faults reach the most code.
 DEEP_SCENARIOS = ("everything", "outbox-ambiguous", "lost-lease", "provider-outage",
-                  "crash-loop", "operator-actions", "db-contention")
-RUN_SCENARIOS = ("smoke", "everything")
+                  "crash-loop", "operator-actions", "db-contention", "slots")
+RUN_SCENARIOS = ("smoke", "everything", "slots")
 EXCLUDED_OPERATORS = (
     r"core/ReplaceBinaryOperator_.*_(BitOr|BitAnd|BitXor|LShift|RShift|Pow|FloorDiv|Mod)$",
     r"core/ReplaceBinaryOperator_(BitOr|BitAnd|BitXor|LShift|RShift|Pow|FloorDiv|Mod)_.*",
