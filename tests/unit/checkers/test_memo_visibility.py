@@ -1,0 +1,72 @@
+"""A memo is committed when its transaction commits, not when its statement ran: a store
+stamps each statement, and on PostgreSQL other workers go on writing while a transaction is
+open (a process the harness paused mid-transaction keeps it open until it resumes). Calls a
+new owner makes before the memo committed are no re-bill and no memo hit; calls after it
+still fail."""
+from __future__ import annotations
+
+import pytest
+from builders import W1, W2, call, job, memo, nemesis, snapshot_of, spend
+
+from chaos.checkers.billing import check_memo_consistent, check_no_rebill_after_commit
+from chaos.history import merge
+
+DOC = "doc-1"
+
+
+def run(check, history):
+    history = merge(history)
+    return check(history, snapshot_of(history))
+
+
+def zombie_memo(pause: bool, call_at: float, claim_at: float = 2.5):
+    """W1 claims DOC at 1.0 (lease to 1.5) and calls; its finishing transaction writes the
+    memo at 2.0 and its spend at 2.002, (`pause`) stopped at 2.001 until 4.0 in between;
+    W2 claims DOC at `claim_at` (W1's lease long over) and calls at `call_at`."""
+    history = [job(1.0, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1,
+                   lease_until=1.5),
+               call(1.1, 1.9, DOC, "fetch", W1),
+               memo(2.0, DOC, "fetch", W1, 1), spend(2.002, DOC, "fetch", W1, 1, started=1.1),
+               job(claim_at, DOC, "fetching", "fetching", W2, 2, old_token=1, claims=2,
+                   lease_until=claim_at + 2.0),
+               call(call_at, call_at + 0.1, DOC, "fetch", W2)]
+    if pause:
+        history += [nemesis(2.001, "pause", pid=101), nemesis(4.0, "resume", pid=101)]
+    return history
+
+
+@pytest.mark.parametrize("check", [check_no_rebill_after_commit, check_memo_consistent])
+def test_a_memo_whose_writer_was_paused_mid_transaction_is_not_seen_until_it_resumed(check):
+    verdict = run(check, zombie_memo(pause=True, call_at=2.6))
+    assert verdict.status != "fail", verdict.failures
+
+
+@pytest.mark.parametrize("check, kind", [(check_no_rebill_after_commit, "rebilled-after-commit"),
+                                         (check_memo_consistent, "memo-hit-called")])
+def test_without_the_pause_the_memo_was_committed_and_the_call_fails(check, kind):
+    verdict = run(check, zombie_memo(pause=False, call_at=2.6))
+    assert kind in verdict.by_type, verdict.reason
+
+
+@pytest.mark.parametrize("check, kind", [(check_no_rebill_after_commit, "rebilled-after-commit"),
+                                         (check_memo_consistent, "memo-hit-called")])
+def test_a_call_after_the_paused_writer_resumed_and_committed_still_fails(check, kind):
+    # a claim before the commit and a call after it re-bills; a claim after it holds the memo
+    history = zombie_memo(pause=True, call_at=4.3, claim_at=2.5 if kind.startswith("re")
+                          else 4.2)
+    verdict = run(check, history)
+    assert kind in verdict.by_type, verdict.reason
+
+
+def test_a_claim_between_the_memo_statement_and_its_transactions_end_saw_no_memo():
+    """The memo's statement at 2.0, W2's claim at 2.001, W1's spend (same transaction) at
+    2.002: the claim could not see the memo, so its call is no memo hit."""
+    history = [job(1.0, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1,
+                   lease_until=1.5),
+               call(1.1, 1.9, DOC, "fetch", W1), memo(2.0, DOC, "fetch", W1, 1),
+               job(2.001, DOC, "fetching", "fetching", W2, 2, old_token=1, claims=2,
+                   lease_until=4.0),
+               spend(2.002, DOC, "fetch", W1, 1, started=1.1),
+               call(2.003, 2.1, DOC, "fetch", W2)]
+    verdict = run(check_memo_consistent, history)
+    assert "memo-hit-called" not in verdict.by_type, verdict.failures
