@@ -13,8 +13,9 @@ from typing import Any
 
 from ..history import Event
 from .index import readings
-from .ops import (TOL, capable, ends_an_operation, harness_windows, is_engine, is_job,
-                  is_operator, is_worker, machine_slack, takes_lease)
+from .memos import Memos
+from .ops import (TOL, capable, ends_an_operation, is_engine, is_job, is_operator, is_worker,
+                  machine_slack, takes_lease)
 from .transitions import JobIndex, clock_of, is_update, job_ops
 from .verdict import Verdict
 
@@ -34,86 +35,6 @@ def provider_calls(history: list[Event]) -> dict[Key, list[Event]]:
     for group in calls.values():
         group.sort(key=lambda c: c["t_start"])
     return calls
-
-
-#: Statements of one transaction follow each other this closely (seconds) at most, as a
-#: memo's writer's next writes of the job under the same token are read (see Memos.visible)
-TXN_GAP = 0.05
-
-
-class Memos:
-    """Each (job, step)'s memo lifetimes: [insert, delete or None] in commit order.
-
-    `conflicts` holds (live insert, second insert) pairs: an insert while a memo was live.
-    `visible[id(insert)]`: when the insert is known committed, where that is later than its
-    stamp. A store stamps a write when its statement runs, and its transaction commits after
-    its last statement: the memo's writer's next writes of the job under the same token
-    that follow it closely (within TXN_GAP each) are read as the rest of its transaction;
-    and where the harness paused the writer's process while that transaction ran, it
-    committed after the resume at the earliest. Until then no other worker could see the
-    memo (on PostgreSQL the others go on writing meanwhile; a process with several job slots
-    makes that common).
-    """
-
-    def __init__(self, history: list[Event]) -> None:
-        self.periods: dict[Key, list[list]] = defaultdict(list)
-        self.conflicts: list[tuple[Event, Event]] = []
-        self.visible: dict[int, float] = {}
-        self.count = 0
-        self._visibility(history)
-        for e in history:
-            if not is_engine(e, "memo"):
-                continue
-            self.count += 1
-            periods = self.periods[(e["job"], e["step"])]
-            live = periods[-1] if periods and periods[-1][1] is None else None
-            if e["op"] == "insert":
-                if live is not None:
-                    self.conflicts.append((live[0], e))
-                    continue
-                periods.append([e, None])
-            elif e["op"] == "delete":
-                if live is not None:
-                    live[1] = e
-
-    def live_at(self, key: Key, t: float) -> Event | None:
-        """The memo insert live at audit time t (committed before t, not deleted by then)."""
-        for insert, delete in self.periods.get(key, ()):
-            if self.committed(insert) < t and (delete is None or delete["t"] >= t):
-                return insert
-        return None
-
-    def committed(self, insert: Event) -> float:
-        """When the memo insert is known committed (see `visible`)."""
-        return self.visible.get(id(insert), insert["t"])
-
-    def _visibility(self, history: list[Event]) -> None:
-        pauses = harness_windows(history)["pauses"]
-        open_: dict[tuple, tuple[Event, float]] = {}   # (worker, job, token) -> (memo, last)
-        for e in history:
-            if e.get("src") != "engine" or not is_worker(e):
-                continue
-            key = (e.get("worker"), e.get("job"), e.get("token"))
-            if key in open_ and e["t"] - open_[key][1] <= TXN_GAP:
-                open_[key] = (open_[key][0], e["t"])
-            elif key in open_:
-                self._close(*open_.pop(key), pauses)
-            if is_engine(e, "memo") and e.get("op") == "insert":
-                open_[key] = (e, e["t"])
-        for memo, last in open_.values():
-            self._close(memo, last, pauses)
-
-    def _close(self, memo: Event, last: float, pauses: list) -> None:
-        resumed = [b for pid, a, b in pauses
-                   if pid == memo.get("pid") and memo["t"] - TOL <= a <= last + TOL]
-        seen = max([last] + resumed)
-        if seen > memo["t"]:
-            self.visible[id(memo)] = seen
-
-    def worker_inserts(self) -> list[tuple[Event, Event | None]]:
-        """(memo insert by a worker, its delete or None), in commit order."""
-        return sorted(((i, d) for periods in self.periods.values() for i, d in periods
-                       if is_worker(i)), key=lambda p: p[0]["t"])
 
 
 def memoized_call(memo: Event, calls: list[Event]) -> Event | None:

@@ -26,7 +26,7 @@ class Readings:
 
     @cached_property
     def memos(self):
-        from .billing import Memos
+        from .memos import Memos
         return Memos(self.history)
 
     @cached_property
