@@ -138,12 +138,25 @@ def worker_supervisor(db: str, provider_url: str, slots: int, log_dir: str) -> S
     return Supervisor(lambda role, slot, n: REFERENCE.command(role, ctx), log_dir=log_dir)
 
 
-def model_memos(conn: sqlite3.Connection, since: float = 0.0) -> list[float]:
-    """When each model step committed at or after `since`, in order."""
+def model_memos(conn: sqlite3.Connection, since: float = 0.0) -> list[tuple[float, str]]:
+    """When each model step committed at or after `since`, and by whom (a slot's own worker
+    id), in order."""
     marks = ",".join("?" * len(MODEL_STEPS))
-    return [r[0] for r in conn.execute(
-        f"SELECT at FROM step_result WHERE step IN ({marks}) AND at >= ? ORDER BY at",
-        (*MODEL_STEPS, since))]
+    return conn.execute(
+        f"SELECT at, worker FROM step_result WHERE step IN ({marks}) AND at >= ? ORDER BY at",
+        (*MODEL_STEPS, since)).fetchall()
+
+
+def steps_per_second(memos: list[tuple[float, str]]) -> float:
+    """Model steps per second: each slot's, from its first to its last step in the window,
+    summed. A slot finishes a step every latency, and slots started together finish theirs
+    together: counted over the window at once, where its edges fall between those bursts
+    would sway the count by a whole burst."""
+    by_slot: dict[str, list[float]] = {}
+    for at, worker in memos:
+        by_slot.setdefault(worker, []).append(at)
+    return sum((len(ats) - 1) / (ats[-1] - ats[0]) for ats in by_slot.values()
+               if len(ats) > 1 and ats[-1] > ats[0])
 
 
 def leased(conn: sqlite3.Connection) -> int:
@@ -194,10 +207,7 @@ def measure_window(sup: Supervisor, conn: sqlite3.Connection, window: float,
         time.sleep(SAMPLE_EVERY)
     t1 = time.time()
     cpu, own = cpu_seconds(pids) - cpu0, time.process_time() - own0
-    marks = [at for at in model_memos(conn, t0) if at < t1]
-    # Steps per second from the first to the last step in the window: a slot finishing one
-    # step every latency is not miscounted by where the window's edges fall.
-    steps = (len(marks) - 1) / (marks[-1] - marks[0]) if len(marks) > 1 else 0.0
+    steps = steps_per_second([memo for memo in model_memos(conn, t0) if memo[0] < t1])
     dry = conn.execute("SELECT COUNT(*) FROM job WHERE state=?",
                        (DOCUMENT.initial,)).fetchone()[0] == 0
     return LatencyRow(rate=steps / len(MODEL_STEPS), in_flight=statistics.mean(flight),
