@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> None:
     for name, value in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    print("command: python bench/latency_throughput.py " + " ".join(sys.argv[1:]))
+    print("command: " + " ".join(["python bench/latency_throughput.py", *sys.argv[1:]]))
     print(f"{os.cpu_count()} cores, load {load()}")
     latency_table([float(x) for x in args.latency.split(",")], args.shapes, args.window)
     instant_table(args.jobs, args.sync.split(","), args.instant_shapes, args.pair[0],
