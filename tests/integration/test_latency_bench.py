@@ -11,25 +11,10 @@ import time
 import uuid
 from pathlib import Path
 
-import psutil
+from marked import MARK, carrying
 
 ROOT = Path(__file__).resolve().parents[2]
-MARK = "NINELIVES_BENCH_TEST"
 NUMBER = r"-?\d+(\.\d+)?"
-
-
-def carrying(mark: str) -> list[str]:
-    """Live processes (not zombies) whose environment carries `mark`."""
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
-        if proc.pid == os.getpid() or proc.info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        try:
-            if proc.environ().get(MARK) == mark:
-                found.append(f"{proc.pid}: {' '.join(proc.info['cmdline'] or [])}")
-        except psutil.Error:
-            continue  # gone meanwhile, or another user's
-    return found
 
 
 def numbers(line: str, start: int) -> list[str]:
