@@ -11,7 +11,8 @@ a full campaign with real processes, each on a fresh database of `--backend` (on
 one server started for the whole command, or --pg-url's; a new database per run). Exit 0
 when every mutant was caught by one of its expected invariants and the reference failed
 nothing; 1 otherwise; 2 when the command could not run (a bad flag, a server that cannot be
-had, a mutant that does not run on the backend).
+had, a mutant named with --only that does not run on the backend; the whole catalog leaves
+such a mutant out, saying why).
 
 Written to DIR/<id>/: matrix.json, matrix.md, matrix.html (linking each run's report.html
 when chaos.render is there, with a legend), and the run folders, one folder per engine:
@@ -387,12 +388,26 @@ def select(only: str | None) -> list[Mutant]:
     return [BY_NAME[n] for n in names]
 
 
-def cmd_mutants(args: argparse.Namespace) -> int:
+def on_backend(mutants: list[Mutant], backend: Backend, named: bool) -> list[Mutant]:
+    """The mutants to run on `backend`. One that does not run there (its mechanism is another
+    backend's) is refused with BackendError where it was `named` (--only), never counted
+    missed; from the whole catalog it is left out, saying why on stderr."""
     from ..contract import load_engine
+    kept = []
+    for mutant in mutants:
+        engine = load_engine(mutant.spec)
+        if not named and backend.name not in engine.backends:
+            print(f"ninelives mutants: {mutant.name} left out on {backend.name}: "
+                  f"{engine.backend_note}", file=sys.stderr)
+            continue
+        check_backend(engine, backend)
+        kept.append(mutant)
+    return kept
+
+
+def cmd_mutants(args: argparse.Namespace) -> int:
     backend = Backend(args.backend, args.pg_url)  # BackendError (exit 2) names the flag
-    mutants = select(args.only)
-    for mutant in mutants:  # one that does not run there is refused, never counted missed
-        check_backend(load_engine(mutant.spec), backend)
+    mutants = on_backend(select(args.only), backend, named=bool(args.only))
     out = os.path.join(args.out, datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
     with command_backend(backend) as shared:  # a server had before the matrix's folder
         print(f"ninelives mutants: {len(mutants)} mutants on {backend.name}, seeds "

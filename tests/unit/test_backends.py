@@ -52,13 +52,19 @@ def test_a_run_database_name_is_a_plain_identifier_within_63_bytes():
     assert len(database_name("x" * 80, "20261202T010203000001", 1)) == 63
 
 
-def test_every_mutant_runs_on_postgres_and_one_of_sqlite_alone_would_be_refused_saying_why(
+def test_every_mutant_runs_on_postgres_but_those_of_sqlite_alone_which_are_refused_saying_why(
         monkeypatch):
     check_backend(REFERENCE, Backend("postgres"))
-    for engine in ENGINES.values():  # each removes its mechanism from PostgreSQL's code too
+    for name, engine in ENGINES.items():  # each removes its mechanism from PostgreSQL's too
+        if name in catalog.SQLITE_ONLY:
+            continue
         check_backend(engine, Backend("postgres"))
         assert engine.backends == ("sqlite", "postgres")
-    assert ON_POSTGRES == set(ENGINES) and not catalog.SQLITE_ONLY
+    # group commit is SQLite's alone: its mutant is refused on PostgreSQL, saying why
+    assert ON_POSTGRES == set(ENGINES) - {"group_stale_fails_all"}
+    assert set(catalog.SQLITE_ONLY) == {"group_stale_fails_all"}
+    with pytest.raises(BackendError, match=r"runs on sqlite only \(group commit is SQLite's"):
+        check_backend(ENGINES["group_stale_fails_all"], Backend("postgres"))
     # a mechanism with no PostgreSQL counterpart is declared with its own reason
     monkeypatch.setitem(catalog.SQLITE_ONLY, "no_token_on_complete", "a reason of its own")
     sqlite_only = MutantEngine(BY_NAME["no_token_on_complete"])
@@ -184,3 +190,15 @@ def test_the_simulation_refuses_server_faults_rather_than_passing_without_them(t
                  str(tmp_path)]) == 2
     assert "faults.server_restart crashes a real PostgreSQL server" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_the_whole_catalog_on_postgres_leaves_sqlite_only_mutants_out_and_one_named_is_refused(
+        capsys):
+    from chaos.mutants.matrix import on_backend
+    kept = on_backend(list(catalog.CATALOG), Backend("postgres"), named=False)
+    assert {m.name for m in kept} == ON_POSTGRES
+    assert "group_stale_fails_all left out on postgres: group commit is SQLite's" in \
+        capsys.readouterr().err
+    assert len(on_backend(list(catalog.CATALOG), Backend(), named=False)) == len(catalog.CATALOG)
+    with pytest.raises(BackendError, match="runs on sqlite only"):
+        on_backend([BY_NAME["group_stale_fails_all"]], Backend("postgres"), named=True)
