@@ -49,6 +49,14 @@ from .sqlite import NOW_FUNCTION, NOW_SQL, VirtualSQLite
 from .world import PROVIDER_URL, RECEIVER_URL, ClientErrors
 
 
+def park(sched: Scheduler, timeout: float | None) -> None:
+    """Park the calling thread until it is woken, or for `timeout` virtual seconds at most."""
+    if timeout is None:
+        sched.wait()
+    else:
+        sched.sleep(timeout)
+
+
 class SimEvent:
     """`threading.Event` on the virtual clock: `wait` parks the calling thread until the
     event is set or the virtual timeout has passed."""
@@ -75,10 +83,7 @@ class SimEvent:
         actor = self.sched.current
         self._waiting.add(actor)
         try:
-            if timeout is None:
-                self.sched.wait()
-            else:
-                self.sched.sleep(timeout)
+            park(self.sched, timeout)
         finally:
             self._waiting.discard(actor)
         return self._set
@@ -161,10 +166,7 @@ class SimCondition:
         self._waiting.append(actor)
         self.release()
         try:
-            if timeout is None:
-                self.sched.wait()
-            else:
-                self.sched.sleep(timeout)
+            park(self.sched, timeout)
         finally:
             notified = actor not in self._waiting
             if not notified:

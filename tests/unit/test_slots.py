@@ -5,7 +5,6 @@ one heartbeat beats for every slot under its own id, and N slots work a queue to
 from __future__ import annotations
 
 import dataclasses
-import random
 import threading
 import time
 
@@ -204,7 +203,6 @@ def test_one_heartbeat_beats_for_every_slot_under_its_own_id_and_tells_only_the_
         store, db_path):
     clock = ManualClock(time.time())
     a, b, c = claims(store, clock, 3)
-    store.claim  # noqa: B018
     # c's job is taken by another worker after its lease ran out: its beat must find no row
     clock.advance(6.0)
     for claim in (a, b):
@@ -293,4 +291,3 @@ def test_seeded_slots_draw_from_different_random_sources(db_path, config):
     draws = {w.rng.random() for w in slots.workers}
     slots.close()
     assert len(draws) == 3
-    assert isinstance(slots.workers[0].rng, random.Random)
