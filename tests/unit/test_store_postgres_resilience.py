@@ -83,6 +83,12 @@ def cut_after_commit(server_url: str, store: PostgresStore, cut: Callable[[int],
     standby(server_url, "absent_standby")
     wait_for(lambda: store.conn.execute("SHOW synchronous_standby_names").fetchone()[0]
              == "absent_standby", "the store's session to hold its commits")
+    # The store's backend has the setting, so the postmaster has signalled every process;
+    # but a commit waits only once the checkpointer has read it too (it publishes that
+    # standbys are defined). A checkpoint is a turn of its loop, which reads a pending reload
+    # first.
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute("CHECKPOINT")
 
     def waiting() -> bool:
         with psycopg.connect(server_url, autocommit=True) as admin:
