@@ -11,7 +11,10 @@ processes  `command(role, ctx) -> Command`: the argv and environment that start 
 observer   `install(db)` into a fresh store; `operations(db)` the history's engine
            operations (see `chaos.history`) committed so far; `progress(db)` states and
            unsent effects now; `snapshot(db)` the final rows in the neutral form below.
-controls   `submit(db, job, payload)` -> "created" | "exists" | "rejected";
+controls   `submit(db, job, payload)` -> "created" | "exists" | "rejected" (a `submit`
+           with a parameter named `settings` is also given the scenario's `[engine]` table
+           as written, the one `settings(table)` read: for an engine that fixes a job's
+           retries or delays when it is enqueued; see `submitter`);
            and, each only with its capability: `operator(db, action, job)` -> "done" or
            "refused: why"; `expire_leases(db)` -> how many; `hold_write_lock(db)` a context
            manager holding the store's write lock; `integrity(db)` -> "ok" or the problems.
@@ -34,6 +37,15 @@ With in_process: `in_process`, the hooks `ninelives sim` runs the engine's own l
 (`chaos.sim.threads`), and `submit`, `operator` and `expire_leases` taking `now=` (the time to
 write); or `simulate(spec, choices, keep_db=None)`, an adapter's own whole simulation.
 
+Fencing tokens (`fencing`): the `token` of a claim identifies that holding, and every write
+made under it carries it. `EngineSettings.token_order` says whether the values are ordered
+too ("ordered": a newer claim carries a greater token, a counter) or only identify
+("opaque": a random handle, such as a queue's receipt handle): the checkers then compare
+tokens for equality alone, and take the newer holding from the order the claims committed.
+`EngineSettings.cap_counts` says what `max_claims` counts: crashes in a row ("separate",
+beside `max_attempts`) or every claim of a step ("claims": one counter for retries and
+crashes, as a queue's receive count is).
+
 The snapshot: {"jobs": {id: {"state", "attempts", "claims", "last_error", "payload_hash",
 "cause"}}, "memos": [{"job", "step", "cost"}], "outbox": [{"row", "job", "kind", "key",
 "sent_at", "dead_at", "attempts", "last_error"}] (times, or None), "spend": [{"job", "step", "worker", "pid",
@@ -46,9 +58,10 @@ every missing piece; `CAPABILITIES` says what each capability promises and enabl
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, ContextManager, Protocol
+from typing import Any, Callable, ContextManager, Protocol
 
 from .history import Event
 from .pipeline import Pipeline
@@ -140,11 +153,30 @@ class EngineSettings:
     #: a skewed clock can take a live lease or keep an expired one) or "store" (the
     #: database's own clock: a skewed worker cannot); see the adapter's `store_settings(db)`
     lease_clock: str = "worker"
+    #: what a fencing token's value says: "ordered" (a later claim carries a greater token,
+    #: as a counter bumped on every claim does) or "opaque" (a random handle: equal tokens
+    #: are one holding, and no order follows from the values; which holding is newer is
+    #: then the order in which the claims that carried them committed)
+    token_order: str = "ordered"
+    #: what max_claims counts: "separate" (claims of a step in a row that ended without a
+    #: write, the crashes, while max_attempts counts failed attempts apart) or "claims"
+    #: (every claim of a step, whatever ended the ones before: one counter, like a queue's
+    #: receive count, bounds retries and crashes together; see docs/engines.md)
+    cap_counts: str = "separate"
 
     def __post_init__(self) -> None:
         if self.lease_clock not in ("worker", "store"):
             raise ValueError(f"engine setting lease_clock must be 'worker' or 'store', "
                              f"got {self.lease_clock!r}")
+        if self.token_order not in ("ordered", "opaque"):
+            raise ValueError(f"engine setting token_order must be 'ordered' or 'opaque', "
+                             f"got {self.token_order!r}")
+        if self.cap_counts not in ("separate", "claims"):
+            raise ValueError(f"engine setting cap_counts must be 'separate' or 'claims', "
+                             f"got {self.cap_counts!r}")
+        if self.cap_counts == "claims" and self.max_claims is None:
+            raise ValueError("engine setting cap_counts='claims' needs max_claims, the one "
+                             "counter's cap")
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
@@ -254,3 +286,22 @@ def load_engine(spec: str | None) -> Any:
 def has(engine: Any, capability: str) -> bool:
     """Whether `engine` declares `capability`."""
     return capability in getattr(engine, "capabilities", ())
+
+
+def submitter(engine: Any, table: dict[str, Any]) -> Callable[..., str]:
+    """`engine.submit` as the harness calls it, `(db, job_id, payload, **keywords)`: where the
+    adapter's `submit` has a parameter named `settings` (asked once, here), each call also
+    passes `settings=` a copy of `table`, the scenario's `[engine]` table as written (after
+    --engine-set), the one `settings(table)` read; otherwise `engine.submit` itself, so an
+    adapter written before this keyword is called as it always was."""
+    try:
+        parameter = inspect.signature(engine.submit).parameters.get("settings")
+    except (TypeError, ValueError):  # a callable whose signature Python cannot read
+        parameter = None
+    if parameter is None or parameter.kind not in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                   inspect.Parameter.KEYWORD_ONLY):
+        return engine.submit
+
+    def submit(db: str, job_id: str, payload: Any, **keywords: Any) -> str:
+        return engine.submit(db, job_id, payload, settings=dict(table), **keywords)
+    return submit
