@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from typing import Any, Callable
 
-from .contract import Engine
+from .contract import Engine, submitter
 from .history import Event, payload_hash
 from .plan import (FaultPlan, document_fault, documents_for, forced_provider_fault,
                    forced_receiver_fault, latency_fault, provider_fault, provider_form,
@@ -106,6 +106,7 @@ class Nemesis:
         self._threads: list[threading.Thread] = []
         self._count_lock = threading.Lock()
         self._docs = dict(documents_for(plan))
+        self._submit = submitter(engine, scenario.engine)
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
 
     def start(self, chaos_start: float) -> None:
@@ -246,7 +247,7 @@ class Nemesis:
         payload = self._docs[job]
         if event["kind"] == "different":
             payload = different_payload(payload, job)
-        result = self.engine.submit(self.db, job, payload)
+        result = self._submit(self.db, job, payload)
         self._log("duplicate_submit", job=job, kind=event["kind"], result=result)
         self._count(f"duplicate_{event['kind']}")
         self.record({"t": time.time(), "src": "runner", "type": "submit", "job": job,

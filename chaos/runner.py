@@ -15,14 +15,14 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from . import history as hist
 from .backends import (SQLITE_FILE, Backend, RunDatabase, check_backend, database_name,
                        run_database)
 from .checkers import run_checkers
 from .console import Progress, plural
-from .contract import Command, Engine, ProcessContext, has
+from .contract import Command, Engine, ProcessContext, has, submitter
 from .expect import harness_snapshot, process_context, settled
 from .fakes import FakeProvider, FakeReceiver, read_ledger
 from .nemesis import FaultPolicy, Nemesis
@@ -273,12 +273,13 @@ class Campaign:
         with Progress("starting", len(self.plan.jobs), unit="jobs submitted",
                       enabled=self.progress) as shown:
             shown.update(0, detail=f"making {plural(len(self.plan.jobs), 'document')}")
+            submit = submitter(self.engine, self.scenario.engine)
             for n, (job_id, payload) in enumerate(documents_for(self.plan), 1):
-                self._submit(job_id, payload)
+                self._submit(submit, job_id, payload)
                 shown.update(n, detail="")
 
-    def _submit(self, job_id: str, payload: Any) -> None:
-        result = self.engine.submit(self.db, job_id, payload)
+    def _submit(self, submit: Callable[..., str], job_id: str, payload: Any) -> None:
+        result = submit(self.db, job_id, payload)
         self.record({"t": time.time(), "src": "runner", "type": "submit", "job": job_id,
                      "payload_hash": hist.payload_hash(payload),
                      "result": result, "duplicate": False})

@@ -39,7 +39,7 @@ from typing import Any, Callable, ContextManager, Protocol
 
 from .. import history as hist
 from .. import probe
-from ..contract import ProcessContext, has
+from ..contract import ProcessContext, has, submitter
 from ..expect import settled
 from .choices import Choices
 from .driver import Simulation
@@ -260,6 +260,7 @@ class ThreadedSimulation(Simulation):
                          spec.engine.settings(spec.scenario.engine), (), self.hooks.errors)
         self.sched.hooks = (JobProbe(self.sched),)  # it needs the scheduler it reports to
         self.virtual = VirtualSQLite(self.sched)
+        self._submit = submitter(spec.engine, spec.scenario.engine)
 
     def post(self, url: str, body: Any, headers: dict, timeout: float) -> tuple[int, Any]:
         """The network as the engine's HTTP function sees it: the two in-process fakes."""
@@ -274,7 +275,7 @@ class ThreadedSimulation(Simulation):
     def _prepare(self) -> None:
         self.hooks.install(self.db, NOW_SQL)
         for job, payload in self.documents.items():
-            result = self.engine.submit(self.db, job, payload, now=self.sched.now())
+            result = self._submit(self.db, job, payload, now=self.sched.now())
             self.record_submit(job, payload, result, False)
 
     def _process(self, process: Process) -> SimProcess:
@@ -322,7 +323,7 @@ class ThreadedSimulation(Simulation):
         released()
 
     def submit(self, job: str, payload: Any) -> str:
-        return self.engine.submit(self.db, job, payload, now=self.sched.now())
+        return self._submit(self.db, job, payload, now=self.sched.now())
 
     def operate(self, action: str, job: str) -> str:
         return self.engine.operator(self.db, action, job, now=self.sched.now())
