@@ -31,7 +31,10 @@ name, role, slot, pid) writes under, so that a request the fakes tied to its pro
 (with crash_points), for an engine whose rows do not say who wrote: the harness traces every
 point and attributes such writes itself (`chaos.writers`); `store_settings(db) -> dict`, the
 `EngineSettings` fields whose values depend on the store at `db` (an engine with several
-backends: whose clock places leases, `lease_clock`; which claim order it keeps there).
+backends: whose clock places leases, `lease_clock`; which claim order it keeps there);
+`point_roles`, with crash_points: role -> the engine's points that play it, for the roles
+of `chaos.crashpoints.ROLES` the engine has (a scenario names `role:after_call`; a role
+the adapter leaves out is one the engine lacks).
 
 With in_process: `in_process`, the hooks `ninelives sim` runs the engine's own loops through
 (`chaos.sim.threads`), and `submit`, `operator` and `expire_leases` taking `now=` (the time to
@@ -63,6 +66,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ContextManager, Protocol
 
+from .crashpoints import role_gaps
 from .history import Event
 from .pipeline import Pipeline
 
@@ -261,6 +265,7 @@ def validate(engine: Any, spec: str = "engine") -> Any:
     pipeline = getattr(engine, "pipeline", None)
     if pipeline is not None and not isinstance(pipeline, Pipeline):
         gaps.append("its pipeline is not a chaos.pipeline.Pipeline")
+    gaps += role_gaps(engine)
     if gaps:
         raise ContractError(f"{spec} does not meet the engine contract: " + "; ".join(gaps)
                             + " (see docs/engines.md)")

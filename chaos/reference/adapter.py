@@ -83,6 +83,16 @@ class ReferenceEngine:
     #: the stores it runs on (chaos.backends): a SQLite file, or a PostgreSQL database
     backends = ("sqlite", "postgres")
     crashpoints = CRASHPOINTS
+    #: its points by role (chaos.crashpoints.ROLES); the slot group's two commit points
+    #: play no role of their own: a scenario names them, optional, by their names
+    point_roles = {
+        "submit": ("submit.before_commit",), "claim": ("claim.before_commit",),
+        "after_claim": ("worker.after_claim",), "memo_hit": ("worker.memo_hit.before_commit",),
+        "before_call": ("worker.before_call",), "after_call": ("worker.after_call",),
+        "before_fail": ("worker.fail.before_commit",),
+        "before_commit": ("worker.before_commit",), "after_commit": ("worker.after_commit",),
+        "heartbeat": ("worker.heartbeat",), "before_send": ("sender.after_claim",),
+        "after_send": ("sender.after_send",), "before_mark": ("sender.before_commit",)}
     crash_loop_point = "worker.after_call"
     pid_of = staticmethod(observer.pid_of)
 

@@ -152,6 +152,13 @@ class ArticleEngine:
         "crash_points", "outbox", "operator", "heartbeat", "lease_expiry", "write_lock",
         "integrity", "attempt_cap", "backoff", "clock_skew", "in_process"})
     crashpoints = engine.POINTS
+    #: its points by role (chaos.crashpoints.ROLES); its claim, submit and sent mark have none
+    point_roles = {
+        "after_claim": ("worker.after_claim",), "memo_hit": ("worker.memo_hit",),
+        "before_call": ("worker.before_call",), "after_call": ("worker.after_call",),
+        "before_fail": ("worker.before_fail",), "before_commit": ("worker.before_commit",),
+        "after_commit": ("worker.after_commit",), "heartbeat": ("worker.heartbeat",),
+        "before_send": ("sender.before_send",), "after_send": ("sender.after_send",)}
     pid_of = staticmethod(observer.pid_of)   # WORKER is hostname:pid
     #: After these points a process writes to the job (a step without a call writes right
     #: after its claim): the article's rows keep no writer, so

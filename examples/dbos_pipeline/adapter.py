@@ -84,6 +84,8 @@ class DbosEngine:
     name = "dbos"
     pipeline = PIPELINE
     capabilities: frozenset[str] = frozenset()
+    #: no crash points (DBOS's own code has none the harness can arm), so no role either
+    point_roles: dict[str, tuple[str, ...]] = {}
 
     # --- processes -------------------------------------------------------------------------
 

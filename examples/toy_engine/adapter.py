@@ -53,6 +53,14 @@ class ToyEngine:
                               "write_lock", "integrity", "crash_loop_cap", "attempt_cap",
                               "backoff", "in_process"})
     crashpoints = POINTS
+    #: its points by role (chaos.crashpoints.ROLES). One commit point serves every write of
+    #: a step (done, retried, parked, from a memo): it plays before_commit alone, so that
+    #: naming before_fail or memo_hit does not kill the toy at every commit
+    point_roles = {
+        "after_claim": ("after_claim",), "before_call": ("before_call",),
+        "after_call": ("after_call",), "before_commit": ("before_commit",),
+        "after_commit": ("after_commit",), "before_send": ("before_send",),
+        "after_send": ("after_send",)}
     pid_of = staticmethod(observer.pid_of)   # worker ids are toy-<pid>-<random>
     crash_loop_point = CRASH_LOOP_POINT
     in_process = ToyInProcess()
