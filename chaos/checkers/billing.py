@@ -16,6 +16,7 @@ from .index import readings
 from .memos import Memos
 from .ops import (TOL, capable, ends_an_operation, is_engine, is_job, is_operator, is_worker,
                   machine_slack, takes_lease)
+from .tokens import fenced_out, token_order
 from .transitions import JobIndex, clock_of, is_update, job_ops
 from .verdict import Verdict
 
@@ -98,8 +99,9 @@ def check_no_rebill_after_commit(history: list[Event], snapshot: dict[str, Any])
     its memo (first writer wins) just after the current owner, which claimed before that
     memo existed, last looked for it. A call starting within RACE_WINDOW of such a memo, by
     a worker whose claim came before the memo and fenced the memo's writer out, is counted
-    as zombie_memo_races (duplicate spend), not failed. And a call by a worker whose lease
-    had already been taken over when the call started (a zombie, paused past its lease) is
+    as zombie_memo_races (duplicate spend), not failed (opaque tokens: `tokens.fenced_out`;
+    a memo whose token no claim carried leaves its call unjudged). And a call by a worker
+    whose lease had been taken over when the call started (a zombie, paused past its lease) is
     the lease's failure, not the memo's: counted as zombie_calls and left to lease-exclusive
     and cost-accounted (lost-lease waste).
     """
@@ -110,8 +112,8 @@ def check_no_rebill_after_commit(history: list[Event], snapshot: dict[str, Any])
     if why:
         return verdict.unknown(why)
     memos, index, at = shared.memos, shared.jobs, clock_of(history)
-    spends = shared.spends
-    after, billed_after, overlapping, stale_reads, races, zombies = 0, 0.0, 0, 0, 0, 0
+    spends, order = shared.spends, token_order(snapshot)
+    after, billed_after, overlapping, stale_reads, races, zombies, untold = 0, 0.0, 0, 0, 0, 0, 0
     for key, group in calls.items():
         periods = memos.periods.get(key, ())
         for call in group:
@@ -125,8 +127,10 @@ def check_no_rebill_after_commit(history: list[Event], snapshot: dict[str, Any])
                 if committed + TOL < began < ends - TOL:
                     claim = index.claim_of(call["worker"], key[0], call["t_start"])
                     stale = claim is not None and claim["t"] < committed
-                    if stale and _zombie_race(insert, committed, claim, began):
-                        races += 1
+                    race = stale and _zombie_race(insert, committed, claim, began,
+                                                  index.bumps.get(key[0], []), order)
+                    if race or race is None:  # None: a race or a re-bill, untold
+                        races, untold = races + bool(race), untold + (race is None)
                         break
                     if claim is not None and index.taken_from(call["worker"], claim,
                                                               call["t_start"]):
@@ -145,18 +149,23 @@ def check_no_rebill_after_commit(history: list[Event], snapshot: dict[str, Any])
                        "calls_after_commit_claimed_before": stale_reads,
                        "overlapping_duplicate_calls": overlapping,
                        "zombie_memo_races": races, "zombie_calls": zombies}
+    if untold and verdict.valid is True:
+        verdict.unknown(f"{untold} call(s) began within {RACE_WINDOW} s of a memo under an "
+                        "opaque token no claim carried: a zombie's race or a re-bill, untold")
     return verdict
 
 
 RACE_WINDOW = 0.1  # seconds between an owner's last look for the memo and its call's start
 
 
-def _zombie_race(memo: Event, committed: float, claim: Event, began: float) -> bool:
-    """The memo's writer was fenced out by the caller's claim, and the call began so soon
-    after the memo committed that the caller's last look could not have seen it."""
-    fenced = (memo.get("token") is not None and claim.get("token") is not None
-              and memo["token"] < claim["token"])
-    return fenced and began - committed < RACE_WINDOW
+def _zombie_race(memo: Event, committed: float, claim: Event, began: float,
+                 claims: list[Event], order: str) -> bool | None:
+    """The memo's writer was fenced out by the caller's claim (`claims`: the job's claims
+    in commit order), and the call began so soon after the memo committed that the caller's
+    last look could not have seen it; None when the writer's claim cannot be placed."""
+    if began - committed >= RACE_WINDOW:
+        return False
+    return fenced_out(memo.get("token"), claim, claims, order)
 
 
 def _rebilled(verdict: Verdict, at, call: Event, memo: Event, committed: float,

@@ -14,6 +14,7 @@ from .index import readings
 from .lease_kept import check_lease_kept
 from .ops import TOL, capable, is_effect, is_engine, is_job, is_worker, takes_lease
 from .skew import live_lease_takes, skew_effects, store_clock, unjudged
+from .tokens import OPAQUE, TokenMarks, token_order
 from .transitions import JobIndex, clock_of, job_ops
 from .verdict import Verdict
 
@@ -169,7 +170,9 @@ def check_fenced_writes(history: list[Event], snapshot: dict[str, Any]) -> Verdi
     (queued, then each sender's claim of the row). Every other write by a worker (state
     change, failure, heartbeat, moving on to the next step, an effect queued for its job,
     an effect sent) fails as "zombie-write" unless the writer is the current owner and,
-    where the engine has fencing tokens, the token did not go back. Memo inserts by fenced
+    where the engine has fencing tokens, the token did not go back: to a smaller one, or
+    with opaque tokens (`token_order`) to the token of a holding whose claim committed
+    before the newest one's (see chaos.checkers.tokens). Memo inserts by fenced
     workers are allowed (first writer wins) and only counted; harness, operator and submit
     writes are not worker writes.
     """
@@ -180,7 +183,8 @@ def check_fenced_writes(history: list[Event], snapshot: dict[str, Any]) -> Verdi
     at = clock_of(history)
     owners: dict[tuple, Event] = {}      # ("job", id) | ("row", id) -> the owner's write
     claims: dict[tuple, Event] = {}      # (thing, worker) -> the worker's last claim of it
-    tokens: dict[tuple, int] = {}        # thing -> its last token, where the engine has one
+    order = token_order(snapshot)
+    tokens = TokenMarks(order)           # thing -> its newest holding's token, if any
     bumps = fenced_memos = unattributed = unleased = 0
     # An engine that never leases an outbox row sends without a fence to hold: its row
     # writes are counted, not judged.
@@ -196,14 +200,12 @@ def check_fenced_writes(history: list[Event], snapshot: dict[str, Any]) -> Verdi
         thing = ("row", e["row"]) if is_effect(e) and e["type"] != "effect_queued" \
             else ("job", e["job"])
         # An effect queued carries its row's token, not its job's: nothing to compare.
-        went_back = (e["type"] != "effect_queued" and e.get("token") is not None
-                     and tokens.get(thing) is not None and e["token"] < tokens[thing])
+        went_back = e["type"] != "effect_queued" and tokens.went_back(thing, e.get("token"))
         if e["type"] in ("submitted", "effect_queued", "effect_claimed") or takes_lease(e):
             own = ("row", e["row"]) if e["type"] == "effect_queued" else thing
             bumps += e["type"] not in ("submitted", "effect_queued")
             owners[own] = claims[(own, e.get("worker"))] = e
-            if e.get("token") is not None:
-                tokens[own] = max(tokens.get(own, e["token"]), e["token"])
+            tokens.took(own, e.get("token"))
         fenced = fenced_by(e)
         if fenced is None:
             continue
@@ -217,9 +219,9 @@ def check_fenced_writes(history: list[Event], snapshot: dict[str, Any]) -> Verdi
         owner = owners.get(fenced)
         if went_back or owner is None or owner.get("worker") != e.get("worker"):
             _zombie(verdict, at, e, owner, claims.get((fenced, e.get("worker"))),
-                    tokens.get(thing) if went_back else None)
-        elif e.get("token") is not None and e["type"] != "effect_queued":
-            tokens[thing] = e["token"]
+                    tokens.last.get(thing) if went_back else None, order)
+        elif e["type"] != "effect_queued":
+            tokens.kept(thing, e.get("token"))
     calls = _check_calls_leased(verdict, history, snapshot, at)
     calls["calls_judged"] += _check_calls_begun_in_lease(verdict, history, snapshot, at)
     verdict.metrics = {"worker_writes": verdict.checked, "lease_takes": bumps,
@@ -312,7 +314,7 @@ def fenced_by(e: Event) -> tuple | None:
 
 
 def _zombie(verdict: Verdict, at, e: Event, owner: Event | None, own_claim: Event | None,
-            back_from: int | None) -> None:
+            back_from: Any, order: str) -> None:
     if is_job(e) and e["from"] != e["to"]:
         what = f"{e['from']} -> {e['to']}"
     elif is_job(e):
@@ -324,7 +326,10 @@ def _zombie(verdict: Verdict, at, e: Event, owner: Event | None, own_claim: Even
     else:
         what = f"outbox row {e['row']} ({e['kind']!r})"
     message = f"job {e['job']}: {e.get('worker')} wrote {what} at {at(e['t'])}"
-    if back_from is not None:
+    if back_from is not None and order == OPAQUE:
+        message += (f" under token {e['token']}, an older holding's than the newest claim's "
+                    f"(token {back_from})")
+    elif back_from is not None:
         message += f", setting the token back from {back_from} to {e['token']}"
     elif owner is None:
         message += ", which nobody had claimed"
