@@ -66,6 +66,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ContextManager, Protocol
 
+from .adapter_guard import AdapterError, guard, raise_adapter_error  # AdapterError: re-exported
 from .crashpoints import role_gaps
 from .history import Event
 from .pipeline import Pipeline
@@ -274,7 +275,11 @@ def validate(engine: Any, spec: str = "engine") -> Any:
 
 def load_engine(spec: str | None) -> Any:
     """The adapter named by `--engine`: None or "reference", or `module:object` (an object,
-    or a class called with no argument). Raises ContractError naming what is wrong."""
+    or a class called with no argument), validated and guarded (`chaos.adapter_guard`: what
+    its methods raise becomes AdapterError). Raises ContractError naming what is wrong, or
+    AdapterError when its module raises on import (other than ImportError) or its class
+    raises when built."""
+    given = spec or "reference"
     if spec in (None, "", "reference"):
         spec = "chaos.reference:REFERENCE"
     module, _, attr = spec.partition(":")
@@ -284,8 +289,13 @@ def load_engine(spec: str | None) -> Any:
         target = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:
         raise ContractError(f"--engine {spec!r}: cannot load it: {exc}") from None
-    engine = target() if isinstance(target, type) else target
-    return validate(engine, f"--engine {spec!r}")
+    except Exception:
+        raise_adapter_error(given, "import")
+    try:
+        engine = target() if isinstance(target, type) else target
+    except Exception:
+        raise_adapter_error(given, "constructor")
+    return guard(validate(engine, f"--engine {spec!r}"), given)
 
 
 def has(engine: Any, capability: str) -> bool:

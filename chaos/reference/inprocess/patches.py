@@ -15,6 +15,7 @@ import threading
 from contextlib import contextmanager, nullcontext
 from typing import Any, ContextManager, Iterator
 
+from ...adapter_guard import unguarded
 from ..adapter import ReferenceEngine
 
 #: The engine modules a patch may touch; `restored()` puts their contents back.
@@ -65,7 +66,7 @@ def in_process(engine: Any, spec: str = "?") -> ContextManager[None]:
     patch = getattr(engine, "patch", None)
     if patch is not None:
         return patch()
-    if type(engine) is ReferenceEngine:
+    if type(unguarded(engine)) is ReferenceEngine:  # the reference itself, not a subclass
         return nullcontext()
     mutant = getattr(getattr(engine, "mutant", None), "name", None)
     if mutant is not None:
