@@ -25,7 +25,8 @@ from .history import Event, of
 from .plan import FaultPlan
 from .progress import progress_latency
 from .runfiles import scenario_record, write_json
-from .scenario import Scenario, crash_points_for, engine_set_args
+from . import crashpoints
+from .scenario import Scenario, engine_set_args
 
 REPORT_SCHEMA = "ninelives.report/1"
 VERSION = "0.1.0"
@@ -127,8 +128,8 @@ def not_applicable(scenario: Scenario, engine: Any) -> list[str]:
     if "outbox" not in caps and not getattr(getattr(engine, "pipeline", None), "effects", ()):
         skipped += [setting for setting in RECEIVER_FAULTS if getattr(scenario.faults, setting)]
     if scenario.faults.crash_points and "crash_points" not in skipped \
-            and not crash_points_for(scenario, engine)[0]:
-        skipped.append("crash_points")  # none of the points it names is the engine's
+            and not crashpoints.resolve(scenario.faults.crash_points, engine).armed:
+        skipped.append("crash_points")  # every point it names is optional and absent
     return skipped
 
 
@@ -305,7 +306,7 @@ def build_report(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str |
         "partial": False, "finished": time.time(),
         "faults_applied": applied, "faults_unfired": missing, "faults_not_applicable": skip,
         "faults_prevented": taken,
-        "crash_points_not_declared": list(crash_points_for(scenario, engine)[1]),
+        **crash_point_names(scenario, engine),
         "crashpoint_coverage": crashpoint_coverage(getattr(engine, "crashpoints", ()), events),
         "kills": kill_rows(events, snapshot),
         "verdicts": verdicts_json,
@@ -313,6 +314,26 @@ def build_report(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str |
         "metrics": metrics(scenario, events, snapshot, applied),
         "result": RESULTS[exit_code], "exit_code": exit_code,
     }
+
+
+def crash_point_names(scenario: Scenario, engine: Any) -> dict[str, dict]:
+    """What the scenario's crash-point names armed on `engine`: `crash_points_armed`, each
+    name that armed something -> the engine's points ("*": every one), and
+    `crash_points_not_applicable`, each optional name the engine lacks -> why."""
+    resolution = crashpoints.resolve(scenario.faults.crash_points, engine)
+    return {"crash_points_armed": {k: list(v) for k, v in resolution.named.items()},
+            "crash_points_not_applicable": dict(resolution.absent)}
+
+
+def crash_point_lines(report: dict) -> list[str]:
+    """The summary's lines on the scenario's crash-point names (none when it names none)."""
+    resolution = crashpoints.Resolution(
+        named={k: tuple(v) for k, v in report.get("crash_points_armed", {}).items()},
+        absent=report.get("crash_points_not_applicable", {}))
+    armed, absent = crashpoints.summary(resolution)
+    return ([f"crash points armed: {', '.join(armed)}"] if armed else []) + (
+        [f"crash points not applicable to this engine (optional): {'; '.join(absent)}"]
+        if absent else [])
 
 
 def skew_of(verdicts: list[dict]) -> dict | None:
@@ -422,9 +443,7 @@ def summary(report: dict, console: Console | str | None = AUTO) -> str:
     if report.get("faults_prevented"):
         lines.append("faults that did not fire because the run took their targets away first: "
                      + "; ".join(f"{k}: {v}" for k, v in report["faults_prevented"].items()))
-    if report.get("crash_points_not_declared"):
-        lines.append("crash points the engine does not declare (not armed): "
-                     + ", ".join(report["crash_points_not_declared"]))
+    lines += crash_point_lines(report)
     if report.get("faults_not_applicable"):
         lines.append("not applicable to this engine (a capability it lacks, or points it does "
                      "not declare): "

@@ -10,7 +10,9 @@ A scenario file has four tables, each optional but `name`:
     [expect]  allowances the invariants use when a scenario breaks their assumptions
 
 Profiles (`scenarios/profiles.toml`) scale job count, duration and fault rates. Errors name
-the file, the field and the reason.
+the file, the field and the reason. `faults.crash_points` names points by the engine's own
+names or by role, optional with a trailing `?` (`chaos.crashpoints`); a name the engine does
+not declare is refused when the scenario is loaded for it.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from . import crashpoints
 from .latency import LatencyError, parse_latency
 from .runfiles import is_secret
 
@@ -48,7 +51,9 @@ class Faults:
     # processes
     kill: float = 0.0                     # SIGKILLs per second, of a random worker or sender
     kill_senders: bool = True
-    crash_points: tuple[str, ...] = ()    # points armed in spawned processes ("*": all)
+    crash_points: tuple[str, ...] = ()    # points armed in spawned processes ("*": all,
+                                          # "role:after_call" by role, "name?" optional:
+                                          # see chaos.crashpoints)
     crash_point_probability: float = 0.0  # chance per hit of an armed point
     pause: float = 0.0                    # SIGSTOP/SIGCONT per second, of a random worker
     pause_seconds: float = 3.0
@@ -243,9 +248,8 @@ def check_numbers(scenario: Scenario) -> Scenario:
 
 def check_for_engine(scenario: Scenario, engine: Any = None) -> Any:
     """The scenario's [engine] table as `engine` reads it (its EngineSettings). Raises
-    ScenarioError naming the file and the field. (Crash points the engine does not declare
-    are not an error: a scenario written for one engine names that engine's points; see
-    `crash_points_for`.)"""
+    ScenarioError naming the file and the field: an [engine] setting the engine refuses, or
+    a crash point it does not declare (see `check_crash_points`)."""
     from .contract import load_engine
     engine = engine if engine is not None else load_engine("reference")
     where = os.path.relpath(scenario.path)
@@ -256,17 +260,35 @@ def check_for_engine(scenario: Scenario, engine: Any = None) -> Any:
                  if not is_secret(str(k))]
         raise ScenarioError(f"{where}: [engine] {exc}" + (
             f" (with --engine-set {', '.join(given)})" if given else "")) from None
+    check_crash_points(scenario, engine)
     return settings
 
 
+def check_crash_points(scenario: Scenario, engine: Any) -> crashpoints.Resolution:
+    """What the scenario's `faults.crash_points` arm on `engine` (`chaos.crashpoints`).
+    Raises ScenarioError naming the file, the field, every name the engine does not declare
+    (neither a point of its own nor a role it maps) that is not marked optional, and the
+    engine's points and roles."""
+    where = os.path.relpath(scenario.path) if scenario.path else scenario.name
+    try:
+        resolution = crashpoints.resolve(scenario.faults.crash_points, engine)
+    except ValueError as exc:
+        raise ScenarioError(f"{where}: field 'faults.crash_points': {exc}") from None
+    if resolution.missing:
+        lacking = "; ".join(f"{text!r}: {why}" for text, why in resolution.missing.items())
+        raise ScenarioError(
+            f"{where}: field 'faults.crash_points' names crash points the engine does not "
+            f"declare: {lacking}. {crashpoints.describe(engine).capitalize()}. Name a point "
+            f"by role (role:NAME) where engines differ, or mark one optional with a "
+            f"trailing '?' where only some engines have it")
+    return resolution
+
+
 def crash_points_for(scenario: Scenario, engine: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(the scenario's crash points the engine declares, those it does not). Only the first
-    are armed; the second are reported, so a point named for another engine, or misspelt,
-    is seen rather than silently armed nowhere."""
-    known = set(getattr(engine, "crashpoints", ()))
-    points = scenario.faults.crash_points
-    return (tuple(p for p in points if p == "*" or p in known),
-            tuple(p for p in points if p != "*" and p not in known))
+    """(the engine's points the scenario arms, "*" for all; the scenario's optional names
+    the engine lacks, not applicable to it). Raises ScenarioError as `check_crash_points`."""
+    resolution = check_crash_points(scenario, engine)
+    return resolution.armed, tuple(resolution.absent)
 
 
 def _read_toml(path: str) -> dict:
@@ -396,6 +418,11 @@ def _check(where: str, s: Scenario) -> None:
             parse_latency(f.latency)
         except LatencyError as exc:
             raise ScenarioError(f"{where}: field 'faults.latency': {exc}") from None
+    for text in f.crash_points:
+        try:
+            crashpoints.parse(text)
+        except ValueError as exc:
+            raise ScenarioError(f"{where}: field 'faults.crash_points': {exc}") from None
     if f.crash_points and f.crash_point_probability == 0:
         raise ScenarioError(f"{where}: faults.crash_points is set but "
                             "faults.crash_point_probability is 0: no point would fire")

@@ -21,6 +21,7 @@ import traceback
 import time
 from typing import Any, Callable
 
+from .. import crashpoints
 from .. import history as hist
 from ..checkers import run_checkers
 from ..contract import EngineSettings, ProcessContext
@@ -54,6 +55,10 @@ class Simulation:
                                self._process_ended, lambda a: self._crash_chance(a) > 0,
                                hooks=hooks)
         self.policy = FaultPolicy(self.scenario, self.plan, settings.send_timeout)
+        # the engine's own points the scenario's names arm (roles resolved, "*": all), as a
+        # real run arms them (chaos.crashpoints)
+        self.armed_points = frozenset(
+            crashpoints.resolve(self.scenario.faults.crash_points, self.engine).armed)
         self.provider = SimProvider(self.sched, self.policy, errors)
         self.receiver = SimReceiver(self.sched, self.policy, errors)
         self.events: list[hist.Event] = []
@@ -245,10 +250,10 @@ class Simulation:
 
     def _crash_chance(self, actor: Actor) -> float:
         f, process = self.scenario.faults, actor.process
-        if (actor.point is None or not f.crash_points or process.role == "nemesis"
+        if (actor.point is None or not self.armed_points or process.role == "nemesis"
                 or not process.data.get("armed")):
             return 0.0
-        if "*" in f.crash_points or actor.point in f.crash_points:
+        if crashpoints.ALL in self.armed_points or actor.point in self.armed_points:
             return f.crash_point_probability
         return 0.0
 

@@ -346,6 +346,11 @@ def harness_case(row: str, tmp: str) -> tuple[list[str], list[str]]:
     if row == "an `[engine]` table the engine refuses":
         return run("[engine]\nheartbeat = false\ncall_timeout = 3.0\nlease = 2.0\n"), [
             "bad.toml", "[engine]", "call_timeout", "lease", "heartbeat"]
+    if row == "a crash point the engine does not declare":
+        return run('[faults]\ncrash_points = ["role:after_call", "worker.after_cal"]\n'
+                   'crash_point_probability = 0.1\n'), [
+            "bad.toml", "'faults.crash_points'", "'worker.after_cal'", "worker.after_call",
+            "after_call -> worker.after_call"]
     if row == "a `--seeds` that names no seed":
         return ["sweep", "--seeds", "0", "--out", out], ["--seeds", "names no seed"]
     if row == "a count below its floor":

@@ -237,17 +237,24 @@ def test_an_unknown_scenario_name_is_refused_listing_the_known_ones():
     assert "profiles" not in message  # the profile table is not a scenario
 
 
-def test_crash_points_the_engine_does_not_declare_are_set_apart_not_armed(tmp_path):
+def test_a_crash_point_the_engine_does_not_declare_is_refused_unless_optional(tmp_path):
+    # (resolution by role and engine name: tests/unit/test_crashpoints.py)
     from chaos.reference import REFERENCE
     from chaos.report import not_applicable
     from chaos.scenario import crash_points_for
     path = tmp_path / "points.toml"
     path.write_text('name = "x"\n[faults]\ncrash_points = ["worker.nowhere", '
                     '"worker.before_call"]\ncrash_point_probability = 0.1\n')
+    with pytest.raises(ScenarioError, match=r"points.toml: field 'faults.crash_points' .*"
+                                            r"'worker.nowhere'"):
+        load_scenario(str(path))
+    path.write_text('name = "x"\n[faults]\ncrash_points = ["worker.nowhere?", '
+                    '"worker.before_call"]\ncrash_point_probability = 0.1\n')
     scenario = load_scenario(str(path))
-    assert crash_points_for(scenario, REFERENCE) == (("worker.before_call",), ("worker.nowhere",))
+    assert crash_points_for(scenario, REFERENCE) == (("worker.before_call",),
+                                                      ("worker.nowhere?",))
     assert "crash_points" not in not_applicable(scenario, REFERENCE)
-    path.write_text('name = "x"\n[faults]\ncrash_points = ["worker.nowhere"]\n'
+    path.write_text('name = "x"\n[faults]\ncrash_points = ["worker.nowhere?"]\n'
                     'crash_point_probability = 0.1\n')
     assert "crash_points" in not_applicable(load_scenario(str(path)), REFERENCE)
 
