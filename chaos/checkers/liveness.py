@@ -42,6 +42,7 @@ class Holding:
     start_pos: int          # position in the history
     segment: int            # operator actions on the job before it
     run: int                # claims of the step since the job entered it (resumes add one)
+    claims: int = 1         # every claim of the step since the job entered it (retries too)
     write: Event | None = None
     write_pos: int = -1
     calls: list[tuple[int, Event]] = field(default_factory=list)
@@ -143,6 +144,7 @@ class _JobReader:
         self.by_name = {s["name"]: s for s in steps}
         self.current: dict[tuple[str, str], Holding] = {}   # (job, worker) -> latest holding
         self.runs: Counter = Counter()                       # (job, step) -> claims in the run
+        self.claims: Counter = Counter()                     # (job, step) -> claims since entered
 
     def read(self, pos: int, e: Event) -> None:
         tl, job, writer = self.tl, e["job"], e.get("worker") or ""
@@ -152,6 +154,8 @@ class _JobReader:
             tl.interventions[job].append(pos)
             for key in [k for k in self.runs if k[0] == job]:
                 del self.runs[key]
+            for key in [k for k in self.claims if k[0] == job]:
+                del self.claims[key]
             return
         if e.get("actor") == "harness":
             tl.interventions[job].append(pos)
@@ -183,10 +187,19 @@ class _JobReader:
         resumed = (last is not None and last.step["name"] == step["name"]
                    and last.write is None and self.runs[key] > 0)
         self.runs[key] = self.runs[key] + 1 if resumed else 1
+        # Every claim of the step since the job entered it, whatever ended the one before.
+        again = last is not None and last.step["name"] == step["name"] and self.claims[key] > 0
+        self.claims[key] = self.claims[key] + 1 if again else 1
         holding = Holding(job, step, writer, e.get("token"), e, pos, self.tl.segment[job],
-                          self.runs[key])
+                          self.runs[key], self.claims[key])
         self.tl.holdings[job].append(holding)
         self.current[(job, writer)] = holding
+
+
+def counts_every_claim(settings: dict) -> bool:
+    """Whether max_claims counts every claim of a step, failed attempts and crashes alike
+    (`cap_counts` "claims": one counter, a queue's receive count), not crashes in a row."""
+    return settings.get("cap_counts") == "claims"
 
 
 def _unknown_without_audit(verdict: Verdict, history: list[Event], snapshot: dict) -> bool:
@@ -373,8 +386,13 @@ def _check_give_up(verdict: Verdict, tl: Timeline, settings: dict) -> int:
     why: as poison after a poison answer (a 4xx other than 429, garbage, unusable content),
     never after one worth retrying (429, 5xx, a timeout, a dropped connection), nor with no
     refusal at all; for its attempts only once it has failed max_attempts of them, each a
-    call the provider received. Returns how many parks it judged."""
-    cap = settings.get("max_attempts")
+    call the provider received. Where max_claims counts every claim, one counter bounds the
+    attempts too: a park for its attempts is also due once the step's claims since the job
+    entered it reached max_claims, whatever mix of failures and crashes made them (without
+    max_attempts, only then). Returns how many parks it judged."""
+    claim_cap = settings.get("max_claims") if counts_every_claim(settings) else None
+    cap = settings.get("max_attempts") if settings.get("max_attempts") is not None else claim_cap
+    cap_name = "max_attempts" if settings.get("max_attempts") is not None else "max_claims"
     judged = 0
     for holds in tl.holdings.values():
         for h in holds:
@@ -389,6 +407,10 @@ def _check_give_up(verdict: Verdict, tl: Timeline, settings: dict) -> int:
             received = [c for _, seg, c, _ in tl.calls.get((h.job, h.step["name"]), [])
                         if seg == h.segment and c["t_start"] <= w["t"] + TOL]
             where = f"job {h.job}: {h.worker} parked step {h.step['name']!r}"
+            if claim_cap is not None and w.get("cause") == "attempts":
+                if h.claims >= claim_cap:
+                    continue  # the shared cap reached: due, whatever its attempts say
+                where += f" with {h.claims} of max_claims={claim_cap} claims"
             if w.get("cause") == "poison" and call is not None and _is_retryable(call):
                 verdict.fail("retryable-parked-as-poison",
                              f"{where} as poison at {tl.at(w['t'])} after a "
@@ -404,7 +426,7 @@ def _check_give_up(verdict: Verdict, tl: Timeline, settings: dict) -> int:
                   and w.get("attempts") is not None and w["attempts"] < cap):
                 verdict.fail("parked-before-cap",
                              f"{where} for its attempts at {tl.at(w['t'])} after "
-                             f"{w['attempts']} failed attempt(s), fewer than max_attempts={cap}",
+                             f"{w['attempts']} failed attempt(s), fewer than {cap_name}={cap}",
                              w)
             # a step that calls no model (a delivery) makes its attempts elsewhere: the
             # provider's ledger is no evidence of how many it made
@@ -413,23 +435,26 @@ def _check_give_up(verdict: Verdict, tl: Timeline, settings: dict) -> int:
                 verdict.fail("parked-before-cap",
                              f"{where} for its attempts at {tl.at(w['t'])}, but the provider "
                              f"received only {len(received)} call(s) of the step, fewer than "
-                             f"max_attempts={cap}; last error {w.get('last_error')!r}",
+                             f"{cap_name}={cap}; last error {w.get('last_error')!r}",
                              w, *received[-1:])
     return judged
 
 
 def _check_caps(verdict: Verdict, tl: Timeline, settings: dict) -> None:
-    """attempts <= max_attempts; calls per run of a step <= max_attempts + unwritten holdings."""
-    cap = settings.get("max_attempts")
-    if cap is None:
+    """attempts <= max_attempts; calls per run of a step <= max_attempts + unwritten holdings.
+    Where max_claims counts every claim, it bounds the attempts as well (the lower cap)."""
+    caps = {"max_attempts": settings.get("max_attempts"),
+            "max_claims": settings.get("max_claims") if counts_every_claim(settings) else None}
+    if all(c is None for c in caps.values()):
         return
+    name, cap = min(((n, c) for n, c in caps.items() if c is not None), key=lambda nc: nc[1])
     for job, events in tl.job_events.items():
         over = next((e for _, e in events if (e.get("attempts") or 0) > cap
                      and not is_operator(e)), None)
         if over is not None:
             verdict.fail("attempts-over-cap",
                          f"job {job}: {over.get('worker')} recorded attempt {over['attempts']} of "
-                         f"state {over['from']!r} at {tl.at(over['t'])}, past max_attempts={cap}",
+                         f"state {over['from']!r} at {tl.at(over['t'])}, past {name}={cap}",
                          over)
     unwritten = Counter((h.job, h.step["name"], h.segment)
                         for holds in tl.holdings.values() for h in holds if h.write is None)
@@ -442,7 +467,7 @@ def _check_caps(verdict: Verdict, tl: Timeline, settings: dict) -> None:
             if len(calls) > allowed:
                 verdict.fail("calls-over-cap",
                              f"job {job}: {len(calls)} provider calls for step {step!r}, but "
-                             f"max_attempts={cap} plus {allowed - cap} claim(s) that ended "
+                             f"{name}={cap} plus {allowed - cap} claim(s) that ended "
                              f"without a write allow {allowed}; call {allowed + 1} by "
                              f"{calls[allowed].get('worker')} at "
                              f"{tl.at(calls[allowed]['t_start'])}", calls[0], calls[allowed])
@@ -743,7 +768,9 @@ def _check_outage(verdict: Verdict, tl: Timeline, settings: dict, snapshot: dict
 
 def check_bounded_work(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
     """Claims of one step in a row stay within max_claims; crash-looping jobs end parked,
-    and a park for a crash loop follows claims that crashed."""
+    and a park for a crash loop follows claims that crashed. Where max_claims counts every
+    claim (`counts_every_claim`), so do these: all claims of the step since the job entered
+    it, whether a failure or a crash ended each."""
     verdict = Verdict("bounded-work")
     if _unknown_without_audit(verdict, history, snapshot):
         return verdict
@@ -751,20 +778,23 @@ def check_bounded_work(history: list[Event], snapshot: dict[str, Any]) -> Verdic
     # Without a declared cap, only the end of crash loops is judged: they must end parked.
     cap = snapshot["settings"].get("max_claims") if capable(snapshot, "crash_loop_cap") \
         else None
+    every = counts_every_claim(snapshot["settings"])
     longest: Counter = Counter()
     runs: Counter = Counter()
     for holds in tl.holdings.values():
         first: dict[str, Holding] = {}
         for h in holds:
-            name = h.step["name"]
-            if h.run == 1:
+            name, n = h.step["name"], h.claims if every else h.run
+            if n == 1:
                 first[name] = h
-            longest[name] = max(longest[name], h.run)
-            if cap is not None and h.run == cap + 1:
+            longest[name] = max(longest[name], n)
+            if cap is not None and n == cap + 1:
+                how = "since it entered the step, failed or crashed" if every else \
+                    "without finishing"
                 verdict.fail("too-many-claims",
-                             f"job {h.job}: step {name!r} was claimed {h.run} times without "
-                             f"finishing (max_claims={cap}): first by {first[name].worker} at "
-                             f"{tl.at(first[name].start['t'])}, claim {h.run} by {h.worker} at "
+                             f"job {h.job}: step {name!r} was claimed {n} times {how} "
+                             f"(max_claims={cap}): first by {first[name].worker} at "
+                             f"{tl.at(first[name].start['t'])}, claim {n} by {h.worker} at "
                              f"{tl.at(h.start['t'])}", first[name].start, h.start)
         runs.update(_run_lengths(holds))
     # a planned crash loop crashes nothing in an engine whose processes arm no probe: the
@@ -774,7 +804,7 @@ def check_bounded_work(history: list[Event], snapshot: dict[str, Any]) -> Verdic
         _check_crash_loop(verdict, tl, snapshot, job)
     shared = readings(history)
     for job, holds in tl.holdings.items():
-        _check_crash_loop_park(verdict, tl, shared, job, holds, cap)
+        _check_crash_loop_park(verdict, tl, shared, job, holds, cap, every)
     verdict.checked = sum(len(h) for h in tl.holdings.values())
     if cap is None and verdict.valid is not False and not looping:
         verdict.unknown("the engine declares no crash-loop cap and the run had no crash-loop "
@@ -797,12 +827,14 @@ def _run_lengths(holds: list[Holding]) -> list[int]:
 
 
 def _check_crash_loop_park(verdict: Verdict, tl: Timeline, shared, job: str,
-                           holds: list[Holding], cap: int | None) -> None:
+                           holds: list[Holding], cap: int | None, every: bool) -> None:
     """A park for a crash loop needs the crashes: of the claims of the step in the run that
     the park ended, at least half ended with their holder dead, paused or its lease taken
     by the harness. Claims that ended with a live, undisturbed holder walking away are a
     worker that does not do the work, not a job that kills its workers. And it needs the
-    cap: a job is parked for its claims once max_claims of them ran, not before."""
+    cap: a job is parked for its claims once max_claims of them ran, not before. Where the
+    cap counts every claim (`every`), the run is every claim since the job entered the
+    step, and a claim its holder ended by writing (a failed attempt) counts as a crash."""
     parks = [e for _, e in tl.job_events.get(job, []) if e.get("type") == "state"
              and e.get("cause") == "crash_loop"]
     for park in parks:
@@ -810,20 +842,22 @@ def _check_crash_loop_park(verdict: Verdict, tl: Timeline, shared, job: str,
                and h.step["parked"] == park["to"]]
         if not run:
             continue
-        run = run[-run[-1].run:]  # the claims since the job last entered the step
+        run = run[-(run[-1].claims if every else run[-1].run):]  # since it entered the step
         if cap is not None and len(run) < cap:
             verdict.fail("parked-before-claim-cap",
                          f"job {job}: parked for a crash loop at {tl.at(park['t'])} after "
                          f"{len(run)} claim(s) of step {run[-1].step['name']!r}, fewer than "
                          f"max_claims={cap}", run[0].start, park)
             continue
-        crashed = sum(_crashed(h, run, shared, park) for h in run)
+        crashed = sum((every and h.write is not None) or _crashed(h, run, shared, park)
+                      for h in run)
         if crashed * 2 < len(run):
             verdict.fail("crash-loop-without-crashes",
                          f"job {job}: parked for a crash loop at {tl.at(park['t'])} after "
                          f"{len(run)} claims of step {run[-1].step['name']!r}, but only "
                          f"{crashed} of them ended with the worker dead, paused or its lease "
-                         "taken by the harness", run[0].start, park)
+                         "taken by the harness" + (" or a failure it wrote" if every else ""),
+                         run[0].start, park)
 
 
 def _crashed(h: Holding, run: list[Holding], shared, park: Event) -> bool:
