@@ -873,13 +873,16 @@ def _crashed(h: Holding, run: list[Holding], shared, park: Event) -> bool:
 
 def _check_crash_loop(verdict: Verdict, tl: Timeline, snapshot: dict, job: str) -> None:
     """A job that kills every worker that runs it ends parked (for the crash loop, where
-    the engine says why it parks), unless an operator took it over."""
+    the engine says why it parks; or for its attempts, where one counter bounds both and
+    so cannot tell them apart), unless an operator took it over."""
     row = snapshot["jobs"].get(job)
     holds = tl.holdings.get(job, [])
     events = [e for _, e in tl.job_events.get(job, [])]
     parked = holds[-1].step["parked"] if holds else None
     says_why = capable(snapshot, "crash_loop_cap")
-    if row and row["state"] == parked and (not says_why or row.get("cause") == "crash_loop"):
+    causes = ("crash_loop", "attempts") if counts_every_claim(snapshot["settings"]) \
+        else ("crash_loop",)
+    if row and row["state"] == parked and (not says_why or row.get("cause") in causes):
         return
     if any(is_operator(e) for e in events):
         return  # an operator acted on the job: what happens to it next is theirs

@@ -108,3 +108,14 @@ def test_failed_attempts_past_the_shared_cap_are_caught():
     assert verdict.by_type["attempts-over-cap"] == 1
     over = next(f for f in verdict.failures if f.type == "attempts-over-cap")
     assert "recorded attempt 5" in over.message and "past max_claims=4" in over.message
+
+
+def test_a_crash_looping_job_parked_at_the_shared_cap_may_say_attempts():
+    """One counter cannot tell a crash loop from failures: either cause ends the loop."""
+    history = parked_for_attempts(4)
+    snapshot = snapshot_with_effects(history)
+    snapshot = {**snapshot, "plan": {**snapshot["plan"], "crash_loop": [J]}}
+    for counters, failures in ((SHARED, {}), (SEPARATE, {"crash-loop-not-parked": 1})):
+        verdict = check_bounded_work(history, {**snapshot, "settings": {
+            **snapshot["settings"], **counters}})
+        assert verdict.by_type == failures, (counters, verdict.reason)
