@@ -117,7 +117,7 @@ def resolve(names: Iterable[str], engine: Any) -> Resolution:
         elif entry.point is not None and entry.point in declared:
             named[text] = (entry.point,)
         else:
-            why = (f"engine {label} maps no point to role {entry.role} ({ROLES[entry.role]})"
+            why = (f"engine {label} maps no point to role {entry.role}: {ROLES[entry.role]}"
                    if entry.role else f"engine {label} declares no point {entry.point!r}")
             (absent if entry.optional else missing)[text] = why
     armed = tuple(dict.fromkeys(p for points in named.values() for p in points))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..report import skew_text
+from ..report import crash_point_lines, skew_text
 from .evidence import ordered
 
 ICON = {"pass": "✅", "fail": "❌", "unknown": "❓", "error": "⚠️", "partial": "⚠️"}
@@ -32,6 +32,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append(f"**Skewed workers:** {skew_text(report)}")
     if report.get("faults_unfired"):
         lines.append(f"**Configured but never fired:** {', '.join(report['faults_unfired'])}")
+    for line in crash_point_lines(report):  # what each crash-point name armed, or why not
+        head, _, rest = line.partition(": ")
+        lines.append(f"**{head.capitalize()}:** {rest}")
     if report.get("faults_prevented"):
         lines.append("**Not fired, their targets taken away first:** " + "; ".join(
             f"{k} ({v})" for k, v in report["faults_prevented"].items()))

@@ -81,8 +81,8 @@ def test_a_name_the_engine_lacks_is_missing_unless_optional_then_absent_with_the
     assert "maps no point to role heartbeat" in got.missing["role:heartbeat"]
     assert got.absent == {
         "worker.group.before_commit?": "engine toy declares no point 'worker.group.before_commit'",
-        "role:before_mark?": "engine toy maps no point to role before_mark (" +
-                             ROLES["before_mark"] + ")"}
+        "role:before_mark?": "engine toy maps no point to role before_mark: " +
+                             ROLES["before_mark"]}
 
 
 def test_an_engine_without_crash_points_arms_nothing_and_refuses_no_name():
@@ -133,12 +133,12 @@ def test_the_report_lists_what_each_name_armed_and_the_optional_ones_the_engine_
     assert names == {"crash_points_armed": {"role:after_call": ["after_call"],
                                             "after_commit": ["after_commit"]},
                      "crash_points_not_applicable": {
-                         "role:heartbeat?": "engine toy maps no point to role heartbeat ("
-                                            + ROLES["heartbeat"] + ")"}}
+                         "role:heartbeat?": "engine toy maps no point to role heartbeat: "
+                                            + ROLES["heartbeat"]}}
     assert crash_point_lines(names) == [
         "crash points armed: role:after_call (after_call), after_commit",
         "crash points not applicable to this engine (optional): role:heartbeat? (engine toy "
-        "maps no point to role heartbeat (" + ROLES["heartbeat"] + "))"]
+        "maps no point to role heartbeat: " + ROLES["heartbeat"] + ")"]
     assert "crash_points" not in not_applicable(scenario, toy)  # some points are armed
     alone = load_scenario(scenario_file(tmp_path, ["role:heartbeat?"]), engine=toy)
     assert "crash_points" in not_applicable(alone, toy)  # none is: the fault is not applicable
