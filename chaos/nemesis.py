@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from typing import Any, Callable
 
+from .adapter_guard import described
 from .contract import Engine, submitter
 from .history import Event, payload_hash
 from .plan import (FaultPlan, document_fault, documents_for, forced_provider_fault,
@@ -161,7 +162,11 @@ class Nemesis:
         try:
             getattr(self, f"_{event['fault']}")(event)
         except Exception as exc:  # a fault that cannot apply is logged, not fatal
-            self._log("error", fault=event["fault"], error=f"{type(exc).__name__}: {exc}")
+            # A control that raises here (AdapterError) may have met a server the nemesis
+            # crashed or a lock a paused worker holds, so it does not end the run: the
+            # history keeps what the adapter raised, and the checkers judge a control that
+            # raised instead of answering (operator-moves, submissions-idempotent).
+            self._log("error", fault=event["fault"], error=described(exc))
 
     def _aside(self, target, *args) -> None:
         """Run `target` on its own thread; heal() waits for every one of them."""
@@ -240,7 +245,7 @@ class Nemesis:
                 time.sleep(seconds)
             self._log("contention_end")
         except Exception as exc:  # the store refused the lock: logged, not fatal
-            self._log("error", fault="contention", error=f"{type(exc).__name__}: {exc}")
+            self._log("error", fault="contention", error=described(exc))
 
     def _duplicate_submit(self, event: dict) -> None:
         job = event["job"]

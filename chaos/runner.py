@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from . import history as hist
+from .adapter_guard import AdapterError
 from .backends import (SQLITE_FILE, Backend, RunDatabase, check_backend, database_name,
                        run_database)
 from .checkers import run_checkers
@@ -29,7 +30,7 @@ from .nemesis import FaultPolicy, Nemesis
 from .plan import FaultPlan, documents_for, make_plan
 from .render import render_run
 from .report import build_report, faults_applied, start_record, write_report
-from .runfiles import scenario_record, write_json
+from .runfiles import is_secret, scenario_record, secret_names, write_json
 from .runqueue import RunQueueWatch
 from .scenario import (SERVER_FAULTS, Scenario, ScenarioError, check_for_engine,
                        crash_points_for)
@@ -414,8 +415,31 @@ def _run_on(scenario: Scenario, plan: FaultPlan, engine: Engine, out: str,
     run_dir = run_dir_for(out, scenario, seed)
     started = time.time()
     # First of all, what runs and how to replay it: a run killed halfway stays usable.
-    write_report(run_dir, start_record(scenario, plan, engine, engine_spec, run_dir, started,
-                                       database.to_json()))
+    start = start_record(scenario, plan, engine, engine_spec, run_dir, started,
+                         database.to_json())
+    write_report(run_dir, start)
+    try:
+        return _carry_out(scenario, plan, engine, run_dir, engine_spec, progress, database,
+                          started)
+    except AdapterError as exc:
+        keep_adapter_error(exc, run_dir, start, scenario, engine)
+        raise
+
+
+def keep_adapter_error(exc: AdapterError, run_dir: str, start: dict[str, Any],
+                       scenario: Scenario, engine: Engine) -> None:
+    """An adapter raised mid-run: its traceback goes into the run folder (the scenario's
+    secret settings hidden), and report.json stays the start record, partial as a killed
+    run's, saying which method raised. Every process was stopped on the way out."""
+    extra = secret_names(engine)
+    exc.hide_values(v for k, v in scenario.engine.items() if is_secret(str(k), extra))
+    exc.keep_in(run_dir, partial=True)
+    write_report(run_dir, {**start, "adapter_error": exc.to_json()})
+
+
+def _carry_out(scenario: Scenario, plan: FaultPlan, engine: Engine, run_dir: str,
+               engine_spec: str | None, progress: bool, database: RunDatabase,
+               started: float) -> RunResult:
     campaign = Campaign(scenario, plan, engine, run_dir, progress=progress, database=database)
     try:
         with evidence_in(run_dir):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from ..adapter_guard import described
 from ..nemesis import different_payload
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ class SimNemesis:
             try:
                 getattr(self, f"_{event['fault']}")(event)
             except Exception as exc:  # a fault that cannot apply is logged, not fatal
-                self._log("error", fault=event["fault"], error=f"{type(exc).__name__}: {exc}")
+                self._log("error", fault=event["fault"], error=described(exc))
 
     def heal(self) -> None:
         """Stop applying faults and undo those still in force (from the scheduler's thread)."""
