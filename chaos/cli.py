@@ -19,7 +19,7 @@
 
 --seed N is one seed; --seeds N is seeds 1..N and --seeds A..B seeds A to B, in every command.
 Exit codes: 0 every invariant with evidence holds, 1 an invariant failed, 2 the harness could
-not run (bad input included).
+not run (bad input included, an adapter that raised, a bug of the harness's own).
 """
 from __future__ import annotations
 
@@ -256,6 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .reference.adapter import engine_cli
         return engine_cli(argv[1:])
     args = build_parser().parse_args(argv)
+    from .adapter_guard import AdapterError
     from .runner import HarnessError
     from .scenario import ScenarioError
     from .supervisor import stop_on_signals
@@ -275,13 +276,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             return score(args)
         return {"run": cmd_run, "replay": cmd_replay, "check": cmd_check,
                 "sweep": cmd_sweep, "report": cmd_report}[args.command](args)
+    except AdapterError as exc:  # its traceback is in the run folder, when there was one
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except (ScenarioError, HarnessError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (Stopped)
         return interrupted(stop)
+    except Exception as exc:  # exit 1 says an invariant failed, and nothing else does
+        return internal_error(exc)
     finally:
         restore_signals()
+
+
+def internal_error(exc: Exception) -> int:
+    """Print the one line of a command that a bug of the harness's own ended (every process
+    it started is stopped by then), its traceback kept in a file the line names; return 2."""
+    import tempfile
+    import traceback
+    from .adapter_guard import described, hide
+    fd, path = tempfile.mkstemp(prefix="ninelives-error-", suffix=".txt")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(hide("".join(traceback.format_exception(exc))))
+    print(f"error: internal: {described(exc)} (a bug of ninelives, no verdict on the engine; "
+          f"traceback: {path})", file=sys.stderr, flush=True)
+    return EXIT_ERROR
 
 
 def interrupted(stop: KeyboardInterrupt) -> int:
