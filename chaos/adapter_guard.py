@@ -18,6 +18,7 @@ simulation's crash and stop) pass as they are.
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import sys
 import traceback
@@ -51,9 +52,13 @@ class AdapterError(Exception):
         self._hidden: tuple[str, ...] = ()
         super().__init__(spec, method)
 
-    def __reduce__(self):  # crosses a process pool whole (sweep, mutants)
+    def __reduce__(self):  # crosses a process pool (sweep, mutants), whatever it carries
         state = {"evidence": self.evidence, "partial": self.partial, "_hidden": self._hidden}
-        return (_rebuilt, (self.spec, self.method, self.error, self.trace, state))
+        try:
+            error = pickle.loads(pickle.dumps(self.error))
+        except Exception:  # an exception that does not pickle: its message, its type named
+            error = Unpicklable(type(self.error).__name__, str(self.error))
+        return (_rebuilt, (self.spec, self.method, error, self.trace, state))
 
     def cause(self) -> str:
         """What the adapter raised: its type and its message's excerpt, secrets hidden."""
@@ -87,9 +92,21 @@ class AdapterError(Exception):
 
     def to_json(self) -> dict[str, Any]:
         """What report.json records of it."""
-        return {"engine": self.spec, "method": self.method, "type": type(self.error).__name__,
-                "message": excerpt(hide(str(self.error), self._hidden)),
+        kind, _, message = self.cause().partition(": ")
+        return {"engine": self.spec, "method": self.method, "type": kind, "message": message,
                 "traceback": TRACEBACK_FILE if self.evidence else None}
+
+
+class Unpicklable(Exception):
+    """An adapter's exception that did not cross a process pool: its type's name and its
+    message (see `described`)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(kind, message)
+        self.kind, self.message = kind, message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def _rebuilt(spec: str, method: str, error: BaseException, trace: str,
@@ -123,8 +140,9 @@ def described(error: BaseException, values: Iterable[str] = (),
     exception, as it did before the guard)."""
     if isinstance(error, AdapterError):
         error = error.error
+    kind = error.kind if isinstance(error, Unpicklable) else type(error).__name__
     message = excerpt(hide(str(error), values), limit)
-    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+    return f"{kind}: {message}" if message else kind
 
 
 def guarded_call(spec: str, method: str, fn: Callable[..., Any]) -> Callable[..., Any]:
