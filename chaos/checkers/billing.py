@@ -12,6 +12,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from ..history import Event
+from ..schema import reads
 from .index import readings
 from .memos import Memos
 from .ops import (TOL, capable, ends_an_operation, is_engine, is_job, is_operator, is_worker,
@@ -497,4 +498,39 @@ CHECKS = {
     "no-rebill-after-commit": check_no_rebill_after_commit,
     "memo-consistent": check_memo_consistent,
     "cost-accounted": check_cost_accounted,
+}
+
+#: the engine fields each check reads (chaos.schema): an evidence field an engine leaves out
+#: makes exactly these checks unknown, naming it
+READS = {
+    "cost-accounted": reads(
+        submitted="actor job pid worker",
+        claimed="actor continued job pid step token worker",
+        state="actor from heartbeat job lease_until pid to token took_lease worker",
+        memo="actor cost job op pid step token worker",
+        effect_queued="actor job pid token worker",
+        effect_claimed="actor job pid token worker",
+        effect_sent="actor job pid token worker",
+        effect_state="actor job pid token worker",
+        billed="actor cost job outcome pid step token worker"),
+    "memo-consistent": reads(
+        submitted="actor job",
+        claimed="actor continued from job to token worker",
+        state="actor from job to token took_lease worker",
+        memo="actor job op pid step token worker",
+        effect_queued="actor job token worker",
+        effect_claimed="actor job token worker",
+        effect_sent="actor job token worker",
+        effect_state="actor job token worker",
+        billed="actor job token worker"),
+    "no-rebill-after-commit": reads(
+        submitted="actor job pid worker",
+        claimed="actor continued job pid token worker",
+        state="actor from heartbeat job lease_until pid to token took_lease worker",
+        memo="actor job op pid step token worker",
+        effect_queued="actor job pid token worker",
+        effect_claimed="actor job pid token worker",
+        effect_sent="actor job pid token worker",
+        effect_state="actor job pid token worker",
+        billed="actor job pid started step token worker"),
 }

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..fakes.provider import TRICKLE_INTERVAL
 from ..history import Event
+from ..schema import reads
 from .index import readings
 from .ops import TOL, disturbed, is_effect, machine_slack
 from .verdict import Verdict
@@ -129,3 +130,18 @@ def _used_late_answer(kind: str, request: Event, writes: dict, answered: float) 
 
 
 CHECKS = {"deadlines-kept": check_deadlines_kept}
+
+#: the engine fields each check reads (chaos.schema): an evidence field an engine leaves out
+#: makes exactly these checks unknown, naming it
+READS = {
+    "deadlines-kept": reads(
+        submitted="job pid worker",
+        claimed="continued job pid worker",
+        state="actor from heartbeat job lease_until pid to took_lease worker",
+        memo="job op pid worker",
+        effect_queued="job pid worker",
+        effect_claimed="pid worker",
+        effect_sent="job kind pid worker",
+        effect_state="job kind pid worker",
+        billed="job outcome pid step worker"),
+}

@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 from ..history import Event
+from ..schema import reads
 from .billing import COST_TOLERANCE, memoized_call, needs_ledger
 from .index import readings
 from .lease_kept import check_lease_kept
@@ -350,4 +351,39 @@ CHECKS = {
     "lease-exclusive": check_lease_exclusive,
     "fenced-writes": check_fenced_writes,
     "lease-kept": check_lease_kept,
+}
+
+#: the engine fields each check reads (chaos.schema): an evidence field an engine leaves out
+#: makes exactly these checks unknown, naming it
+READS = {
+    "fenced-writes": reads(
+        submitted="actor job pid token worker",
+        claimed="actor continued job lease_until pid step token worker",
+        state="actor attempts from heartbeat job lease_until pid to token took_lease worker",
+        memo="actor job op pid worker",
+        effect_queued="actor job lease_until pid row token worker",
+        effect_claimed="actor lease_until pid row token worker",
+        effect_sent="actor lease_until pid row token worker",
+        effect_state="actor lease_until pid row token worker",
+        billed="actor job pid started token worker"),
+    "lease-exclusive": reads(
+        submitted="actor job lease_until pid worker",
+        claimed="actor continued job lease_until pid step token worker",
+        state="actor from heartbeat job lease_until pid to token took_lease worker",
+        memo="actor job op pid step token worker",
+        effect_queued="actor job pid token worker",
+        effect_claimed="actor job pid token worker",
+        effect_sent="actor job pid token worker",
+        effect_state="actor job pid token worker",
+        billed="actor job pid step token worker"),
+    "lease-kept": reads(
+        submitted="actor job lease_until pid worker",
+        claimed="actor continued job lease_until pid step token worker",
+        state="actor from heartbeat job lease_until pid to token took_lease worker",
+        memo="actor job op pid worker",
+        effect_queued="actor job lease_until pid worker",
+        effect_claimed="actor dead_at job kind lease_until pid row sent_at worker",
+        effect_sent="actor lease_until pid worker",
+        effect_state="actor lease_until pid worker",
+        billed="actor job pid worker"),
 }

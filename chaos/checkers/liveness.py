@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..history import Event
+from ..schema import reads
 from .index import readings
 from .ops import (TOL, capable, disturbed, is_engine, is_heartbeat, is_job, is_operator,
                   is_worker, pids_by_worker)
@@ -898,3 +899,36 @@ def _check_crash_loop(verdict: Verdict, tl: Timeline, snapshot: dict, job: str) 
 CHECKS = {"all-jobs-settle": check_all_jobs_settle,
           "retry-discipline": check_retry_discipline,
           "bounded-work": check_bounded_work}
+
+#: the engine fields each check reads (chaos.schema): an evidence field an engine leaves out
+#: makes exactly these checks unknown, naming it
+READS = {
+    "all-jobs-settle": reads(
+        submitted="job",
+        claimed="job worker",
+        state="job",
+        effect_queued="job kind row",
+        effect_claimed="job kind row",
+        effect_sent="job kind row",
+        effect_state="job kind row"),
+    "bounded-work": reads(
+        submitted="actor job pid worker",
+        claimed="actor continued job pid step token worker",
+        state="actor cause from heartbeat job lease_until pid to took_lease worker",
+        memo="job op pid worker",
+        effect_queued="job pid worker",
+        effect_claimed="pid worker",
+        effect_sent="pid worker",
+        effect_state="pid worker",
+        billed="job pid worker"),
+    "retry-discipline": reads(
+        submitted="actor attempts job pid worker",
+        claimed="actor attempts job pid step token worker",
+        state="actor attempts cause heartbeat job next_run_at pid to worker",
+        memo="pid worker",
+        effect_queued="job key kind pid worker",
+        effect_claimed="job kind pid worker",
+        effect_sent="job kind pid worker",
+        effect_state="actor attempts dead_at job kind last_error next_run_at pid sent_at worker",
+        billed="job outcome pid worker"),
+}

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..history import Event
+from ..schema import reads
 from .ops import TOL, capable, is_job, is_operator
 from .verdict import Verdict
 
@@ -114,3 +115,12 @@ def _judge_refusal(verdict: Verdict, e: Event, jobs: dict[str, list[Event]],
 
 
 CHECKS = {"operator-moves": check_operator_moves}
+
+#: the engine fields each check reads (chaos.schema): an evidence field an engine leaves out
+#: makes exactly these checks unknown, naming it
+READS = {
+    "operator-moves": reads(
+        submitted="actor job to",
+        claimed="actor job to",
+        state="actor attempts claims job lease_until next_run_at to"),
+}

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..history import Event
+from ..schema import reads
 from .index import readings
 from .ops import TOL, capable, is_effect, is_engine, is_job, machine_slack, pids_by_worker
 from .verdict import Verdict
@@ -493,3 +494,28 @@ def _some(event: Event | None) -> tuple[Event, ...]:
 
 
 CHECKS = {"outbox-bounded": check_outbox_bounded, "effects-complete": check_effects_complete}
+
+#: the engine fields each check reads (chaos.schema): an evidence field an engine leaves out
+#: makes exactly these checks unknown, naming it
+READS = {
+    "effects-complete": reads(
+        submitted="job pid worker",
+        claimed="job pid worker",
+        state="job pid worker",
+        memo="pid worker",
+        effect_queued="job key kind pid worker",
+        effect_claimed="dead_at job kind pid worker",
+        effect_sent="job kind pid worker",
+        effect_state="job kind pid worker",
+        billed="pid worker"),
+    "outbox-bounded": reads(
+        submitted="pid worker",
+        claimed="pid worker",
+        state="pid worker",
+        memo="pid worker",
+        effect_queued="actor job key kind pid worker",
+        effect_claimed="actor dead_at job kind lease_until pid sent_at worker",
+        effect_sent="actor job kind pid sent_at worker",
+        effect_state="actor job kind lease_until pid sent_at worker",
+        billed="pid worker"),
+}

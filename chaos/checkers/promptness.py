@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..history import Event
+from ..schema import reads
 from .index import readings
 from .ops import (RUN_SLACK, capable, is_effect, is_job, is_operator, is_worker,
                   machine_slack)
@@ -453,3 +454,18 @@ def _overlaps(windows: list, start: float, end: float) -> list:
 
 
 CHECKS = {"claims-prompt": check_claims_prompt}
+
+#: the engine fields each check reads (chaos.schema): an evidence field an engine leaves out
+#: makes exactly these checks unknown, naming it
+READS = {
+    "claims-prompt": reads(
+        submitted="actor job next_run_at pid to worker",
+        claimed="actor continued job lease_until next_run_at pid to worker",
+        state="actor from heartbeat job lease_until next_run_at pid to took_lease worker",
+        memo="job op pid worker",
+        effect_queued="actor dead_at job lease_until next_run_at pid row sent_at worker",
+        effect_claimed="actor dead_at lease_until next_run_at pid row sent_at worker",
+        effect_sent="actor pid row sent_at worker",
+        effect_state="actor dead_at lease_until next_run_at pid row sent_at worker",
+        billed="job pid worker"),
+}

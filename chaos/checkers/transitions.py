@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from ..history import Event
+from ..schema import reads
 from .ops import (TOL, ends_an_operation, is_job, is_operator, pids_by_worker, takes_lease,
                   worker_processes)
 from .verdict import Verdict
@@ -288,4 +289,17 @@ def _check_submit_results(verdict: Verdict, at, submits: list[Event]) -> dict[st
 CHECKS = {
     "legal-transitions": check_legal_transitions,
     "submissions-idempotent": check_submissions_idempotent,
+}
+
+#: the engine fields each check reads (chaos.schema): an evidence field an engine leaves out
+#: makes exactly these checks unknown, naming it
+READS = {
+    "legal-transitions": reads(
+        submitted="from job to worker",
+        claimed="actor from job to worker",
+        state="actor from job to worker"),
+    "submissions-idempotent": reads(
+        submitted="job payload_hash",
+        claimed="actor job payload_hash",
+        state="actor job payload_hash"),
 }

@@ -63,6 +63,12 @@ def harness_nothing_to_judge(tmp_path):
     return ninelives("check", run)
 
 
+def harness_adapter_raised(tmp_path):
+    return ninelives("run", "smoke", "--profile", "smoke", "--engine",
+                     "tests.contract.broken_adapters:BROKEN_INSTALL", "--out",
+                     str(tmp_path / "out"), "--quiet")
+
+
 def engine_done(tmp_path):
     return ninelives("engine", "status", "--db", engine_db(tmp_path, "a"))
 
@@ -93,6 +99,7 @@ ROWS = {
     ("2", "harness: bad input"): (harness_bad_scenario, 2),
     ("2", "harness: replay --tries 0"): (harness_no_tries, 2),
     ("2", "harness: no invariant had evidence"): (harness_nothing_to_judge, 2),
+    ("2", "harness: an adapter raised"): (harness_adapter_raised, 2),
     ("2", "engine: the same id with another payload"): (engine_conflicting_submit, 2),
     ("2", "engine: bad input"): (engine_bad_payload, 2),
 }
