@@ -207,6 +207,8 @@ class GuardedAdapter:
         if name.startswith("__") or name == "_guard_spec":
             raise AttributeError(name)  # copy and pickle probe dunders before __init__ ran
         value = getattr(self.__wrapped__, name)
+        if name in ("operations", "snapshot") and callable(value):
+            return guarded_call(self._guard_spec, name, read_by_schema(name, value))
         if callable(value) and not isinstance(value, type):
             return guarded_call(self._guard_spec, name, value)
         return value
@@ -222,6 +224,19 @@ class GuardedAdapter:
 
     def __reduce__(self):
         return (GuardedAdapter, (self.__wrapped__, self._guard_spec))
+
+
+def read_by_schema(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    """The adapter's `operations` or `snapshot`, its answer checked against the schema as it
+    is read (`chaos.schema.read_operations`, which also fills in absent defaulted fields, or
+    `read_snapshot`): an answer the harness cannot read raises OperationError, which the
+    guard reports as the adapter's error (exit 2), never as a checker's crash."""
+    from .schema import read_operations, read_snapshot
+    check = read_operations if name == "operations" else read_snapshot
+
+    def read(*args: Any, **kwargs: Any) -> Any:
+        return check(method(*args, **kwargs), f"{name}(db)")
+    return read
 
 
 def guard(adapter: Any, spec: str) -> GuardedAdapter:

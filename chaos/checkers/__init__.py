@@ -42,12 +42,16 @@ import traceback
 from typing import Any, Callable
 
 from ..history import Event
+from ..schema import missing_evidence
 from .verdict import Failure, Verdict
 
 Checker = Callable[[list[Event], dict[str, Any]], Verdict]
 
-#: Invariant name -> checker, in the order reports list them. Filled by `_load`.
+#: Invariant name -> checker, in the order reports list them. Filled by `load`.
 CHECKERS: dict[str, Checker] = {}
+#: Invariant name -> the engine fields it reads ("type.field", see chaos.schema). Filled by
+#: `load` from each checker module's READS.
+READS: dict[str, tuple[str, ...]] = {}
 
 INVARIANTS = (
     "legal-transitions", "no-rebill-after-commit", "outbox-bounded", "effects-complete",
@@ -58,11 +62,14 @@ INVARIANTS = (
 )
 
 
-def _load() -> None:
+def load() -> None:
+    """Import every checker module, filling CHECKERS and READS."""
     import importlib
     for module in ("transitions", "billing", "outbox", "liveness", "leases", "deadlines",
                    "operator", "integrity", "processes", "promptness"):
-        CHECKERS.update(importlib.import_module(f"{__name__}.{module}").CHECKS)
+        loaded = importlib.import_module(f"{__name__}.{module}")
+        CHECKERS.update(loaded.CHECKS)
+        READS.update(getattr(loaded, "READS", {}))
 
 
 class MissingEvidence(KeyError):
@@ -91,15 +98,24 @@ def run_checkers(history: list[Event], snapshot: dict[str, Any],
     so is every checker of an empty history (nothing was recorded), and one that needs a
     key the snapshot lacks (the reason names it)."""
     if not CHECKERS:
-        _load()
+        load()
     snapshot = Snapshot(snapshot)
     verdicts = []
+    lacking = {item.split(" ")[0]: item
+               for item in missing_evidence(history, {f for r in READS.values() for f in r})}
     for name in INVARIANTS:
         if only and name not in only:
             continue
         if not history:
             verdicts.append(Verdict(name).unknown(
                 "the history is empty: nothing was recorded, so no evidence either way"))
+            continue
+        absent = [lacking[f] for f in READS.get(name, ()) if f in lacking]
+        if absent:
+            # An evidence field has no true reading when absent: no guess, no verdict.
+            verdicts.append(Verdict(name).unknown(
+                "the engine's operations leave out evidence this check reads: "
+                + ", ".join(absent) + " (see docs/history.md)"))
             continue
         try:
             verdict = CHECKERS[name](history, snapshot)

@@ -203,5 +203,7 @@ def _outbox_op(row: dict[str, Any]) -> dict[str, Any]:
     actor = row.get("actor") or "sender"
     if row["sent_at"] is not None and row["old_sent_at"] is None:
         return {**ids, "type": "effect_sent", "actor": actor}
+    # the article's outbox has no sender lease and no dead letters: None is the true reading
     return {**ids, "type": "effect_state", "actor": actor, "sent": row["sent_at"] is not None,
-            "dead": None, "last_error": None}
+            "sent_at": row["sent_at"], "dead": None, "dead_at": None, "lease_until": None,
+            "last_error": None}

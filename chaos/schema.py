@@ -1,0 +1,635 @@
+"""The history's vocabulary as data: every operation type, its fields, their types, which
+are required, and what leaving each out costs.
+
+One source for three uses: the reference page `docs/history.md` is generated from it
+(`python -m chaos.schema --write docs/history.md`; a test fails when the page is stale);
+what an adapter's `operations(db)` returns is checked against it as it is read
+(`read_operations`: a missing or mistyped required field ends the run with exit 2, naming
+the operation type, the field, an example and the method); and each checker module
+declares the fields it reads (its `READS`), so a field an engine leaves out makes exactly
+the checks that read it `unknown`, naming the field (`missing_evidence`).
+
+A field is one of three kinds, by what its absence would mean:
+  required   the operation means nothing without it (a claim's job and step): absent or of
+             the wrong type, the adapter is at fault and the run stops (exit 2);
+  defaulted  absent has one true reading, filled in when read (`continued` False: a claim
+             that takes a new lease; `to` of a submission: the state it was created in);
+  evidence   absent has no true reading (a claim's `lease_until`: None would mean "no lease",
+             which is not what an engine that does not report it means), so the checks that
+             read it are `unknown`, naming it.
+A field that may be None says so (`nullable`): None is the engine's word that it does not
+keep the value for that write (a write made by no worker has `worker` None).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+Event = dict[str, Any]
+
+#: the field kinds and the Python values each admits (a bool is never a number here)
+KINDS: dict[str, str] = {
+    "str": "a string",
+    "int": "a whole number",
+    "number": "a finite number",
+    "time": "seconds since the epoch (a finite number, the machine's clock)",
+    "bool": "true or false",
+    "id": "a string or a whole number",
+    "json": "any JSON value",
+}
+
+#: who may write an engine operation (its `actor`)
+ACTORS = ("worker", "sender", "operator", "harness", "submitter")
+
+REQUIRED = "required"
+DEFAULTED = "defaulted"
+EVIDENCE = "evidence"
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A default computed from the operation itself; `text` says how, for the docs."""
+
+    fn: Callable[[Event], Any]
+    text: str
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of an operation type (see the module docstring for the three needs)."""
+
+    name: str
+    kind: str
+    doc: str
+    need: str = DEFAULTED
+    default: Any = None
+    nullable: bool = True
+    choices: tuple[str, ...] = ()
+
+    def describe_default(self) -> str:
+        if isinstance(self.default, Derived):
+            return self.default.text
+        return json.dumps(self.default)
+
+    def fill(self, op: Event) -> Any:
+        return self.default.fn(op) if isinstance(self.default, Derived) else self.default
+
+
+@dataclass(frozen=True)
+class OpType:
+    """One operation type: who records it, what it means, and its fields."""
+
+    src: str
+    type: str
+    doc: str
+    fields: tuple[Field, ...]
+
+    def field(self, name: str) -> Field | None:
+        return next((f for f in self.fields if f.name == name), None)
+
+
+def req(name: str, kind: str, doc: str, nullable: bool = False, **kw: Any) -> Field:
+    return Field(name, kind, doc, REQUIRED, nullable=nullable, **kw)
+
+
+def opt(name: str, kind: str, doc: str, default: Any = None, **kw: Any) -> Field:
+    return Field(name, kind, doc, DEFAULTED, default, **kw)
+
+
+def ev(name: str, kind: str, doc: str, **kw: Any) -> Field:
+    return Field(name, kind, doc, EVIDENCE, **kw)
+
+
+# -- the fields engine operations share -----------------------------------------------------
+
+def _common(actor: Any) -> tuple[Field, ...]:
+    """t, src, type, completion, seq and who wrote (actor, worker, pid, token)."""
+    who = (req("actor", "str", "who wrote: " + ", ".join(ACTORS), choices=ACTORS)
+           if actor is None else
+           opt("actor", "str", "who wrote: " + ", ".join(ACTORS), actor, nullable=False,
+               choices=ACTORS))
+    return (
+        req("t", "time", "when the write committed, on the machine's clock (never an "
+            "engine's injected one)"),
+        req("src", "str", "always \"engine\"", choices=("engine",)),
+        req("type", "str", "the operation type"),
+        opt("completion", "str", "\"ok\": it was committed", "ok", nullable=False,
+            choices=("ok",)),
+        opt("seq", "int", "the commit order among operations of one time (an audit row's "
+            "id, say); absent: the order `operations()` returned them in", 0,
+            nullable=False),
+        who,
+        opt("worker", "str", "the writer's id as the engine spells it; None where the "
+            "observer cannot tell (the write is then counted as unattributed, never "
+            "guessed)"),
+        opt("pid", "int", "the writer's process id; None when the adapter cannot tell "
+            "(the harness then ties writes to processes through `pid_of`, `worker_of` or "
+            "`write_points`)"),
+        opt("token", "id", "the fencing token the write was made under (`fencing`); None "
+            "for an engine without one. Ordered tokens compare with `<`; see "
+            "`EngineSettings.token_order` for opaque ones"),
+    )
+
+
+def _job_state(leased: bool = True) -> tuple[Field, ...]:
+    """The job row's counters and times a job write carries; `leased`: the write may leave
+    a lease (a new job's row holds none)."""
+    lease = (ev("lease_until", "time", "when the job's lease ends after the write; None: it "
+                "holds no lease", nullable=True) if leased else
+             opt("lease_until", "time", "None: a new job holds no lease"))
+    return (
+        opt("attempts", "int", "the job's failed attempts at its current step after the "
+            "write; None: the engine keeps no such count"),
+        opt("claims", "int", "the job's claims of its current step after the write (the "
+            "crash-loop counter); None: the engine keeps no such count"),
+        lease,
+        opt("next_run_at", "time", "when the job is due again after the write (a retry's "
+            "backoff); None: it is due at once, or not waiting"),
+    )
+
+
+def _effect_ids() -> tuple[Field, ...]:
+    return (
+        req("row", "id", "the outbox row's id"),
+        req("job", "str", "the job the effect belongs to"),
+        req("kind", "str", "the effect's kind (one of the pipeline's `effects`)"),
+    )
+
+
+def _sent_at(op: Event) -> Any:
+    return op.get("t")
+
+
+ENGINE: tuple[OpType, ...] = (
+    OpType("engine", "submitted", "a job row created by a submission",
+           _common("submitter") + (
+               req("job", "str", "the job's id (the caller's)"),
+               req("state", "str", "the state the job was created in (the pipeline's "
+                   "initial state)"),
+               opt("from", "str", "always None: a submission comes from no state"),
+               opt("to", "str", "the state the job was created in",
+                   Derived(lambda op: op.get("state"), "the operation's `state`"),
+                   nullable=False),
+               opt("payload_hash", "str", "`chaos.history.payload_hash` of the payload it "
+                   "stored (`submissions-idempotent` compares it with what was submitted)"),
+           ) + _job_state(leased=False)),
+    OpType("engine", "claimed",
+           "a worker took the job's lease for `step` (from may equal to: a resume), or "
+           "moved on to `step` under the lease it held (`continued`)",
+           _common("worker") + (
+               req("job", "str", "the job's id"),
+               req("step", "str", "the step the claim is for (a pipeline step's name); None "
+                   "for a claim that entered no step's working state (an engine's illegal "
+                   "claim, which `legal-transitions` judges)", nullable=True),
+               req("from", "str", "the state before the claim"),
+               req("to", "str", "the step's working state"),
+               opt("continued", "bool", "True: the worker moved on under the lease it held, "
+                   "no new lease was taken", False, nullable=False),
+               opt("payload_hash", "str", "the stored payload's fingerprint, if the row "
+                   "carries it"),
+           ) + _job_state()),
+    OpType("engine", "state",
+           "any other committed write to a job: a step done, a failure, a retry scheduled, "
+           "a park, a lease renewal (`heartbeat`), an operator's or the harness's move",
+           _common(None) + (
+               req("job", "str", "the job's id"),
+               req("from", "str", "the state before the write"),
+               req("to", "str", "the state after the write (equal to `from` for a write "
+                   "that changes no state)"),
+               opt("heartbeat", "bool", "True for a write that only extends the lease "
+                   "(a renewal); an engine with the `heartbeat` capability must mark them",
+                   False, nullable=False),
+               opt("took_lease", "bool", "True for a worker's write that took the job's "
+                   "lease without running a step (a claim that parks a crash loop)", False,
+                   nullable=False),
+               opt("last_error", "str", "the error the write recorded, as the engine wrote "
+                   "it"),
+               opt("cause", "str", "why a job was parked, in the adapter's reading of the "
+                   "engine's error: \"crash_loop\", \"poison\", \"attempts\", or None",
+                   choices=("crash_loop", "poison", "attempts")),
+               opt("payload_hash", "str", "the stored payload's fingerprint, if the row "
+                   "carries it"),
+           ) + _job_state()),
+    OpType("engine", "removed", "a job row deleted",
+           _common(None) + (req("job", "str", "the job's id"),
+                            opt("from", "str", "the state it was deleted in"),
+                            opt("to", "str", "always None"))),
+    OpType("engine", "memo", "a step's result (its memo) written, or deleted",
+           _common("worker") + (
+               req("job", "str", "the job's id"),
+               req("step", "str", "the step whose result it is"),
+               opt("cost", "number", "the billed cost of the call whose result this is "
+                   "(`cost-accounted` sums it); None: not recorded"),
+               opt("op", "str", "\"insert\" or \"delete\" (an operator's rerun or resolve)",
+                   "insert", nullable=False, choices=("insert", "delete")),
+           )),
+    OpType("engine", "effect_queued", "an outbox row written (a side effect to send)",
+           _common("worker") + _effect_ids() + (
+               req("key", "str", "the idempotency key the receiver will see"),
+               opt("attempts", "int", "the row's send attempts (0 when written)"),
+               opt("lease_until", "time", "the row's sender lease (None: unleased)"),
+               opt("next_run_at", "time", "when the row is first due (None: at once)"),
+               opt("sent_at", "time", "None: a new row is not sent"),
+               opt("dead_at", "time", "None: a new row is not dead-lettered"),
+           )),
+    OpType("engine", "effect_claimed", "a sender took an outbox row's lease to send it",
+           _common("sender") + _effect_ids() + (
+               opt("attempts", "int", "the row's send attempts after the claim"),
+               ev("lease_until", "time", "when the sender's lease on the row ends",
+                  nullable=True),
+               opt("sent_at", "time", "None: a row is claimed to be sent"),
+               opt("dead_at", "time", "set when the claim dead-letters the row past its "
+                   "cap instead of sending it"),
+               opt("next_run_at", "time", "when the row is due again (None: not waiting)"),
+               opt("last_error", "str", "the row's last error"),
+           )),
+    OpType("engine", "effect_sent", "the row marked sent (the receiver answered)",
+           _common("sender") + _effect_ids() + (
+               opt("attempts", "int", "the row's send attempts"),
+               opt("sent_at", "time", "when the engine marked it sent",
+                   Derived(_sent_at, "the operation's time `t`"), nullable=False),
+               opt("lease_until", "time", "the row's lease after the mark"),
+               opt("dead_at", "time", "None: a sent row is not dead-lettered"),
+               opt("last_error", "str", "the row's last error"),
+           )),
+    OpType("engine", "effect_state",
+           "any other write to an outbox row: a retry scheduled, dead-lettered, released; "
+           "by actor \"harness\": its lease cut short",
+           _common(None) + _effect_ids() + (
+               opt("attempts", "int", "the row's send attempts after the write"),
+               ev("sent_at", "time", "when the row was sent, if it was (None: not sent)",
+                  nullable=True),
+               ev("dead_at", "time", "when the row was dead-lettered, if it was (None: not)",
+                  nullable=True),
+               opt("last_error", "str", "the error the write recorded"),
+               ev("lease_until", "time", "the row's lease after the write (None: released)",
+                  nullable=True),
+               opt("next_run_at", "time", "when the row is due again (a failed send's "
+                   "backoff); None: due when its lease ends, or at once. A sender that "
+                   "waits between tries must give it, or its waits read as slowness"),
+           )),
+    OpType("engine", "billed",
+           "one billed provider call as the engine recorded it (`spend_records` only)",
+           _common("worker") + (
+               req("job", "str", "the job's id"),
+               req("step", "str", "the step that made the call"),
+               req("started", "time", "when the call started (the engine's reading)"),
+               req("ended", "time", "when it ended", nullable=True),
+               req("outcome", "str", "how it ended, in the engine's words (\"ok\" for an "
+                   "answer used)"),
+               opt("cost", "number", "what the provider billed for it"),
+               opt("error", "str", "the error, for a call that failed"),
+           )),
+)
+
+#: Operations the harness records itself (documented here; an adapter never writes them).
+HARNESS: tuple[OpType, ...] = (
+    OpType("provider", "call", "one request to the fake model provider, t = t_start", (
+        req("job", "str", "the job it was for"), req("step", "str", "the step"),
+        req("worker", "str", "the worker id it came with", nullable=True),
+        req("n", "int", "the n-th call of this job-step"),
+        req("t_start", "time", "when it arrived"), req("t_end", "time", "when it ended"),
+        req("status", "int", "the HTTP status sent", nullable=True),
+        req("outcome", "str", "ok, error, hang, reset, garbage, bad_content or schema"),
+        req("billed", "number", "what was billed"),
+        req("fault", "str", "the fault the plan gave it", nullable=True),
+        opt("retry_after", "number", "the Retry-After seconds a refusal asked for"),
+        opt("retry_at", "time", "a Retry-After HTTP date as epoch time"),
+        opt("retry_after_header", "str", "the Retry-After header as sent"),
+        opt("trickle", "bool", "a hang that sent its answer a byte at a time", False),
+        opt("client_gone_at", "time", "when the fake found the client gone"),
+        opt("completion", "str", "\"info\" when the caller cannot have had the answer"),
+        opt("pid", "int", "the calling process"),
+    )),
+    OpType("receiver", "request", "one request to the fake receiver, t = t_start", (
+        req("key", "str", "the idempotency key"), req("job", "str", "the job"),
+        req("kind", "str", "the effect's kind"),
+        req("worker", "str", "the worker id it came with", nullable=True),
+        req("n", "int", "the n-th request of this key"),
+        req("t_start", "time", "when it arrived"), req("t_end", "time", "when it ended"),
+        req("status", "int", "the HTTP status sent", nullable=True),
+        req("outcome", "str", "applied, replayed, conflict, error, dropped or applied_late"),
+        req("applied", "bool", "whether the effect was applied by this request"),
+        opt("effect_id", "str", "the applied effect's id"),
+        opt("completion", "str", "\"info\" when the sender cannot know whether it applied"),
+        opt("pid", "int", "the calling process"),
+    )),
+    OpType("nemesis", "<fault>",
+           "every fault the nemesis applied and its healing; `type` is the fault: kill, "
+           "pause, resume, expire, skew, heartbeat_off, outage, outage_end, contention, "
+           "contention_end, duplicate_submit, operator, server_crash, server_restart, "
+           "connection_kill, statement_timeout, statement_timeout_end, statement_cancelled, "
+           "row_lock, row_lock_end, row_lock_idle, error", (
+               opt("target", "str", "the process or service it struck"),
+               opt("pid", "int", "the process it struck"),
+               opt("seconds", "number", "how long it lasts"),
+           )),
+    OpType("process", "spawn | exit", "the supervisor's lifecycle records", (
+        req("name", "str", "the process's name"), req("role", "str", "worker or sender"),
+        req("slot", "int", "its slot"), req("pid", "int", "its process id"),
+        opt("code", "int", "its exit code"), opt("signal", "str", "the signal that ended it"),
+        opt("killed", "bool", "True when the harness sent the signal", False),
+        opt("log_tail", "str", "the end of its log, when it exited by itself"),
+    )),
+    OpType("process", "crashpoint", "the probe killed its process at a point", (
+        req("pid", "int", "the process"), req("point", "str", "the point"),
+        opt("job", "str", "the job it was working on"),
+    )),
+    OpType("process", "stall",
+           "one thread of the process was left waiting, as a loaded machine would (the "
+           "simulation's, or run-queue evidence)", (
+               req("pid", "int", "the process"), req("seconds", "number", "how long"),
+               opt("waited", "number", "how much of it the process was ready to run"),
+           )),
+    OpType("runner", "phase | submit", "the run's phases (`phase`) and its submissions "
+           "(`submit`: job, payload_hash, result, duplicate)", ()),
+)
+
+SCHEMA: dict[str, OpType] = {op.type: op for op in ENGINE}
+
+
+class OperationError(ValueError):
+    """An operation from an adapter that the vocabulary cannot read: the message names the
+    operation type, the field, an example operation and the adapter method."""
+
+
+def check_value(f: Field, value: Any) -> str | None:
+    """Why `value` is not a value of field `f`, or None when it is."""
+    if value is None:
+        return None if f.nullable else "is None, which this field may not be"
+    ok = {
+        "str": isinstance(value, str),
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "number": isinstance(value, (int, float)) and not isinstance(value, bool)
+        and math.isfinite(value),
+        "time": isinstance(value, (int, float)) and not isinstance(value, bool)
+        and math.isfinite(value),
+        "bool": isinstance(value, bool),
+        "id": isinstance(value, (str, int)) and not isinstance(value, bool),
+        "json": True,
+    }[f.kind]
+    if not ok:
+        return f"is {type(value).__name__} {_excerpt(value, 40)}, not {KINDS[f.kind]}"
+    if f.choices and value not in f.choices:
+        return f"is {value!r}, not one of {', '.join(map(repr, f.choices))}"
+    return None
+
+
+def _excerpt(value: Any, limit: int = 300) -> str:
+    text = json.dumps(value, default=repr, sort_keys=True)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def read_operations(ops: Any, method: str = "operations(db)") -> list[Event]:
+    """The engine operations an adapter returned, checked against the vocabulary and with
+    every absent defaulted field filled in (in place). Evidence fields left out stay absent:
+    the checks that read them say so (`missing_evidence`). Raises OperationError naming the
+    first operation type and field at fault, with an example, and the method."""
+    if not isinstance(ops, list):
+        raise OperationError(f"{method} returned {type(ops).__name__}, not a list of "
+                             "operations (see docs/history.md)")
+    for i, op in enumerate(ops):
+        problem = _problem(op)
+        if problem:
+            raise OperationError(f"{method} returned an operation that the history's "
+                                 f"vocabulary cannot read: {problem} (operation {i + 1} of "
+                                 f"{len(ops)}: {_excerpt(op)}; see docs/history.md)")
+        for f in SCHEMA[op["type"]].fields:
+            if f.need == DEFAULTED and f.name not in op:
+                op[f.name] = f.fill(op)
+    return ops
+
+
+def _problem(op: Any) -> str | None:
+    if not isinstance(op, dict):
+        return f"it is {type(op).__name__}, not an object"
+    kind = op.get("type")
+    if kind not in SCHEMA:
+        return (f"type {kind!r} is none of the engine's operation types "
+                f"({', '.join(SCHEMA)})")
+    spec = SCHEMA[kind]
+    for f in spec.fields:
+        if f.name not in op:
+            if f.need == REQUIRED:
+                return (f"a {kind!r} operation lacks {f.name!r} ({KINDS[f.kind]}, required: "
+                        f"{f.doc})")
+            continue
+        why = check_value(f, op[f.name])
+        if why:
+            return f"the {kind!r} operation's {f.name!r} {why} ({f.doc})"
+    return None
+
+
+def missing_evidence(history: Iterable[Event], reads: Iterable[str]) -> list[str]:
+    """The evidence fields among `reads` ("type.field") that some engine operation of that
+    type left out, each as "type.field (N of M operations)"."""
+    wanted: dict[str, set[str]] = {}
+    for item in reads:
+        kind, _, name = item.partition(".")
+        spec = SCHEMA.get(kind)
+        f = spec.field(name) if spec else None
+        if f is not None and f.need == EVIDENCE:
+            wanted.setdefault(kind, set()).add(name)
+    if not wanted:
+        return []
+    seen: dict[str, int] = {}
+    lacking: dict[tuple[str, str], int] = {}
+    for e in history:
+        if e.get("src") != "engine" or e.get("type") not in wanted:
+            continue
+        seen[e["type"]] = seen.get(e["type"], 0) + 1
+        for name in wanted[e["type"]]:
+            if name not in e:
+                lacking[(e["type"], name)] = lacking.get((e["type"], name), 0) + 1
+    return [f"{kind}.{name} ({n} of {seen[kind]} operations)"
+            for (kind, name), n in sorted(lacking.items())]
+
+
+# -- the snapshot ----------------------------------------------------------------------------
+
+#: The final rows `snapshot(db)` returns, table by table: (what the table is, its fields).
+#: `jobs` maps each job id to its row; the others are lists of rows. A field an engine does
+#: not keep is None; a table it does not keep (`spend` without `spend_records`) is None.
+SNAPSHOT: dict[str, tuple[str, tuple[Field, ...]]] = {
+    "jobs": ("every job row, by id", (
+        req("state", "str", "its state now"),
+        req("attempts", "int", "its failed attempts at its current step", nullable=True),
+        req("claims", "int", "its claims of its current step", nullable=True),
+        req("last_error", "str", "its last error", nullable=True),
+        req("payload_hash", "str", "`chaos.history.payload_hash` of its stored payload",
+            nullable=True),
+        req("cause", "str", "why it was parked (as on `state` operations)", nullable=True),
+    )),
+    "memos": ("every memo row", (
+        req("job", "str", "its job"), req("step", "str", "its step"),
+        req("cost", "number", "the committed call's cost", nullable=True),
+    )),
+    "outbox": ("every outbox row", (
+        req("row", "id", "its id"), req("job", "str", "its job"),
+        req("kind", "str", "its kind"), req("key", "str", "its idempotency key"),
+        req("sent_at", "time", "when it was sent", nullable=True),
+        req("dead_at", "time", "when it was dead-lettered", nullable=True),
+        req("attempts", "int", "its send attempts", nullable=True),
+        req("last_error", "str", "its last error", nullable=True),
+    )),
+    "spend": ("every billed call's record (None without `spend_records`)", (
+        req("job", "str", "its job"), req("step", "str", "its step"),
+        req("worker", "str", "who made the call", nullable=True),
+        req("pid", "int", "its process", nullable=True),
+        req("started", "time", "when it started"),
+        req("ended", "time", "when it ended", nullable=True),
+        req("outcome", "str", "how it ended"),
+        req("cost", "number", "what it cost", nullable=True),
+    )),
+    "orphans": ("rows that outlived their job, counted by kind ({name: count})", ()),
+}
+
+
+def read_snapshot(snap: Any, method: str = "snapshot(db)") -> dict[str, Any]:
+    """The snapshot an adapter returned, checked against SNAPSHOT; raises OperationError
+    naming the table, the row and the field at fault, and the method."""
+    def fault(text: str) -> OperationError:
+        return OperationError(f"{method} returned a snapshot that the harness cannot read: "
+                              f"{text} (see docs/history.md, \"The snapshot\")")
+    if not isinstance(snap, dict):
+        raise fault(f"it is {type(snap).__name__}, not an object")
+    for table, (_, spec) in SNAPSHOT.items():
+        if table not in snap:
+            raise fault(f"it lacks the table {table!r}")
+        rows = snap[table]
+        if rows is None and table == "spend":
+            continue
+        if table == "orphans":
+            if not isinstance(rows, dict) or not all(
+                    isinstance(n, int) and not isinstance(n, bool) for n in rows.values()):
+                raise fault(f"'orphans' is {_excerpt(rows, 80)}, not an object of counts")
+            continue
+        want = dict if table == "jobs" else list
+        if not isinstance(rows, want):
+            raise fault(f"{table!r} is {type(rows).__name__}, not "
+                        f"{'an object of rows by job id' if want is dict else 'a list of rows'}")
+        items = rows.items() if table == "jobs" else enumerate(rows)
+        for key, row in items:
+            where = f"{table}[{key!r}]"
+            if not isinstance(row, dict):
+                raise fault(f"{where} is {type(row).__name__}, not an object")
+            for f in spec:
+                if f.name not in row:
+                    raise fault(f"{where} lacks {f.name!r} ({f.doc}; None if the engine does "
+                                "not keep it): " + _excerpt(row, 200))
+                why = check_value(f, row[f.name])
+                if why:
+                    raise fault(f"{where}'s {f.name!r} {why}")
+    return snap
+
+
+def reads(**by_type: str) -> tuple[str, ...]:
+    """A checker's declaration of the engine fields it reads, by operation type (field names
+    separated by spaces), as "type.field" items. Raises ValueError at import for a type or
+    field the vocabulary does not have: a checker reads nothing the schema does not state."""
+    items = []
+    for kind, names in by_type.items():
+        spec = SCHEMA.get(kind)
+        if spec is None:
+            raise ValueError(f"reads(): {kind!r} is not an engine operation type")
+        for name in names.split():
+            if spec.field(name) is None:
+                raise ValueError(f"reads(): a {kind!r} operation has no field {name!r} in "
+                                 "chaos.schema")
+            items.append(f"{kind}.{name}")
+    return tuple(items)
+
+
+# -- the reference page ---------------------------------------------------------------------
+
+def _need_text(f: Field, readers: dict[str, list[str]], kind: str) -> str:
+    who = readers.get(f"{kind}.{f.name}", [])
+    if f.need == REQUIRED:
+        return "**required**: absent, the run stops (exit 2)"
+    if f.need == EVIDENCE:
+        names = ", ".join(f"`{n}`" for n in who) or "no check"
+        return f"evidence: absent, {names} judge(s) `unknown`, naming it"
+    return f"absent: read as {f.describe_default()}"
+
+
+def reference_page(reads: dict[str, tuple[str, ...]] | None = None) -> str:
+    """The Markdown of docs/history.md, from the schema and the checkers' READS."""
+    if reads is None:
+        from .checkers import READS, load
+        load()
+        reads = READS
+    readers: dict[str, list[str]] = {}
+    for invariant, items in reads.items():
+        for item in items:
+            readers.setdefault(item, []).append(invariant)
+    out = [
+        "# The history: operations",
+        "",
+        "<!-- Generated from chaos/schema.py by `python -m chaos.schema --write "
+        "docs/history.md`; a test fails when it is stale. Do not edit by hand. -->",
+        "",
+        "The history (`history.jsonl`) is a time-ordered list of operations. An adapter's "
+        "`operations(db)` returns the `engine` ones, as a list of JSON objects; the harness "
+        "records the rest. What `operations(db)` returns is checked as it is read: a "
+        "required field missing or of the wrong type stops the run with exit 2 and a "
+        "message naming the operation type, the field, an example and the method.",
+        "",
+        "Each field is **required** (the operation means nothing without it), defaulted "
+        "(absent has one true reading, filled in when read), or **evidence** (absent has no "
+        "true reading: the checks that read it judge `unknown`, naming the field). A field "
+        "marked *may be None* takes None as the engine's word that it does not keep the "
+        "value for that write.",
+        "",
+        "Types: " + "; ".join(f"`{k}` {v}" for k, v in KINDS.items()) + ".",
+        "",
+        "## Engine operations (your observer writes these)",
+        "",
+    ]
+    for spec in ENGINE:
+        out += [f"### `{spec.type}`", "", spec.doc[0].upper() + spec.doc[1:] + ".", "",
+                "| field | type | what it is | if absent | read by |",
+                "|---|---|---|---|---|"]
+        for f in spec.fields:
+            typ = f"`{f.kind}`" + (", may be None" if f.nullable and f.need != DEFAULTED
+                                   or f.nullable and f.default is None else "")
+            doc = f.doc + (f" (one of {', '.join(f'`{c}`' for c in f.choices)})"
+                           if f.choices and f.name not in ("actor",) else "")
+            who = ", ".join(f"`{n}`" for n in readers.get(f"{spec.type}.{f.name}", []))
+            out.append(f"| `{f.name}` | {typ} | {doc} | {_need_text(f, readers, spec.type)} "
+                       f"| {who or '-'} |")
+        out.append("")
+    out += ["## Operations the harness records", "",
+            "Written by the harness itself (the fakes' ledgers, the nemesis, the supervisor, "
+            "the runner); listed so that a report can be read.", ""]
+    for spec in HARNESS:
+        out += [f"### `{spec.src}` `{spec.type}`", "", spec.doc[0].upper() + spec.doc[1:] + ".",
+                ""]
+        if spec.fields:
+            out += ["| field | type | what it is |", "|---|---|---|"]
+            out += [f"| `{f.name}` | `{f.kind}` | {f.doc} |" for f in spec.fields]
+            out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m chaos.schema [--write PATH]`: print the reference page, or write it."""
+    parser = argparse.ArgumentParser(prog="python -m chaos.schema",
+                                     description="the history's reference page")
+    parser.add_argument("--write", metavar="PATH", help="write the page to PATH")
+    args = parser.parse_args(argv)
+    page = reference_page()
+    if args.write:
+        with open(args.write, "w", encoding="utf-8") as fh:
+            fh.write(page)
+        print(args.write)
+    else:
+        sys.stdout.write(page)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
