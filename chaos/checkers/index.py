@@ -64,6 +64,24 @@ class Readings:
                 total += overlap * share
         return total
 
+    def held_still(self, pid: int | None, start: float, end: float) -> tuple[float, float]:
+        """How long process `pid` could not run within [start, end], as (frozen, stalled):
+        the time the harness held it paused (its pause windows, overlaps merged), and,
+        outside those, the time the machine left it unrun (`stalled`), so that no second
+        counts twice. (0, 0) for an unknown process."""
+        if pid is None:
+            return 0.0, 0.0
+        spans = sorted((max(a, start), min(b, end)) for p, a, b in self.windows["pauses"]
+                       if p == pid and a < end and b > start)
+        frozen = stalled = 0.0
+        since = start  # the end of the pauses counted so far
+        for a, b in spans:
+            if b > since:
+                stalled += self.stalled(pid, since, max(a, since))
+                frozen += b - max(a, since)
+                since = b
+        return frozen, stalled + self.stalled(pid, since, end)
+
     @cached_property
     def _stall_events(self) -> dict[int | None, list[Event]]:
         out: dict[int | None, list[Event]] = defaultdict(list)

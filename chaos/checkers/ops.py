@@ -187,8 +187,15 @@ def disturbed(windows: dict[str, Any], pid: int | None, start: float, end: float
               job: str | None = None) -> bool:
     """Whether the harness took a lease, paused process `pid`, held the write lock, or held
     `job`'s row locked at some moment of [start, end] (see harness_windows)."""
+    return (any(p == pid and a <= end and b >= start for p, a, b in windows["pauses"])
+            or held_back(windows, start, end, job))
+
+
+def held_back(windows: dict[str, Any], start: float, end: float, job: str | None = None
+              ) -> bool:
+    """Whether the harness took a lease, held the write lock, or held `job`'s row locked at
+    some moment of [start, end]: what may hold any writer's write back, whoever it is."""
     return (any(start - TOL <= t <= end + TOL for t in windows["expiries"])
-            or any(p == pid and a <= end and b >= start for p, a, b in windows["pauses"])
             or any(a <= end and b >= start for a, b in windows["locks"])
             or any((table, row) == ("job", job) and a <= end and b >= start
                    for table, row, a, b in windows.get("row_locks", ())))

@@ -1,7 +1,9 @@
 """deadlines-kept: a client that gives up by its deadline passes; one whose own spend record
 outlasts it, or that waits a hung call or a late receiver out and uses the answer, fails
 citing the call; a late failure write and a write the harness held back are not judged; a
-run where nothing ran past a deadline is unknown."""
+run where nothing ran past a deadline is unknown. The time the client's own process was
+frozen by the harness or stalled during the call is not held against it: it excuses an
+answer that came within it, and no more (another process's pause excuses nothing)."""
 from __future__ import annotations
 
 import pytest
@@ -128,3 +130,95 @@ def test_a_client_that_keeps_a_trickled_answer_open_past_its_deadline_fails(
     if status == "fail":
         assert verdict.by_type == {"held-past-deadline": 1}
         assert verdict.failures[0].events == [history[1]]
+
+
+# -- a client the harness froze or the machine stalled: that time is not held against it ------
+
+SLOW = call(1.0, 2.3, DOC, "fetch", W1, fault="slow")  # answered 0.3 s past a 1 s deadline
+
+
+def answered(pause=None, pid=101, recorded=False, stalls=()):
+    """W1's fetch at 1.0, answered at 2.3, and W1 using the answer at 2.65 (memo and
+    completion; with `recorded`, its spend record with the answer too); `pause` (from, to)
+    froze process `pid` (W1's is 101), and `stalls` are W1's process's stall events."""
+    history = attempt(2.65, completed=True)
+    history[1] = SLOW
+    if pause:
+        history += [nemesis(pause[0], "pause", pid=pid), nemesis(pause[1], "resume", pid=pid)]
+    if recorded:
+        history.append(spend(2.65, DOC, "fetch", W1, 1, outcome="ok", started=1.0))
+    return history + [{"src": "process", "type": "stall", "pid": 101, **s} for s in stalls]
+
+
+EVIDENCE = pytest.mark.parametrize("recorded", [True, False],
+                                   ids=["spend-record-has-the-answer", "answer-used"])
+
+
+@EVIDENCE
+def test_a_worker_frozen_while_its_answer_came_is_not_judged(recorded):
+    # Frozen from 1.5 (0.5 s into its deadline) to 2.6: the answer came at 2.3, while it
+    # could not give up, and was there when it was resumed.
+    verdict = run(answered(pause=(1.5, 2.6), recorded=recorded))
+    assert verdict.failures == [] and verdict.status == "unknown", verdict.reason
+    assert "frozen or stalled" in verdict.reason
+    assert verdict.metrics["overran_calls"] == 1 and verdict.metrics["excused_calls"] == 1
+
+
+@EVIDENCE
+def test_a_worker_frozen_for_less_than_its_overrun_fails(recorded):
+    verdict = run(answered(pause=(1.1, 1.2), recorded=recorded))  # 0.1 s of a 0.3 s overrun
+    assert verdict.by_type == {"waited-past-deadline": 1}
+    assert verdict.failures[0].events[0] == SLOW
+    message = verdict.failures[0].message
+    for part in (W1, "doc-1/fetch", "at +0.010 s", "1 s deadline", "(pid 101)",
+                 "frozen by the harness (paused until resumed) for 0.100 s",
+                 "not held against the deadline", "still came 0.200 s past it"):
+        assert part in message, message
+
+
+@EVIDENCE
+def test_a_worker_neither_frozen_nor_stalled_that_overruns_fails(recorded):
+    verdict = run(answered(recorded=recorded))
+    assert verdict.by_type == {"waited-past-deadline": 1}
+    assert "(pid 101) was neither paused nor stalled meanwhile: the answer came 0.300 s " \
+           "past the deadline" in verdict.failures[0].message
+
+
+@EVIDENCE
+def test_a_pause_of_another_process_does_not_excuse(recorded):
+    verdict = run(answered(pause=(1.5, 2.6), pid=102, recorded=recorded))
+    assert verdict.by_type == {"waited-past-deadline": 1}
+    assert "neither paused nor stalled" in verdict.failures[0].message
+
+
+@pytest.mark.parametrize("stall, failed", [
+    ({"t": 1.5, "seconds": 0.8}, False),                  # the simulation stopped it whole
+    ({"t": 1.5, "seconds": 0.8, "waited": 0.2, "cause": "run-queue"}, True),  # a quarter
+], ids=["sim-stall-covers-the-overrun", "run-queue-stall-shorter-than-the-overrun"])
+def test_a_stall_counts_for_the_time_the_process_was_left_unrun(stall, failed):
+    verdict = run(answered(recorded=True, stalls=[stall]))
+    assert verdict.by_type == ({"waited-past-deadline": 1} if failed else {})
+    if failed:
+        assert "left unrun by the machine for 0.200 s" in verdict.failures[0].message
+        assert "still came 0.100 s past it" in verdict.failures[0].message
+
+
+def test_a_pause_and_a_stall_over_the_same_time_count_once():
+    verdict = run(answered(pause=(1.1, 1.3), recorded=True, stalls=[{"t": 1.1, "seconds": 0.2}]))
+    assert verdict.by_type == {"waited-past-deadline": 1}
+    message = verdict.failures[0].message
+    assert "frozen by the harness (paused until resumed) for 0.200 s" in message
+    assert "left unrun" not in message and "still came 0.100 s past it" in message
+
+
+def test_a_sender_frozen_while_the_receiver_answered_is_not_judged():
+    late = request(1.0, 1.8, DOC, "charge", worker=S1)  # 0.3 s past a 0.5 s send timeout
+    history = merge([outbox(0.99, 1, DOC, "charge", S1, 1, old_token=0, attempts=1), late,
+                     outbox(1.85, 1, DOC, "charge", S1, 1, attempts=1, sent_at=1.85),
+                     nemesis(1.2, "pause", pid=201), nemesis(1.9, "resume", pid=201)])
+    snap = snapshot_of(history)
+    snap["settings"] = {**snap["settings"], "send_timeout": 0.5}
+    verdict = check_deadlines_kept(history, snap)
+    assert verdict.failures == [] and verdict.metrics["excused_sends"] == 1
+    unpaused = [e for e in history if e.get("src") != "nemesis"]
+    assert check_deadlines_kept(unpaused, snap).by_type == {"waited-past-deadline": 1}
