@@ -73,6 +73,8 @@ from .pipeline import Pipeline
 
 CONTRACT_VERSION = 1
 ROLES = ("worker", "sender")
+#: what `--engine reference` loads
+REFERENCE_SPEC = "chaos.reference:REFERENCE"
 
 #: capability -> (what the engine promises, the invariants and faults it enables).
 CAPABILITIES: dict[str, tuple[str, str]] = {
@@ -255,6 +257,16 @@ def names(need: str | tuple[str, ...]) -> tuple[str, ...]:
 def validate(engine: Any, spec: str = "engine") -> Any:
     """Check `engine` against the contract as a whole; returns it, or raises ContractError
     naming every missing attribute and every capability without its control."""
+    gaps = contract_gaps(engine)
+    if gaps:
+        raise ContractError(f"{spec} does not meet the engine contract: " + "; ".join(gaps)
+                            + " (see docs/engines.md)")
+    return engine
+
+
+def contract_gaps(engine: Any) -> list[str]:
+    """Every way `engine` falls short of the contract, one phrase each (`validate` joins
+    them; `ninelives doctor` lists them one by one)."""
     gaps = [f"lacks {name!r}" for name in REQUIRED if not hasattr(engine, name)]
     caps = getattr(engine, "capabilities", frozenset())
     unknown = sorted(set(caps) - set(CAPABILITIES))
@@ -266,11 +278,7 @@ def validate(engine: Any, spec: str = "engine") -> Any:
     pipeline = getattr(engine, "pipeline", None)
     if pipeline is not None and not isinstance(pipeline, Pipeline):
         gaps.append("its pipeline is not a chaos.pipeline.Pipeline")
-    gaps += role_gaps(engine)
-    if gaps:
-        raise ContractError(f"{spec} does not meet the engine contract: " + "; ".join(gaps)
-                            + " (see docs/engines.md)")
-    return engine
+    return gaps + role_gaps(engine)
 
 
 def load_engine(spec: str | None) -> Any:
@@ -279,9 +287,17 @@ def load_engine(spec: str | None) -> Any:
     its methods raise becomes AdapterError). Raises ContractError naming what is wrong, or
     AdapterError when its module raises on import (other than ImportError) or its class
     raises when built."""
+    given, engine = import_adapter(spec)
+    resolved = REFERENCE_SPEC if given == "reference" else given
+    return guard(validate(engine, f"--engine {resolved!r}"), given)
+
+
+def import_adapter(spec: str | None) -> tuple[str, Any]:
+    """(the spec as given, the adapter object) of `--engine`, imported and built but not
+    validated nor guarded (`load_engine` does both). Raises as `load_engine` does."""
     given = spec or "reference"
     if spec in (None, "", "reference"):
-        spec = "chaos.reference:REFERENCE"
+        spec = REFERENCE_SPEC
     module, _, attr = spec.partition(":")
     if not attr:
         raise ContractError(f"--engine must be 'reference' or module:object, got {spec!r}")
@@ -295,7 +311,7 @@ def load_engine(spec: str | None) -> Any:
         engine = target() if isinstance(target, type) else target
     except Exception:
         raise_adapter_error(given, "constructor")
-    return guard(validate(engine, f"--engine {spec!r}"), given)
+    return given, engine
 
 
 def has(engine: Any, capability: str) -> bool:
