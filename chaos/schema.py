@@ -26,7 +26,7 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 Event = dict[str, Any]
@@ -73,7 +73,8 @@ class Field:
     def describe_default(self) -> str:
         if isinstance(self.default, Derived):
             return self.default.text
-        return json.dumps(self.default)
+        return repr(self.default) if self.default is None or isinstance(self.default, bool) \
+            else json.dumps(self.default)
 
     def fill(self, op: Event) -> Any:
         return self.default.fn(op) if isinstance(self.default, Derived) else self.default
@@ -597,7 +598,7 @@ def reference_page(reads: dict[str, tuple[str, ...]] | None = None) -> str:
             typ = f"`{f.kind}`" + (", may be None" if f.nullable and f.need != DEFAULTED
                                    or f.nullable and f.default is None else "")
             doc = f.doc + (f" (one of {', '.join(f'`{c}`' for c in f.choices)})"
-                           if f.choices and f.name not in ("actor",) else "")
+                           if len(f.choices) > 1 and f.name != "actor" else "")
             who = ", ".join(f"`{n}`" for n in readers.get(f"{spec.type}.{f.name}", []))
             out.append(f"| `{f.name}` | {typ} | {doc} | {_need_text(f, readers, spec.type)} "
                        f"| {who or '-'} |")
