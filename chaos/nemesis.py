@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from functools import cached_property
 from typing import Any, Callable
 
 from .adapter_guard import described
@@ -107,7 +108,6 @@ class Nemesis:
         self._threads: list[threading.Thread] = []
         self._count_lock = threading.Lock()
         self._docs = dict(documents_for(plan))
-        self._submit = submitter(engine, scenario.engine)
         self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
 
     def start(self, chaos_start: float) -> None:
@@ -246,6 +246,11 @@ class Nemesis:
             self._log("contention_end")
         except Exception as exc:  # the store refused the lock: logged, not fatal
             self._log("error", fault="contention", error=described(exc))
+
+    @cached_property
+    def _submit(self) -> Callable[..., str]:
+        """The adapter's submit as the harness calls it (`submitter`), read when first used."""
+        return submitter(self.engine, self.scenario.engine)
 
     def _duplicate_submit(self, event: dict) -> None:
         job = event["job"]
