@@ -49,11 +49,11 @@ tokens for equality alone, and take the newer holding from the order the claims 
 beside `max_attempts`) or every claim of a step ("claims": one counter for retries and
 crashes, as a queue's receive count is).
 
-The snapshot: {"jobs": {id: {"state", "attempts", "claims", "last_error", "payload_hash",
-"cause"}}, "memos": [{"job", "step", "cost"}], "outbox": [{"row", "job", "kind", "key",
-"sent_at", "dead_at", "attempts", "last_error"}] (times, or None), "spend": [{"job", "step", "worker", "pid",
-"started", "ended", "outcome", "cost"}] (with spend_records), "orphans": {name: count}}.
-A field an engine does not keep is None.
+The snapshot: {"jobs": {id: row}, "memos": [row], "outbox": [row], "spend": [row] or None
+(without spend_records), "orphans": {name: count}}; each table's fields are in
+`chaos.schema.SNAPSHOT` (docs/history.md), and a snapshot is checked against it as it is read.
+`operations(db)` is checked against `chaos.schema.SCHEMA` the same way. A field an engine does
+not keep is None.
 
 `load_engine(spec)` loads `module:object` and validates the whole adapter at once, naming
 every missing piece; `CAPABILITIES` says what each capability promises and enables.

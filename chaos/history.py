@@ -8,31 +8,12 @@ may or may not have taken effect). A killed process never completes an operation
 restart is a new process.
 
 src "engine": what the engine committed, mapped from its own rows by its adapter's observer.
-Every engine operation completed "ok" (it was committed) and names who wrote it: `actor` is
-"worker", "sender", "operator", "harness" (a fault the harness applied through a control) or
-"submitter"; `worker` is the writer's id as the engine spells it, `pid` its process id when
-the adapter can tell (None otherwise), `token` the fencing token when the engine has one.
-  submitted      job, state, payload_hash
-  claimed        job, step, from, to, worker, pid, token, lease_until, attempts, claims,
-                 continued: a worker took the job's lease for `step` (from may equal to: a
-                 resume), or moved on to `step` under the lease it held (continued True)
-  state          job, from, to, actor, worker, pid, token, attempts, claims, next_run_at,
-                 lease_until, last_error, cause, heartbeat, took_lease
-                 any other committed write to a job; `heartbeat` True for a write that only
-                 extends the lease; `took_lease` True for a worker's write that took the
-                 job's lease without running a step (a claim that parks a crash loop); `cause` why a job was parked ("crash_loop", "poison",
-                 "attempts", None) in the adapter's reading of the engine's error
-  removed        job                                     a job row deleted
-  memo           job, step, worker, pid, token, cost, op ("insert" | "delete")
-  effect_queued  row, job, kind, key                     an outbox row written
-  effect_claimed row, job, kind, worker, pid, token, attempts, lease_until
-  effect_sent    row, job, kind, worker, pid, token, attempts   the row marked sent
-  effect_state   row, job, kind, worker, pid, token, attempts, sent_at, dead_at, last_error,
-                 lease_until, next_run_at (optional: when the row is due again): any other
-                 write to an outbox row (a retry scheduled, dead-lettered, released; by
-                 actor "harness": its lease cut short)
-  billed         job, step, worker, pid, token, started, ended, outcome, cost, error
-                 one billed provider call as the engine recorded it (spend_records only)
+Every engine operation completed "ok" (it was committed) and names who wrote it (`actor`,
+`worker`, `pid`, `token`). Their types and fields (submitted, claimed, state, removed, memo,
+effect_queued, effect_claimed, effect_sent, effect_state, billed), which fields are required,
+what a field left out is read as, and which checks go unknown without it, are data in
+`chaos.schema`, the one source: the reference page docs/history.md is generated from it, and
+what an adapter's `operations(db)` returns is checked against it as it is read.
 src "provider": the fake model provider's ledger, one per request, t = t_start:
   call           job, step, worker, n, t_start, t_end, status, outcome ("ok" | "error" |
                  "hang" | "reset" | "garbage" | "bad_content" | "schema"), billed, fault,

@@ -603,6 +603,18 @@ def reference_page(reads: dict[str, tuple[str, ...]] | None = None) -> str:
             out.append(f"| `{f.name}` | {typ} | {doc} | {_need_text(f, readers, spec.type)} "
                        f"| {who or '-'} |")
         out.append("")
+    out += ["## The snapshot", "",
+            "`snapshot(db)` returns the store's final rows, table by table, checked as it is "
+            "read: every table present, every field present in each row (None where the "
+            "engine does not keep it), each of its type. A table the engine does not keep "
+            "(`spend` without `spend_records`) is None.", ""]
+    for table, (doc, spec) in SNAPSHOT.items():
+        out += [f"### `{table}`", "", doc[0].upper() + doc[1:] + ".", ""]
+        if spec:
+            out += ["| field | type | what it is |", "|---|---|---|"]
+            out += [f"| `{f.name}` | `{f.kind}`" + (", may be None" if f.nullable else "")
+                    + f" | {f.doc} |" for f in spec]
+            out.append("")
     out += ["## Operations the harness records", "",
             "Written by the harness itself (the fakes' ledgers, the nemesis, the supervisor, "
             "the runner); listed so that a report can be read.", ""]
