@@ -66,6 +66,8 @@ class AdapterError(Exception):
 
     def __str__(self) -> str:
         line = f"adapter {self.spec}: {self.method} raised {self.cause()}"
+        if type(self.error).__name__ == "OperationError":  # an answer the schema refused
+            line = f"adapter {self.spec}: {self.cause().partition(': ')[2]}"
         if self.evidence:
             line += f" (traceback: {os.path.join(self.evidence, TRACEBACK_FILE)}" + (
                 "; the evidence so far is kept beside it, the run marked partial)"

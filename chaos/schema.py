@@ -391,14 +391,13 @@ def read_operations(ops: Any, method: str = "operations(db)") -> list[Event]:
     the checks that read them say so (`missing_evidence`). Raises OperationError naming the
     first operation type and field at fault, with an example, and the method."""
     if not isinstance(ops, list):
-        raise OperationError(f"{method} returned {type(ops).__name__}, not a list of "
+        raise OperationError(f"{method}: returned {type(ops).__name__}, not a list of "
                              "operations (see docs/history.md)")
     for i, op in enumerate(ops):
         problem = _problem(op)
         if problem:
-            raise OperationError(f"{method} returned an operation that the history's "
-                                 f"vocabulary cannot read: {problem} (operation {i + 1} of "
-                                 f"{len(ops)}: {_excerpt(op)}; see docs/history.md)")
+            raise OperationError(f"{method}: {problem}; operation {i + 1} of {len(ops)}: "
+                                 f"{_excerpt(op, 120)} (see docs/history.md)")
         for f in SCHEMA[op["type"]].fields:
             if f.need == DEFAULTED and f.name not in op:
                 op[f.name] = f.fill(op)
@@ -416,12 +415,11 @@ def _problem(op: Any) -> str | None:
     for f in spec.fields:
         if f.name not in op:
             if f.need == REQUIRED:
-                return (f"a {kind!r} operation lacks {f.name!r} ({KINDS[f.kind]}, required: "
-                        f"{f.doc})")
+                return f"a {kind!r} operation lacks {f.name!r} (required: {KINDS[f.kind]})"
             continue
         why = check_value(f, op[f.name])
         if why:
-            return f"the {kind!r} operation's {f.name!r} {why} ({f.doc})"
+            return f"a {kind!r} operation's {f.name!r} {why}"
     return None
 
 
@@ -494,8 +492,7 @@ def read_snapshot(snap: Any, method: str = "snapshot(db)") -> dict[str, Any]:
     """The snapshot an adapter returned, checked against SNAPSHOT; raises OperationError
     naming the table, the row and the field at fault, and the method."""
     def fault(text: str) -> OperationError:
-        return OperationError(f"{method} returned a snapshot that the harness cannot read: "
-                              f"{text} (see docs/history.md, \"The snapshot\")")
+        return OperationError(f"{method}: {text} (see docs/history.md, \"The snapshot\")")
     if not isinstance(snap, dict):
         raise fault(f"it is {type(snap).__name__}, not an object")
     for table, (_, spec) in SNAPSHOT.items():
@@ -520,8 +517,8 @@ def read_snapshot(snap: Any, method: str = "snapshot(db)") -> dict[str, Any]:
                 raise fault(f"{where} is {type(row).__name__}, not an object")
             for f in spec:
                 if f.name not in row:
-                    raise fault(f"{where} lacks {f.name!r} ({f.doc}; None if the engine does "
-                                "not keep it): " + _excerpt(row, 200))
+                    raise fault(f"{where} lacks {f.name!r} (required: {KINDS[f.kind]}, None "
+                                "if the engine does not keep it): " + _excerpt(row, 120))
                 why = check_value(f, row[f.name])
                 if why:
                     raise fault(f"{where}'s {f.name!r} {why}")

@@ -38,3 +38,40 @@ class BrokenConstructor(ToyEngine):
 
 
 globals().update({f"BROKEN_{m.upper()}": broken(m) for m in METHODS})
+
+
+class UnreadableOperations(ToyEngine):
+    """Its observer leaves a claim's step out: operations the vocabulary cannot read."""
+
+    def operations(self, db: str) -> list:
+        ops = super().operations(db)
+        for op in ops:
+            if op.get("type") == "claimed":
+                op.pop("step", None)
+        return ops
+
+
+class UnreadableSnapshot(ToyEngine):
+    """Its snapshot's outbox rows lack their idempotency key."""
+
+    def snapshot(self, db: str) -> dict:
+        snap = super().snapshot(db)
+        for row in snap["outbox"]:
+            row.pop("key", None)
+        return snap
+
+
+class LackingEvidence(ToyEngine):
+    """Its observer cannot read a claim's lease: the claims leave `lease_until` out."""
+
+    def operations(self, db: str, *args: Any, **kwargs: Any) -> list:
+        ops = super().operations(db, *args, **kwargs)
+        for op in ops:
+            if op.get("type") == "claimed":
+                op.pop("lease_until", None)
+        return ops
+
+
+UNREADABLE_OPERATIONS = UnreadableOperations()
+UNREADABLE_SNAPSHOT = UnreadableSnapshot()
+LACKING_EVIDENCE = LackingEvidence()

@@ -51,7 +51,7 @@ def run_broken(tmp_path, spec: str) -> tuple[str, str]:
     return line, out
 
 
-def assert_kept(line: str, out: str, method: str) -> None:
+def assert_kept(line: str, out: str, method: str, raised: str | None = None) -> None:
     """The traceback is in the run folder the line names, and the run is marked partial."""
     found = re.search(r"\(traceback: (\S+adapter-error\.txt);", line)
     assert found, line
@@ -59,7 +59,7 @@ def assert_kept(line: str, out: str, method: str) -> None:
     folder = os.path.dirname(path)
     assert os.path.commonpath([folder, out]) == out
     text = open(path, encoding="utf-8").read()
-    assert "Traceback" in text and message(method) in text
+    assert "Traceback" in text and (raised or message(method)) in text
     with open(os.path.join(folder, "report.json"), encoding="utf-8") as fh:
         report = json.load(fh)
     assert report["partial"] is True and report["result"] == "partial"
@@ -114,3 +114,43 @@ def test_sim_with_an_observer_that_raises_exits_2(tmp_path):
     assert line == f"error: adapter {spec}: operations raised RuntimeError: " \
         f"{message('operations')}"
     assert carrying(mark) == []
+
+
+def test_operations_the_vocabulary_cannot_read_end_the_run_with_exit_2_naming_the_field(
+        tmp_path):
+    """A claim without its step (chaos.schema: required) is the adapter's error, named with
+    the operation type, the field, an example and the method; never a checker's crash."""
+    spec = f"{BROKEN}:UNREADABLE_OPERATIONS"
+    line, out = run_broken(tmp_path, spec)
+    assert line.startswith(f"error: adapter {spec}: operations(db): a 'claimed' operation "
+                           "lacks 'step' (required: a string); operation "), line
+    assert '"job": "doc-' in line  # the example operation
+    assert_kept(line, out, "operations", raised="lacks 'step'")
+
+
+def test_a_snapshot_the_harness_cannot_read_ends_the_run_with_exit_2_naming_the_field(
+        tmp_path):
+    spec = f"{BROKEN}:UNREADABLE_SNAPSHOT"
+    line, out = run_broken(tmp_path, spec)
+    assert line.startswith(f"error: adapter {spec}: snapshot(db): outbox[0] lacks 'key'"), line
+    assert_kept(line, out, "snapshot", raised="lacks 'key'")
+
+
+def test_evidence_left_out_makes_exactly_its_readers_unknown_naming_it(tmp_path):
+    """A claim's lease_until left out (chaos.schema: evidence): the checks that read it are
+    unknown naming it, every other verdict stands, and the run is no adapter error."""
+    out = tmp_path / "out"
+    done, mark = ninelives("sim", "everything", "--seed", "1", "--engine",
+                           f"{BROKEN}:LACKING_EVIDENCE", "--out", str(out), "--quiet")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert carrying(mark) == []
+    from chaos.checkers import READS, load
+    load()
+    readers = {name for name, items in READS.items() if "claimed.lease_until" in items}
+    [report] = [json.loads(p.read_text()) for p in out.rglob("report.json")]
+    verdicts = {v["name"]: v for v in report["verdicts"]}
+    assert readers and readers <= set(verdicts)
+    for name in readers:
+        assert verdicts[name]["verdict"] == "unknown", name
+        assert "claimed.lease_until (" in verdicts[name]["reason"], verdicts[name]["reason"]
+    assert {verdicts[n]["verdict"] for n in set(verdicts) - readers} >= {"pass"}

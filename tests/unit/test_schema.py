@@ -48,7 +48,7 @@ def test_an_operation_without_a_required_field_names_type_field_example_and_meth
 def test_a_mistyped_field_is_named_with_what_it_should_be(field, value, words):
     with pytest.raises(schema.OperationError) as caught:
         schema.read_operations([claimed(**{field: value})])
-    assert f"the 'claimed' operation's {field!r} " in str(caught.value)
+    assert f"a 'claimed' operation's {field!r} " in str(caught.value)
     assert words in str(caught.value)
 
 
