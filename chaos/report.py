@@ -397,7 +397,13 @@ def _cuts_line(cuts: dict | None) -> list[str]:
 def incomplete_lines(report: dict) -> list[str]:
     """Why the report judges less than a whole run: a killed run, a torn history."""
     lines = []
-    if report.get("partial"):
+    failed = report.get("adapter_error")
+    if report.get("partial") and failed:
+        lines.append(f"PARTIAL: the run ended before its checks: the adapter's "
+                     f"{failed.get('method')} raised {failed.get('type')} (traceback: "
+                     f"{failed.get('traceback')}); verdicts come from the evidence its folder "
+                     "holds, and no pass stands on part of a run")
+    elif report.get("partial"):
         lines.append("PARTIAL: the run ended before its checks (killed?); verdicts come from "
                      "the evidence its folder holds, and no pass stands on part of a run")
     if report.get("torn"):

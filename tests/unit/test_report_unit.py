@@ -206,3 +206,14 @@ def test_an_unavailable_document_an_operator_cancelled_before_its_step_is_preven
     assert "unavailable" in prevented(plan, [cancel(0.5)], ["unavailable"])
     fetched = dict(call(None), step="verify", t=0.2)  # its step was called first: unfired
     assert prevented(plan, [fetched, cancel(0.5)], ["unavailable"]) == {}
+
+
+def test_a_partial_run_says_whether_its_adapter_raised():
+    from chaos.report import incomplete_lines
+    killed = incomplete_lines({"partial": True})
+    assert killed[0].startswith("PARTIAL: the run ended before its checks (killed?)")
+    raised = incomplete_lines({"partial": True, "adapter_error": {
+        "method": "snapshot", "type": "OperationError", "traceback": "adapter-error.txt"}})
+    assert raised[0].startswith("PARTIAL: the run ended before its checks: the adapter's "
+                                "snapshot raised OperationError (traceback: "
+                                "adapter-error.txt)")
