@@ -15,6 +15,7 @@
                       [--backend sqlite|postgres [--pg-url postgresql://...]]
     ninelives score [--modules M,...] [--seeds N|A..B] [--deep N] [--run [--run-seeds N|A..B]]
     ninelives demo [--jobs N] [--workers N] [--seed N] [--out DIR]
+    ninelives doctor [--engine E] [--engine-set NAME=VALUE ...] [--json]
     ninelives engine ...        (see `ninelives engine --help`)
 
 --seed N is one seed; --seeds N is seeds 1..N and --seeds A..B seeds A to B, in every command.
@@ -87,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_sim_parser(sub)
     from .mutants.matrix import add_parser as add_mutants_parser
     add_mutants_parser(sub)
+    from .doctor import add_parser as add_doctor_parser
+    add_doctor_parser(sub)
     from .score import add_arguments as add_score_arguments
     add_score_arguments(sub.add_parser(
         "score", help="the mutation score: one-line bugs in the engine the harness catches"))
@@ -271,6 +274,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "mutants":
             from .mutants.matrix import cmd_mutants
             return cmd_mutants(args)
+        if args.command == "doctor":
+            from .doctor import cmd_doctor
+            return cmd_doctor(args)
         if args.command == "score":
             from .score import score
             return score(args)
