@@ -10,7 +10,7 @@ import os
 import pytest
 
 from chaos import history as hist
-from chaos import schema
+from chaos import history_page, schema
 from chaos.checkers import INVARIANTS, READS, load, run_checkers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -134,12 +134,12 @@ def test_the_reference_page_is_the_schemas():
     path = os.path.join(ROOT, "docs", "history.md")
     with open(path, encoding="utf-8") as fh:
         page = fh.read()
-    assert page == schema.reference_page(), (
-        "docs/history.md is stale: run `python -m chaos.schema --write docs/history.md`")
+    assert page == history_page.reference_page(), (
+        "docs/history.md is stale: run `python -m chaos.history_page --write docs/history.md`")
 
 
 def test_the_page_names_what_leaving_each_field_out_costs():
-    page = schema.reference_page()
+    page = history_page.reference_page()
     assert "| `step` | `str`, may be None |" in page  # a claim's step: required, nullable
     assert "absent, the run stops (exit 2)" in page
     lease_row = next(line for line in page.splitlines()
