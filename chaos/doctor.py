@@ -301,7 +301,7 @@ class Doctor:
                                          f"{self.jobs} jobs without faults"))
                     return True
                 if time.monotonic() > deadline:
-                    self.add(gap(f"the jobs did not finish within {self.timeout:.0f} s: "
+                    self.add(gap(f"the jobs did not finish within {self.timeout:g} s: "
                                  f"{excerpt(state)}", "check the worker logs (--keep DIR), "
                                  "and that progress(db) counts the pipeline's states"))
                     return False

@@ -110,3 +110,11 @@ def test_an_adapter_that_cannot_be_loaded_is_named():
     done, _ = doctor("no_such_module:ADAPTER")
     assert done.returncode == 2
     assert "no_such_module" in gap_lines(done.stdout)[0]
+
+
+def test_jobs_unfinished_at_the_deadline_are_one_gap_and_no_process_is_left():
+    done, mark = doctor("examples.toy_engine.adapter:TOY", "--timeout", "0.01")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert gap_lines(done.stdout) == [
+        next(line for line in gap_lines(done.stdout) if "did not finish within 0.01 s" in line)]
+    assert carrying(mark) == []
