@@ -171,7 +171,10 @@ def contract_fix(text: str) -> str:
     if "point_roles" in text or "crashpoints" in text:
         return ("map each role to points the adapter lists in crashpoints, and only roles of "
                 "chaos.crashpoints.ROLES " + see("Crash points by role"))
-    if "capabilit" in text or "declares" in text:
+    if text.startswith("lacks "):
+        return ("give the adapter the attribute the contract requires "
+                + see("The contract, by role"))
+    if text.startswith("declares "):
         return ("declare only known capabilities, each with its control "
                 + see("Capabilities and what they enable"))
     return "give the adapter what the contract names " + see("The contract, by role")
