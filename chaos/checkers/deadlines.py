@@ -20,7 +20,9 @@ client waited for that answer:
 - or, for an answer the fake trickled a byte at a time (which resets every socket timeout),
   the client still there when the trickle ended ("held-past-deadline"): the fake found no
   write failing for want of a reader, though the trickle outlasted the deadline, and the
-  time the client could not run, by more than two of its writes and the machine's slack.
+  time the client could not run, by more than two of its writes and the machine's slack;
+  unless the client had written its failure while the trickle went on (it gave up, and left
+  a thread of its HTTP client reading an answer it no longer waited for).
 """
 from __future__ import annotations
 
@@ -109,7 +111,8 @@ def check_deadlines_kept(history: list[Event], snapshot: dict[str, Any]) -> Verd
     verdict.metrics = {"call_timeout": timeouts["calls"], "send_timeout": timeouts["sends"],
                        "overran_calls": overran["calls"], "overran_sends": overran["sends"],
                        # late only by the time their clients were frozen or stalled
-                       "excused_calls": excused["calls"], "excused_sends": excused["sends"]}
+                       "excused_calls": excused["calls"], "excused_sends": excused["sends"],
+                       "abandoned_trickles": judge.abandoned}
     return verdict
 
 
@@ -139,6 +142,7 @@ class _Judge:
         self.shared, self.verdict, self.slack = shared, verdict, slack
         self.t0 = history[0]["t"] if history else 0.0
         self.later_writes = _writes_by_client(history)
+        self.abandoned = 0  # trickles left open by a client that had written its failure
 
     def judge(self, late: LateAnswer) -> None:
         """Fail `late` if the client stayed for a trickle, its spend record has the answer,
@@ -162,6 +166,14 @@ class _Judge:
         e = late.request
         if late.past_due <= 2 * TRICKLE_INTERVAL + self.slack:
             return False  # too short to tell a client that stayed from one slow to go
+        moved_on = _next_write(late.kind, e, self.later_writes)
+        if moved_on is not None and moved_on["t"] < e["t_end"] - TOL \
+                and not _uses(late.kind, moved_on):
+            # It wrote its failure while the trickle went on: the worker gave up by its own
+            # clock, and the connection it left open (a thread of its client still reading)
+            # holds no answer it waited for.
+            self.abandoned += 1
+            return False
         self.verdict.fail(
             "held-past-deadline",
             f"{late.opening(self.t0)}, but it kept the connection open while the fake "
@@ -200,19 +212,29 @@ def _writes_by_client(history: list[Event]) -> dict[tuple, list[Event]]:
     return writes
 
 
+def _next_write(kind: str, request: Event, writes: dict) -> Event | None:
+    """The client's next write for the request's job (a call) or row (a send) after it
+    started."""
+    key = ((request["worker"], request.get("job")) if kind == "calls"
+           else (request["worker"], request.get("job"), request.get("kind")))
+    return next((w for w in writes.get(key, ()) if w["t"] > request["t_start"]), None)
+
+
+def _uses(kind: str, write: Event) -> bool:
+    """Whether `write` uses an answer: a memo or a completion of the job (a call), the row's
+    sent mark (a send)."""
+    if kind == "calls":
+        return write["type"] == "memo" or (write["type"] == "state"
+                                           and write.get("from") != write.get("to")
+                                           and not write.get("last_error"))
+    return write["type"] == "effect_sent"
+
+
 def _used_late_answer(kind: str, request: Event, writes: dict, answered: float) -> Event | None:
     """The client's next write after the request, if it used the late answer: a memo or a
     completion of the job, or the row's sent mark, committed after the fake answered."""
-    if kind == "calls":
-        key = (request["worker"], request.get("job"))
-        used = lambda w: w["type"] == "memo" or (w["type"] == "state"  # noqa: E731
-                                                 and w.get("from") != w.get("to")
-                                                 and not w.get("last_error"))
-    else:
-        key = (request["worker"], request.get("job"), request.get("kind"))
-        used = lambda w: w["type"] == "effect_sent"  # noqa: E731
-    nxt = next((w for w in writes.get(key, ()) if w["t"] > request["t_start"]), None)
-    return nxt if nxt is not None and nxt["t"] >= answered - TOL and used(nxt) else None
+    nxt = _next_write(kind, request, writes)
+    return nxt if nxt is not None and nxt["t"] >= answered - TOL and _uses(kind, nxt) else None
 
 
 CHECKS = {"deadlines-kept": check_deadlines_kept}

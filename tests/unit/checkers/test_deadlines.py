@@ -132,6 +132,17 @@ def test_a_client_that_keeps_a_trickled_answer_open_past_its_deadline_fails(
         assert verdict.failures[0].events == [history[1]]
 
 
+def test_a_client_that_wrote_its_failure_while_the_trickle_went_on_had_given_up():
+    # Its HTTP client's thread still read the trickle (the fake saw no one leave), but the
+    # worker had moved on at its deadline: the open connection held no answer it waited for.
+    history = trickled(None)
+    history[2] = {**history[2], "t": 2.05, "next_run_at": 2.15}
+    verdict = run(history)
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["abandoned_trickles"] == 1
+    assert run(trickled(None)).by_type == {"held-past-deadline": 1}  # failure after the end
+
+
 # -- a client the harness froze or the machine stalled: that time is not held against it ------
 
 SLOW = call(1.0, 2.3, DOC, "fetch", W1, fault="slow")  # answered 0.3 s past a 1 s deadline
