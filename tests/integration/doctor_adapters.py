@@ -101,7 +101,17 @@ class AcceptsAnySetting(ToyEngine):
         return super().settings({k: v for k, v in table.items() if k != "no_such_setting"})
 
 
+class OneCounterAsAttempts(ToyEngine):
+    """One receive count bounds retries and crashes together, mapped onto max_claims alone:
+    max_attempts None beside the attempt_cap it declares, and cap_counts left 'separate'."""
+
+    def settings(self, table: dict[str, Any]) -> EngineSettings:
+        import dataclasses
+        return dataclasses.replace(super().settings(table), max_attempts=None)
+
+
 SUBMITTED_WITHOUT_STATE = SubmittedWithoutState()
+ONE_COUNTER_AS_ATTEMPTS = OneCounterAsAttempts()
 SENT_AT_AS_TEXT = SentAtAsText()
 UNORDERED_TOKENS = UnorderedTokens()
 SUBMIT_NEEDS_SETTINGS = SubmitNeedsSettings()

@@ -65,6 +65,9 @@ BROKEN_CASES = {
                             "not a count", "return how many (an int)"],
     "PROGRESS_RAISES": [f"adapter {BROKEN}:PROGRESS_RAISES: progress raised RuntimeError: "
                         "broken progress on purpose"],
+    "ONE_COUNTER_AS_ATTEMPTS": ["'attempt_cap' is declared but settings() gives max_attempts "
+                                "None", "cap_counts='claims' with max_claims",
+                                "Mapping your engine's counters"],
     "ACCEPTS_ANY_SETTING": ["settings() accepts the unknown setting no_such_setting silently",
                             "raise ValueError naming any [engine] setting"],
 }
