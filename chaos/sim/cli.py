@@ -1,7 +1,7 @@
 """`ninelives sim`: explore seeds in simulation, shrink a failure, replay a saved schedule.
 
     ninelives sim SCENARIO [--seed N | --seeds N|A..B] [--profile P] [--engine E] [--out DIR]
-                  [--engine-set NAME=VALUE ...] [--shrink] [--budget K]
+                  [--engine-set NAME=VALUE ...] [--swarm] [--shrink] [--budget K]
     ninelives sim --replay FILE [--out DIR]
 
 Exit codes: 0 every explored schedule passed, 1 one failed, 2 the command could not run.
@@ -23,6 +23,7 @@ from .run import simulate
 from .spec import SimResult, SimSpec, scratch_dir
 from .shrink import replay, save_schedule, shrink
 from .story import headline, shape, tell
+from .swarm import describe as describe_swarm, swarm_spec
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -47,6 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="reports", help="where run folders go")
     p.add_argument("--replay", metavar="FILE", help="run a saved schedule.json or "
                    "counterexample.json again")
+    p.add_argument("--swarm", action="store_true",
+                   help="swarm testing: each seed runs its own mix of the scenario's faults "
+                        "(some left out, the others at 0.5-3x), recorded in the run")
     p.add_argument("--shrink", action="store_true",
                    help="shrink the first failing seed to a minimal schedule")
     p.add_argument("--budget", type=at_least(1), default=500,
@@ -76,7 +80,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         f"{scenario.run.workers} workers" + (f" x {scenario.engine['slots']} slots"
                                              if scenario.engine.get("slots", 1) > 1 else ""))
     if len(chosen) == 1:
-        return _one(SimSpec(scenario, chosen.start, engine, args.engine), args)
+        return _one(_spec(scenario, chosen.start, engine, args), args)
     return _explore(scenario, engine, chosen, args)
 
 
@@ -110,7 +114,7 @@ def _explore_seeds(scenario, engine, seeds: range, args: argparse.Namespace, sho
     when --shrink asks for it, which stops the search)."""
     failing, crashed = [], []
     for i, seed in enumerate(seeds, 1):
-        spec = SimSpec(scenario, seed, engine, args.engine)
+        spec = _spec(scenario, seed, engine, args)
         result = simulate(spec, SeededChoices(seed))
         if result.exit_code == 2:
             crashed.append(seed)
@@ -125,10 +129,18 @@ def _explore_seeds(scenario, engine, seeds: range, args: argparse.Namespace, sho
                       "the simulation is not deterministic here (a bug)", file=sys.stderr)
             failing.append(seed)
             print(f"seed {seed}: FAIL {headline(result.verdicts)}\n  {run_dir}", flush=True)
+            if spec.swarm is not None:
+                print(f"  {describe_swarm(spec.swarm)}", flush=True)
             if args.shrink:
                 return failing, crashed, (result, run_dir)
         shown.update(i, detail=f"{len(failing)} failed")
     return failing, crashed, None
+
+
+def _spec(scenario, seed: int, engine, args: argparse.Namespace) -> SimSpec:
+    """The spec of one seed: with --swarm, the seed's own mix of faults (chaos.sim.swarm)."""
+    spec = SimSpec(scenario, seed, engine, args.engine)
+    return swarm_spec(spec) if args.swarm else spec
 
 
 def _run_and_write(spec: SimSpec, out: str, label: str = "") -> tuple[SimResult, str]:
@@ -151,6 +163,8 @@ def _print_result(result: SimResult, run_dir: str, target: str | None = None) ->
     report = report_for(result, run_dir, os.path.join(run_dir, "schedule.json"))
     print(verdict_table(report))
     print(f"\n{'FAIL' if result.failed else 'PASS'}: {headline(result.verdicts, target)}")
+    if result.spec.swarm is not None:
+        print(describe_swarm(result.spec.swarm))
     print(f"{result.turns} turns, {result.virtual_seconds:.2f} virtual s, "
           f"{result.wall_seconds:.2f} s")
     ended = [e for e in result.errors if e.get("process")]

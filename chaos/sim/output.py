@@ -47,6 +47,7 @@ def sim_command(result: SimResult) -> str:
     if s.engine_spec and s.engine_spec != "reference":
         parts += ["--engine", s.engine_spec]
     parts += engine_set_args(s.scenario.engine_set)
+    parts += ["--swarm"] if s.swarm is not None else []
     return " ".join(shlex.quote(p) for p in parts)
 
 
@@ -94,7 +95,7 @@ def report_for(result: SimResult, run_dir: str, schedule: str) -> dict:
         "sim": {"turns": result.turns, "virtual_seconds": result.virtual_seconds,
                 "wall_seconds": round(result.wall_seconds, 3),
                 "choices": len(result.choices), "schedule": schedule,
-                "thread_errors": result.errors,
+                "thread_errors": result.errors, "swarm": spec.swarm,
                 "note": "simulated: one process, threads scheduled at crash points on a "
                         "virtual clock; unfired faults do not make the exit code 2"},
     })

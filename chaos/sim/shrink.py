@@ -164,7 +164,8 @@ def schedule_json(result: SimResult, target: tuple[str, str] | None = None,
         fails = {"invariant": name, "type": kind, "message": verdict.reason}
     return {"format": SCHEDULE_FORMAT, "scenario": scenario_record(result.spec.scenario, result.spec.engine),
             "seed": result.spec.seed, "engine": result.spec.engine_spec,
-            "choices": result.choices, "fails": fails, **extra}
+            "choices": result.choices, "fails": fails,
+            **({"swarm": result.spec.swarm} if result.spec.swarm is not None else {}), **extra}
 
 
 def save_schedule(path: str, result: SimResult, target: tuple[str, str] | None = None,
@@ -198,7 +199,8 @@ def load_schedule(path: str, engine: Any = None) -> tuple[SimSpec, list[int], di
         raise ValueError(f"{path}: malformed schedule ({type(exc).__name__}: {exc})") from None
     spec_name = data.get("engine") or "reference"
     engine = engine if engine is not None else load_engine(spec_name)
-    return SimSpec(scenario, seed, engine, spec_name), choices, data
+    # A swarm schedule's scenario is the seed's own mix already (chaos.sim.swarm).
+    return SimSpec(scenario, seed, engine, spec_name, data.get("swarm")), choices, data
 
 
 def replay(path: str, *, engine: Any = None,

@@ -23,12 +23,16 @@ START = 1_000_000.0   # the virtual epoch (seconds)
 @dataclass(frozen=True)
 class SimSpec:
     """What a simulated run simulates: a scenario, a seed, and the engine (an adapter that
-    declares the in_process capability)."""
+    declares the in_process capability); with swarm testing, the scenario is the seed's own
+    mix of faults (`swarm`)."""
 
     scenario: Scenario
     seed: int
     engine: Any = field(default_factory=lambda: load_engine("reference"))
     engine_spec: str = "reference"
+    #: the swarm configuration the scenario was drawn with (chaos.sim.swarm), None for the
+    #: scenario as written
+    swarm: dict | None = None
 
     def __post_init__(self) -> None:
         check_numbers(self.scenario)  # a saved schedule's scenario was never loaded from TOML
