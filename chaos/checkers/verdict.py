@@ -33,10 +33,23 @@ class Verdict:
     by_type: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     reason: str = ""                      # one line: why it failed, or why unknown
+    #: Of an invariant that declares the situations exercising it (chaos.situations):
+    #: {situation: times reached, None when unobservable}, and for a pass whether any was
+    #: reached (False: "pass, not exercised"). None for the others.
+    situations: dict[str, int | None] | None = None
+    exercised: bool | None = None
 
     @property
     def status(self) -> str:
         return {True: "pass", False: "fail", None: "unknown"}[self.valid]
+
+    @property
+    def label(self) -> str:
+        """The status as reports show it: "pass, not exercised" for a pass that reached
+        none of its situations."""
+        if self.valid is True and self.exercised is False:
+            return "pass, not exercised"
+        return self.status
 
     def fail(self, type_: str, message: str, *events: Event) -> None:
         """Record a violation (the verdict becomes fail)."""
@@ -60,6 +73,8 @@ class Verdict:
             "first_error": self.failures[0].to_json() if self.failures else None,
             "errors": [f.to_json() for f in self.failures], "metrics": self.metrics,
             "reason": self.reason,
+            **({"exercised": self.exercised, "situations": self.situations}
+               if self.situations is not None else {}),
         }
 
     @classmethod
@@ -70,7 +85,8 @@ class Verdict:
                              for f in data.get("errors", [])],
                    error_count=data.get("error_count", 0),
                    by_type=dict(data.get("errors_by_type", {})),
-                   metrics=dict(data.get("metrics", {})), reason=data.get("reason", ""))
+                   metrics=dict(data.get("metrics", {})), reason=data.get("reason", ""),
+                   situations=data.get("situations"), exercised=data.get("exercised"))
 
 
 #: Invariants a failure of which, found in the first part of a history, is a failure of the
