@@ -36,6 +36,10 @@ from .flags import SEEDS_HELP, at_least, seeds
 EXIT_ERROR = 2
 
 
+REQUIRE = ("an invariant that passed without reaching any of the dangerous situations "
+           "that exercise it ('pass, not exercised') makes the result an error, exit 2")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ninelives", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -53,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_backend_flags(p)
     p.add_argument("--out", default="reports", help="where run folders go (default reports)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--require-exercised", action="store_true", help=REQUIRE)
     p = sub.add_parser("replay", help="rerun a saved run's plan and say how often it reproduces")
     p.add_argument("run", help="a run folder (with report.json)")
     p.add_argument("--tries", type=at_least(1), default=1,
@@ -60,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="where replay runs go (default: beside it)")
     p = sub.add_parser("check", help="rerun the checkers on a saved run's history")
     p.add_argument("run", help="a run folder (with history.jsonl and snapshot.json)")
+    p.add_argument("--require-exercised", action="store_true", help=REQUIRE)
     p = sub.add_parser("report", help="render a saved run's report.html, junit.xml, summary.md")
     p.add_argument("run", help="a run folder (with report.json)")
     p.add_argument("--format", default="html,junit,md", help="any of html,junit,md")
@@ -112,6 +118,11 @@ def cmd_run(args: argparse.Namespace) -> int:
           file=sys.stderr, flush=True)
     result = run_campaign(scenario, args.seed, engine, args.out, engine_spec=args.engine,
                           backend=backend, progress=not args.quiet)
+    if args.require_exercised:
+        from .report import require_exercised, write_report
+        from .runner import render_reports
+        write_report(result.run_dir, require_exercised(result.report))
+        render_reports(result.run_dir)
     print(summary(result.report))
     html = os.path.join(result.run_dir, "report.html")
     if os.path.exists(html):
@@ -180,7 +191,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .checkers import run_checkers
     from .checkers.verdict import judge_incomplete
     from .report import RESULTS, exit_code_for, incomplete_lines, result_line, verdict_table
-    from .report import write_report
+    from .report import require_exercised, situations_lines, situations_record, write_report
     from .runner import render_reports
     from .saved import keep_rebuilt, load_run
     saved = load_run(args.run)
@@ -192,14 +203,20 @@ def cmd_check(args: argparse.Namespace) -> int:
     if why:  # the missing end may hold a violation, or what excuses an error found
         verdicts = judge_incomplete(verdicts, why)
     report["verdicts"] = [v.to_json() for v in verdicts]
+    report.update(situations_record(saved.history, saved.snapshot, report["verdicts"]))
     report["torn"] = saved.tear.describe() if saved.tear else None
     # A simulation's exit code follows its verdicts alone (chaos.sim.output).
     unfired = [] if "sim" in report else report.get("faults_unfired", [])
     report["exit_code"] = exit_code_for(report["verdicts"], unfired)
     report["result"] = RESULTS[report["exit_code"]]
+    report.pop("require_exercised", None)
+    if args.require_exercised:
+        require_exercised(report)
     write_report(args.run, report)
     render_reports(args.run)
     print(verdict_table(report))
+    for line in situations_lines(report):
+        print(line)
     for line in incomplete_lines(report) + [result_line(report)]:
         print(line)
     return report["exit_code"]

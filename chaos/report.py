@@ -2,8 +2,10 @@
 
 Exit codes (`exit_code_for`): 0 every invariant with evidence holds, 1 an invariant failed, 2
 the harness could not run or judge the scenario as written (a fault that never fired, a
-checker that crashed, no invariant with evidence at all). An `unknown` verdict beside others
-says why it has no evidence and does not change the exit code.
+checker that crashed, no invariant with evidence at all; with --require-exercised, an
+invariant that passed without reaching any of its dangerous situations, see
+chaos.situations). An `unknown` verdict beside others says why it has no evidence and does
+not change the exit code.
 """
 from __future__ import annotations
 
@@ -310,10 +312,43 @@ def build_report(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str |
         "crashpoint_coverage": crashpoint_coverage(getattr(engine, "crashpoints", ()), events),
         "kills": kill_rows(events, snapshot),
         "verdicts": verdicts_json,
+        **situations_record(events, snapshot, verdicts_json),
         "skew": skew_of(verdicts_json),
         "metrics": metrics(scenario, events, snapshot, applied),
         "result": RESULTS[exit_code], "exit_code": exit_code,
     }
+
+
+def situations_record(events: list[Event], snapshot: dict[str, Any],
+                      verdicts: list[dict]) -> dict[str, Any]:
+    """report.json's `situations` ({name: chaos.situations.Reached.to_json()}) and
+    `not_exercised` (the invariants that passed without reaching any of their situations;
+    each keeps `verdict: "pass"`, so older readers still read a pass, and says
+    `exercised: false`)."""
+    from .situations import recognise
+    reached = recognise(events, snapshot) if events else {}
+    return {"situations": {name: r.to_json() for name, r in reached.items()},
+            "not_exercised": [v["name"] for v in verdicts
+                              if v["verdict"] == "pass" and v.get("exercised") is False]}
+
+
+def require_exercised(report: dict) -> dict:
+    """--require-exercised: a run that would pass while an invariant passed without reaching
+    any of its situations is an error (exit 2), as an unfired fault is; a failure stays a
+    failure. Changes the report in place and returns it."""
+    report["require_exercised"] = True
+    if report.get("not_exercised") and report["result"] == "pass":
+        report["exit_code"], report["result"] = 2, RESULTS[2]
+    return report
+
+
+def situations_lines(report: dict) -> list[str]:
+    """One compact block: the situations reached with counts, those not reached."""
+    from .situations import Reached, summary_line
+    found = report.get("situations")
+    if not found:
+        return []
+    return [summary_line({n: Reached.from_json(r) for n, r in found.items()})]
 
 
 def crash_point_names(scenario: Scenario, engine: Any) -> dict[str, dict]:
@@ -367,7 +402,9 @@ def verdict_table(report: dict, console: Console | str | None = AUTO) -> str:
     if not rows:
         return "(no verdicts)"
     marks = {"pass": "pass", "fail": "FAIL", "unknown": "UNKNOWN"}
-    return table(VERDICT_COLUMNS, ([v["name"], marks[v["verdict"]], v["checked"],
+    return table(VERDICT_COLUMNS, ([v["name"], "pass, not exercised"
+                                    if v["verdict"] == "pass" and v.get("exercised") is False
+                                    else marks[v["verdict"]], v["checked"],
                                     v["error_count"], v["reason"] or ""] for v in rows),
                  console=console)
 
@@ -419,6 +456,10 @@ def result_line(report: dict) -> str:
             return ("ERROR: no invariant failed in the part of the run there is, and no pass "
                     "stands on part of one")
         return "ERROR: no invariant had evidence either way: nothing was checked"
+    if report["result"] == "error" and report.get("require_exercised") and \
+            report.get("not_exercised") and not report.get("faults_unfired"):
+        return ("ERROR: passed, but not exercised (--require-exercised): "
+                + ", ".join(report["not_exercised"]) + " reached none of their situations")
     return {"pass": "PASS: every invariant with evidence holds",
             "fail": "FAIL: an invariant was violated",
             "error": "ERROR: the run did not exercise what the scenario asked",
@@ -440,7 +481,7 @@ def summary(report: dict, console: Console | str | None = AUTO) -> str:
         *_cuts_line(m.get("kill_cuts")),
         *_progress_line(m.get("progress_latency")),
         *([f"skewed workers: {skew_text(report)}"] if skew_text(report) else []),
-        "", verdict_table(report, console), "",
+        "", verdict_table(report, console), *situations_lines(report), "",
     ]
     if report["faults_unfired"]:
         lines.append(("ERROR" if report["result"] == "error" else "also")

@@ -34,7 +34,10 @@ A check whose evidence the engine does not provide (a capability it does not dec
 faults it depends on fired.
 
 Each checker module exposes `NAME` and `check(history, snapshot) -> Verdict`;
-`run_checkers` runs them all, turning a checker that raises into an `unknown` verdict.
+`run_checkers` runs them all, turning a checker that raises into an `unknown` verdict, and
+marks each verdict of an invariant that declares its dangerous situations
+(chaos.situations.EXERCISES) with the ones the run reached: a pass that reached none is
+"pass, not exercised".
 """
 from __future__ import annotations
 
@@ -130,6 +133,10 @@ def run_checkers(history: list[Event], snapshot: dict[str, Any],
             # A check that examined nothing has no evidence for a pass.
             verdict.unknown("nothing of its kind happened in this run: no evidence either way")
         verdicts.append(verdict)
+    if history:
+        # Which passes reached none of the situations that could have broken them.
+        from ..situations import exercise, recognise
+        exercise(verdicts, recognise(history, snapshot))
     return verdicts
 
 

@@ -16,7 +16,7 @@ import time
 
 from ..console import Progress
 from ..flags import SEEDS_HELP, at_least, seeds, seeds_text
-from ..report import verdict_table
+from ..report import situations_lines, verdict_table
 from .choices import SeededChoices
 from .output import run_dir_for, write_run
 from .run import simulate
@@ -56,6 +56,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--budget", type=at_least(1), default=500,
                    help="simulations a shrink may run (default 500)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--require-exercised", action="store_true",
+                   help="with --seed or --replay: an invariant that passed without reaching "
+                        "any of the dangerous situations that exercise it ('pass, not "
+                        "exercised') makes the result an error, exit 2")
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -89,7 +93,23 @@ def _one(spec: SimSpec, args: argparse.Namespace) -> int:
     _print_result(result, run_dir)
     if result.failed and args.shrink:
         _shrink(result, run_dir, args)
-    return result.exit_code
+    return _required(run_dir, result.exit_code, args)
+
+
+def _required(run_dir: str, code: int, args: argparse.Namespace) -> int:
+    """--require-exercised over the run written in `run_dir`: its report says so, and a
+    pass with an invariant not exercised becomes an error (exit 2)."""
+    if not getattr(args, "require_exercised", False):
+        return code
+    from ..report import require_exercised, result_line, write_report
+    from ..runner import render_reports
+    from ..saved import load_report
+    report = require_exercised(load_report(run_dir))
+    write_report(run_dir, report)
+    render_reports(run_dir)
+    if report["exit_code"] != code:
+        print(result_line(report))
+    return report["exit_code"]
 
 
 def _explore(scenario, engine, seeds: range, args: argparse.Namespace) -> int:
@@ -162,6 +182,8 @@ def _print_result(result: SimResult, run_dir: str, target: str | None = None) ->
     from .output import report_for
     report = report_for(result, run_dir, os.path.join(run_dir, "schedule.json"))
     print(verdict_table(report))
+    for line in situations_lines(report):
+        print(line)
     print(f"\n{'FAIL' if result.failed else 'PASS'}: {headline(result.verdicts, target)}")
     if result.spec.swarm is not None:
         print(describe_swarm(result.spec.swarm))
@@ -218,4 +240,4 @@ def _replay(args: argparse.Namespace) -> int:
         same = (want["invariant"], want["type"]) in result.signature()
         print(f"{'reproduced' if same else 'NOT reproduced'}: the saved schedule failed "
               f"{want['invariant']} ({want['type']})")
-    return result.exit_code
+    return _required(run_dir, result.exit_code, args)
