@@ -11,7 +11,7 @@ from markupsafe import Markup
 
 from ..history import Event
 from . import charts
-from .evidence import describe, event_key, ordered, witnesses, writer_names
+from .evidence import at, describe, event_key, ordered, witnesses, writer_names
 from .svg import KIND_COLOURS, STEP_COLOURS, TimelineDrawing, palette
 from .timeline import build_timeline
 
@@ -51,6 +51,10 @@ def context(report: dict[str, Any], history: list[Event] | None,
     if history:
         ctx.update(timeline_view(history, pipeline, report))
         ctx.update(charts_view(history, snapshot, pipeline, report))
+    ctx["situations"] = [
+        {**r, "examples": [{**x, "when": at(x["t"], t0) if x.get("t") is not None else "?"}
+                           for x in r.get("examples") or []]}
+        for r in (report.get("situations") or {}).values()]
     ctx["coverage"] = sorted(report.get("crashpoint_coverage", {}).items())
     ctx["kills"] = (report.get("kills") or [])[:SHOWN_KILLS] \
         if (report.get("metrics") or {}).get("kill_cuts") else []

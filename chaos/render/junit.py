@@ -49,13 +49,30 @@ def _properties(suite: ET.Element, report: dict[str, Any]) -> None:
     props = ET.SubElement(suite, "properties")
     for key in ("seed", "profile", "engine", "run_command", "replay_command", "run_dir"):
         ET.SubElement(props, "property", name=key, value=str(report.get(key, "")))
+    found = report.get("situations") or {}
+    for name, r in found.items():   # one per situation: times reached, or why unobservable
+        ET.SubElement(props, "property", name=f"situation.{name}",
+                      value=str(r["count"]) if r.get("observable", True)
+                      else f"unobservable: {r.get('why')}")
     out = ET.SubElement(suite, "system-out")
     out.text = f"rerun: {report.get('run_command')}\nreplay: {report.get('replay_command')}\n"
+    for name, r in found.items():
+        for x in (r.get("examples") or [])[:1]:
+            out.text += (f"situation {name} x{r['count']}, e.g. history line {x.get('line')}: "
+                         f"{x.get('note')}\n")
 
 
 def _testcase(suite: ET.Element, classname: str, verdict: dict[str, Any], t0: float) -> None:
     case = ET.SubElement(suite, "testcase", classname=classname, name=verdict["name"],
                          time="0")
+    if verdict["verdict"] == "pass" and verdict.get("exercised") is False:
+        # A pass that reached none of its situations: said so, on the case itself.
+        props = ET.SubElement(case, "properties")
+        ET.SubElement(props, "property", name="exercised", value="false")
+        out = ET.SubElement(case, "system-out")
+        out.text = ("pass, not exercised: none of its situations was reached ("
+                    + ", ".join(f"{n} {'unobservable' if c is None else c}"
+                                for n, c in (verdict.get("situations") or {}).items()) + ")")
     if verdict["verdict"] == "pass":
         return
     tag = "failure" if verdict["verdict"] == "fail" else "error"

@@ -24,10 +24,12 @@ def render_markdown(report: dict[str, Any]) -> str:
              "| invariant | verdict | checked | errors | reason |",
              "|---|---|--:|--:|---|"]
     for v in ordered(report["verdicts"]):
-        lines.append(f"| `{v['name']}` | {ICON[v['verdict']]} {v['verdict']} | {v['checked']} "
+        shown = "pass, not exercised" if v["verdict"] == "pass" and \
+            v.get("exercised") is False else v["verdict"]
+        lines.append(f"| `{v['name']}` | {ICON[v['verdict']]} {shown} | {v['checked']} "
                      f"| {v['error_count']} | {_cell(v.get('reason') or '')} |")
     applied = ", ".join(f"{k} {n}" for k, n in report.get("faults_applied", {}).items())
-    lines += ["", f"**Faults applied:** {applied or 'none'}"]
+    lines += ["", *_situations(report), f"**Faults applied:** {applied or 'none'}"]
     if skew_text(report):
         lines.append(f"**Skewed workers:** {skew_text(report)}")
     if report.get("faults_unfired"):
@@ -42,6 +44,27 @@ def render_markdown(report: dict[str, Any]) -> str:
               f"Replay: `{report['replay_command']}`  ",
               f"Report: `{os.path.join(report['run_dir'], 'report.html')}`", ""]
     return "\n".join(lines)
+
+
+def _situations(report: dict[str, Any]) -> list[str]:
+    """The situations reached, with counts and one example each; those not reached."""
+    found = report.get("situations") or {}
+    if not found:
+        return []
+    lines = ["**Situations reached:**", ""]
+    for name, r in found.items():
+        if r["count"]:
+            x = (r.get("examples") or [{}])[0]
+            lines.append(f"- `{name}` ×{r['count']}: e.g. history line {x.get('line')}: "
+                         f"{_cell(x.get('note') or '')}")
+    missed = [n for n, r in found.items() if r.get("observable", True) and not r["count"]]
+    blind = [n for n, r in found.items() if not r.get("observable", True)]
+    lines.append(f"- not reached: {', '.join(missed) or 'none'}")
+    if blind:
+        lines.append(f"- unobservable here: {', '.join(blind)}")
+    if report.get("not_exercised"):
+        lines.append(f"- **passed, not exercised:** {', '.join(report['not_exercised'])}")
+    return lines + [""]
 
 
 def _incomplete(report: dict[str, Any]) -> list[str]:
