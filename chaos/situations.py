@@ -142,10 +142,17 @@ class _Context:
     def pid_of(self, e: Event) -> int | None:
         return e.get("pid") if e.get("pid") is not None else self.jobs.pids.get(e.get("worker"))
 
+    def died(self, x: Event | None) -> bool:
+        """Whether exit `x` is a death during the run, not the harness's orderly stop of
+        every process once the run was over (after the drain)."""
+        phases = self.snapshot.get("phases") or {}
+        over = phases.get("drain_end") or phases.get("check_start")
+        return x is not None and (over is None or x["t"] < over)
+
     def exit_between(self, pid: int | None, start: float, end: float) -> Event | None:
-        """The first exit of process `pid` within [start - TOL, end]."""
+        """The first death (see `died`) of process `pid` within [start - TOL, end]."""
         for x in self.jobs.exits.get(pid, ()) if pid is not None else ():
-            if start - TOL <= x["t"] <= end:
+            if start - TOL <= x["t"] <= end and self.died(x):
                 return x
         return None
 
@@ -213,12 +220,17 @@ def _zombie_write(ctx: _Context):
 
 @situation("call-answered-after-takeover",
            "A provider call's answer reached its caller after another worker had taken the "
-           "caller's lease: the caller holds a paid result it may no longer commit.")
+           "caller's lease (or the harness had cut it short): the caller holds a paid result "
+           "it may no longer commit.")
 def _call_after_takeover(ctx: _Context):
     why = ctx.worker_ids_match_calls() or _attributed(ctx)
     if why:
         return why
-    found = []
+    found, cuts = [], {}
+    for e in ctx.history:   # the harness's writes that cut a job's lease short (expiry)
+        if is_engine(e, "state") and e.get("actor") == "harness" and \
+                (e.get("lease_until") or 0.0) <= e["t"] + TOL:
+            cuts.setdefault(e["job"], []).append(e)
     for e in ctx.history:
         if e.get("src") != "provider" or e["type"] != "call" or e.get("completion") == "info":
             continue
@@ -226,12 +238,15 @@ def _call_after_takeover(ctx: _Context):
         claim = ctx.jobs.claim_of(worker, job, e["t_start"]) if worker else None
         if claim is None or end is None:
             continue
-        for b in ctx.jobs.bumps.get(job, ()):
-            if ctx.pos[id(b)] > ctx.pos[id(claim)] and is_worker(b) \
-                    and b.get("worker") != worker and b["t"] < end - TOL:
+        takers = [b for b in ctx.jobs.bumps.get(job, ()) if is_worker(b)
+                  and b.get("worker") != worker] + cuts.get(job, [])
+        for b in sorted(takers, key=lambda b: ctx.pos[id(b)]):
+            if ctx.pos[id(b)] > ctx.pos[id(claim)] and b["t"] < end - TOL:
+                who = "the harness cut" if b.get("actor") == "harness" \
+                    else f"{b.get('worker')} took"
                 found.append((e, f"job {job}: {worker}'s call for {e.get('step')!r} was "
-                                 f"answered at {ctx.at(end)}, after {b.get('worker')} took "
-                                 f"the lease at {ctx.at(b['t'])}"))
+                                 f"answered at {ctx.at(end)}, after {who} the lease at "
+                                 f"{ctx.at(b['t'])}"))
                 break
     return found
 

@@ -78,7 +78,8 @@ def _memo_resume_effects(ctx: _Context):
 def _kill_mid_step(ctx: _Context):
     found = []
     for x in ctx.history:
-        if x.get("src") != "process" or x["type"] != "exit" or not x.get("killed"):
+        if x.get("src") != "process" or x["type"] != "exit" or not x.get("killed") \
+                or not ctx.died(x):
             continue
         for job, holdings in ctx.timeline.holdings.items():
             for h in holdings:
@@ -105,7 +106,7 @@ def _crash_after_call(ctx: _Context):
                 or e.get("outcome") != "ok" or not e.get("worker"):
             continue
         died = ctx.jobs.died_before_writing(e["worker"], e.get("job"), e["t_end"], e.get("pid"))
-        if died is not None and died["t"] >= e["t_end"] - TOL:
+        if died is not None and died["t"] >= e["t_end"] - TOL and ctx.died(died):
             found.append((e, f"job {e.get('job')}: {e['worker']}'s call for "
                              f"{e.get('step')!r} answered at {ctx.at(e['t_end'])}; its process "
                              f"died at {ctx.at(died['t'])} before committing"))
