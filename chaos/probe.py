@@ -16,6 +16,15 @@ The harness arms the probe through the environment of each process it spawns:
   NINELIVES_TRACE            a file to append {"t","pid","thread","point","job"} to at every point
                              (how the harness tells which process made a write, for an
                              engine whose rows do not say)
+  NINELIVES_HOLD_AT          comma-separated `point`, `point=JOB` (that job only, a glob) or
+                             either with `/N` (every N-th such pass): at each, append
+                             {"t","pid","point","job","action":"hold"} to NINELIVES_HOLD_LOG and
+                             stop this whole process (SIGSTOP) until the harness continues it
+                             (an aimed fault, chaos.aim)
+  NINELIVES_HOLD_WATCH       comma-separated points whose passing is appended to the hold log
+                             ("action":"reach"), without stopping: a rendezvous's other side
+  NINELIVES_HOLD_LOG         the hold log; while a file of its name plus `.off` exists, holds
+                             and watches are disarmed
 
 The simulation installs a handler instead (`set_handler`) and uses the points as the moments
 it may hand the turn to another thread.
@@ -147,12 +156,72 @@ class Trace:
             self.then(name, job)
 
 
+class Hold:
+    """A handler that stops this process at the points NINELIVES_HOLD_AT names (and notes
+    those NINELIVES_HOLD_WATCH names), then hands the point on (see the module docstring).
+
+    The line goes to the hold log before the stop, in one write(), so the harness that
+    continues the process knows where and for which job it stands."""
+
+    def __init__(self, env: dict[str, str], points: Iterable[str],
+                 then: Handler | None = None) -> None:
+        known = set(points)
+        self.log, self.then = env["NINELIVES_HOLD_LOG"], then
+        self.off = self.log + ".off"
+        self.at: dict[str, list[tuple[str | None, int]]] = {}
+        self.hits: dict[tuple[str, str | None, int], int] = {}
+        self.lock = threading.Lock()  # job slots pass points from several threads
+        for item in filter(None, (p.strip() for p in env.get("NINELIVES_HOLD_AT", "").split(","))):
+            where = f"NINELIVES_HOLD_AT item {item!r}"
+            rest, slash, every = item.rpartition("/") if "/" in item else (item, "", "1")
+            name, _, job = rest.partition("=")
+            _known(name, known - {"*"}, "NINELIVES_HOLD_AT")
+            self.at.setdefault(name, []).append((job or None, _whole(every, where, 1)))
+        self.watch = set(filter(None, (p.strip() for p in
+                                       env.get("NINELIVES_HOLD_WATCH", "").split(","))))
+        for name in self.watch:
+            _known(name, known - {"*"}, "NINELIVES_HOLD_WATCH")
+
+    def __call__(self, name: str, job: str | None) -> None:
+        if (name in self.at or name in self.watch) and not os.path.exists(self.off):
+            if name in self.watch:
+                self._note(name, job, "reach")
+            if self._due(name, job):
+                self._note(name, job, "hold")
+                os.kill(os.getpid(), signal.SIGSTOP)  # every thread stops here, as a pause
+        if self.then is not None:
+            self.then(name, job)
+
+    def _due(self, name: str, job: str | None) -> bool:
+        for pattern, every in self.at.get(name, ()):
+            if pattern is None or (job is not None and fnmatch.fnmatchcase(job, pattern)):
+                with self.lock:
+                    key = (name, pattern, every)
+                    hits = self.hits[key] = self.hits.get(key, 0) + 1
+                if hits % every == 0:
+                    return True
+        return False
+
+    def _note(self, name: str, job: str | None, action: str) -> None:
+        line = json.dumps({"t": time.time(), "pid": os.getpid(), "point": name, "job": job,
+                           "action": action})
+        fd = os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (line + "\n").encode())  # one short write(): appends stay whole
+        finally:
+            os.close(fd)
+
+
 def arm_from_env(points: Iterable[str], environ: dict[str, str] | None = None) -> bool:
     """Arm the probe from the environment if it asks for anything; True when armed."""
     env = os.environ if environ is None else environ
     handler: Handler | None = None
+    points = tuple(points)
     if env.get("NINELIVES_CRASH_AT") or env.get("NINELIVES_CRASH_JOBS"):
         handler = Armed(dict(env), points)
+    if env.get("NINELIVES_HOLD_LOG") and (env.get("NINELIVES_HOLD_AT")
+                                          or env.get("NINELIVES_HOLD_WATCH")):
+        handler = Hold(dict(env), points, then=handler)
     if env.get("NINELIVES_TRACE"):
         handler = Trace(env["NINELIVES_TRACE"], then=handler)
     if handler is None:

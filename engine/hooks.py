@@ -154,11 +154,76 @@ class KillOnJobs:
             self.then(name)
 
 
+class HoldAt:
+    """A handler that stops this whole process (SIGSTOP) at the points `at` names, after
+    appending {"t","pid","point","job","action":"hold"} to `log`, and notes the points of
+    `watch` there ("action":"reach") without stopping; then hands the point on. The harness
+    that reads the log continues the process (an aimed fault: the harness's chaos.aim).
+
+    `at` is NINELIVES_HOLD_AT: items `point`, `point=JOB` (a glob of the current job), either
+    with `/N` (every N-th such pass). While a file named `log` + ".off" exists it is
+    disarmed."""
+
+    def __init__(self, at: str, watch: str, log: str, then: Handler | None = None) -> None:
+        self.log, self.off, self.then = log, log + ".off", then
+        self.at: dict[str, list[tuple[str | None, int]]] = {}
+        self.hits: dict[tuple[str, str | None, int], int] = {}
+        self._lock = threading.Lock()
+        for item in filter(None, (part.strip() for part in at.split(","))):
+            rest, _, every = item.rpartition("/") if "/" in item else (item, "", "1")
+            point, _, job = rest.partition("=")
+            self._known(point, "NINELIVES_HOLD_AT")
+            if not every.isdigit() or int(every) < 1:
+                raise ValueError(f"NINELIVES_HOLD_AT item {item!r}: `/N` needs a whole N >= 1")
+            self.at.setdefault(point, []).append((job or None, int(every)))
+        self.watch = {p.strip() for p in watch.split(",") if p.strip()}
+        for point in self.watch:
+            self._known(point, "NINELIVES_HOLD_WATCH")
+
+    @staticmethod
+    def _known(point: str, variable: str) -> None:
+        if point not in CRASHPOINTS:
+            raise ValueError(f"{variable} names unknown crash point {point!r}; "
+                             f"known: {', '.join(CRASHPOINTS)}")
+
+    def __call__(self, name: str) -> None:
+        if (name in self.at or name in self.watch) and not os.path.exists(self.off):
+            job = current_job()
+            if name in self.watch:
+                self._note(name, job, "reach")
+            if self._due(name, job):
+                self._note(name, job, "hold")
+                os.kill(os.getpid(), signal.SIGSTOP)  # every thread stops, as in a pause
+        if self.then is not None:
+            self.then(name)
+
+    def _due(self, name: str, job: str | None) -> bool:
+        for pattern, every in self.at.get(name, ()):
+            if pattern is None or (job is not None and fnmatch.fnmatchcase(job, pattern)):
+                with self._lock:
+                    key = (name, pattern, every)
+                    hits = self.hits[key] = self.hits.get(key, 0) + 1
+                if hits % every == 0:
+                    return True
+        return False
+
+    def _note(self, name: str, job: str | None, action: str) -> None:
+        line = json.dumps({"t": time.time(), "pid": os.getpid(), "point": name, "job": job,
+                           "action": action})
+        fd = os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (line + "\n").encode())  # one write() of a short line: stays whole
+        finally:
+            os.close(fd)
+
+
 def arm_from_env(environ: dict[str, str] | None = None) -> None:
     """Arm crash points from the environment, if asked:
 
     NINELIVES_CRASH_AT   `point:N` / `point@P` items (see KillAt), seeded by NINELIVES_CRASH_SEED;
-    NINELIVES_CRASH_JOBS globs of job ids whose every `worker.after_call` kills the process.
+    NINELIVES_CRASH_JOBS globs of job ids whose every `worker.after_call` kills the process;
+    NINELIVES_HOLD_AT, NINELIVES_HOLD_WATCH, NINELIVES_HOLD_LOG: points to stop at or note
+    (see HoldAt).
     """
     env = os.environ if environ is None else environ
     handler: Handler | None = None
@@ -173,6 +238,10 @@ def arm_from_env(environ: dict[str, str] | None = None) -> None:
     jobs = env.get("NINELIVES_CRASH_JOBS", "")
     if jobs:
         handler = KillOnJobs(jobs, then=handler)
+    log = env.get("NINELIVES_HOLD_LOG", "")
+    if log and (env.get("NINELIVES_HOLD_AT") or env.get("NINELIVES_HOLD_WATCH")):
+        handler = HoldAt(env.get("NINELIVES_HOLD_AT", ""), env.get("NINELIVES_HOLD_WATCH", ""),
+                         log, then=handler)
     if handler is not None:
         set_crash_handler(handler)
 

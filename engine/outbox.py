@@ -11,6 +11,7 @@ import random
 import threading
 
 from .config import EngineConfig
+from . import hooks
 from .hooks import Clock, SystemClock, crashpoint
 from .http import post_json
 from .retry import Backoff, classify
@@ -65,6 +66,7 @@ class Sender:
                                       self.config.outbox_max_attempts)
         if row is None:
             return False
+        hooks.set_current_job(row.job_id)  # the crash points' job, as a worker's slot notes it
         try:
             self.send(row)
         except Exception as exc:

@@ -243,16 +243,17 @@ class Worker:
                                  self.config.max_claims)
         if claim is None:
             return False
-        self._claimed()
+        self._claimed(claim.job_id)
         while claim is not None:
             nxt = self.work(claim)
             if nxt is not None and nxt.job_id != claim.job_id:
-                self._claimed()  # taken by the previous job's completion
+                self._claimed(nxt.job_id)  # taken by the previous job's completion
             claim = nxt
         return True
 
-    def _claimed(self) -> None:
+    def _claimed(self, job_id: str) -> None:
         self.stats.add("claims")
+        hooks.set_current_job(job_id)  # the point's job is the one just claimed
         crashpoint("worker.after_claim")
 
     def _wants_more(self) -> bool:
