@@ -19,6 +19,7 @@ from typing import Any, Iterable
 
 from rich.console import Console
 
+from .aim import aim_section, summary_lines as aim_summary_lines
 from .backends import STARTED
 from .checkers import Verdict
 from .checkers.cuts import cut_metrics, kill_cuts
@@ -73,6 +74,9 @@ def faults_applied(plan: FaultPlan, events: list[Event], nemesis: Counter) -> di
         counts["skewed_worker"] += 1
     for e in of(events, "nemesis", "heartbeat_off"):
         counts["heartbeat_off_worker"] += 1
+    for e in of(events, "nemesis"):  # aimed faults (chaos.aim)
+        if "aim" in e and e["type"] in ("hold", "expire"):
+            counts[f"aim_{e['type']}"] += 1
     return dict(sorted((k, v) for k, v in counts.items() if v))
 
 
@@ -301,13 +305,15 @@ def build_report(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str |
     missing = unfired(scenario, applied, skip)
     taken = prevented(plan, events, missing)
     missing = [m for m in missing if m not in taken]
+    aimed = aim_section(scenario.aims, engine, events)  # aimed faults (chaos.aim)
+    missing += aimed["aims_unfired"]
     verdicts_json = [v.to_json() for v in verdicts]
     exit_code = exit_code_for(verdicts_json, missing)
     return {
         **start_record(scenario, plan, engine, engine_spec, run_dir, started, database),
         "partial": False, "finished": time.time(),
         "faults_applied": applied, "faults_unfired": missing, "faults_not_applicable": skip,
-        "faults_prevented": taken,
+        "faults_prevented": taken, "aims": aimed["aims"],
         **crash_point_names(scenario, engine),
         "crashpoint_coverage": crashpoint_coverage(getattr(engine, "crashpoints", ()), events),
         "kills": kill_rows(events, snapshot),
@@ -490,7 +496,7 @@ def summary(report: dict, console: Console | str | None = AUTO) -> str:
     if report.get("faults_prevented"):
         lines.append("faults that did not fire because the run took their targets away first: "
                      + "; ".join(f"{k}: {v}" for k, v in report["faults_prevented"].items()))
-    lines += crash_point_lines(report)
+    lines += crash_point_lines(report) + aim_summary_lines(report)
     if report.get("faults_not_applicable"):
         lines.append("not applicable to this engine (a capability it lacks, or points it does "
                      "not declare): "

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from . import aim
 from . import history as hist
 from .adapter_guard import AdapterError
 from .backends import (SQLITE_FILE, Backend, RunDatabase, check_backend, database_name,
@@ -31,6 +32,7 @@ from .plan import FaultPlan, documents_for, make_plan
 from .render import render_run
 from .report import build_report, faults_applied, start_record, write_report
 from .runfiles import is_secret, scenario_record, secret_names, write_json
+from .aim_watch import AimWatch
 from .runqueue import RunQueueWatch
 from .scenario import (SERVER_FAULTS, Scenario, ScenarioError, check_for_engine,
                        crash_points_for)
@@ -158,15 +160,22 @@ class Campaign:
         nemesis = Nemesis(self.scenario, self.plan, self.engine, self.db, sup, policy,
                           self.record, self.server)
         self.nemesis = nemesis
+        # the aimed faults' side of the probe's holds (chaos.aim_watch): its own role
+        self.aims = AimWatch(aim.resolve(self.scenario.aims, self.engine), self.engine,
+                             self.db, aim.hold_log(self.run_dir), lambda: list(sup.children),
+                             self.record, self.plan)
         self.chaos_on = True
         sup.keep(counts)
         self._wait_for_first_claim(sup)
         self._phase("chaos")
         nemesis.start(self.phases["chaos_start"])
+        if self.aims.targets:
+            self.aims.start()
         self.faulting = True
         self._loop(sup, counts, self.phases["chaos_start"] + self.scenario.run.chaos, "chaos")
         self._phase("heal")
         self.chaos_on = False
+        self.aims.heal()
         nemesis.heal()
         self.faulting = False
         self._loop(sup, counts, time.time() + self.scenario.run.heal, "heal")
@@ -181,6 +190,7 @@ class Campaign:
         (a paused process resumes, and can then act on the supervisor's SIGTERM)."""
         if self.faulting:
             self.faulting = False
+            self.aims.heal()
             self.nemesis.heal()
 
     def _wait_for_first_claim(self, sup: Supervisor, timeout: float = 60.0) -> None:
@@ -322,6 +332,9 @@ class Campaign:
             env["NINELIVES_CRASH_AT"] = ",".join(
                 f"{p}@{f.crash_point_probability}" for p in points)
             env["NINELIVES_CRASH_SEED"] = str(self.plan.crash_seeds[n % len(self.plan.crash_seeds)])
+        if self.chaos_on and self.scenario.aims:  # aimed faults (chaos.aim): the holds
+            env.update(aim.probe_env(aim.resolve(self.scenario.aims, self.engine), self.plan,
+                                     aim.hold_log(self.run_dir)))
         return env
 
     def _write_json(self, name: str, data: Any) -> None:

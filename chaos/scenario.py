@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from . import crashpoints
+from .aim import Aim, read_aims, resolve as resolve_aims
 from .latency import LatencyError, parse_latency
 from .runfiles import is_secret
 
@@ -128,13 +129,16 @@ class Scenario:
     #: engine settings given on the command line over the file's [engine] table (already
     #: in `engine`), kept apart so that a rerun and a replay give them again
     engine_set: dict[str, Any] = field(default_factory=dict)
+    #: faults aimed at the engine's own points (`[[aim]]`, chaos.aim)
+    aims: tuple[Aim, ...] = ()
 
     def to_json(self) -> dict:
         return {"name": self.name, "path": self.path, "description": self.description,
                 "profile": self.profile, "run": dataclasses.asdict(self.run),
                 "engine": dict(self.engine), "faults": dataclasses.asdict(self.faults),
                 "expect": dataclasses.asdict(self.expect),
-                "engine_set": dict(self.engine_set)}
+                "engine_set": dict(self.engine_set),
+                **({"aim": [a.to_json() for a in self.aims]} if self.aims else {})}
 
 
 SHARES = ("slow", "provider_429", "provider_5xx", "hang", "reset", "poison", "unavailable",
@@ -174,10 +178,10 @@ def load_scenario(name: str, profile: str | None = None, engine: Any = None,
     path = resolve_path(name)
     data = _read_toml(path)
     where = os.path.relpath(path)
-    unknown = set(data) - {"name", "description", "run", "engine", "faults", "expect"}
+    unknown = set(data) - {"name", "description", "run", "engine", "faults", "expect", "aim"}
     if unknown:
         raise ScenarioError(f"{where}: unknown field {sorted(unknown)[0]!r} (known: name, "
-                            "description, run, engine, faults, expect)")
+                            "description, run, engine, faults, expect, aim)")
     if not isinstance(data.get("name"), str) or not data["name"]:
         raise ScenarioError(f"{where}: field 'name' is required and must be a string")
     run = _table(where, "run", Run, data.get("run", {}))
@@ -185,9 +189,13 @@ def load_scenario(name: str, profile: str | None = None, engine: Any = None,
     expect = _table(where, "expect", Expect, data.get("expect", {}))
     table = _engine(where, data.get("engine", {}))
     overrides = _engine("--engine-set", dict(engine_set or {}))
+    try:
+        aims = read_aims(data.get("aim", []))
+    except ValueError as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
     scenario = Scenario(name=data["name"], path=path, description=data.get("description", ""),
                         run=run, engine={**table, **overrides}, faults=faults, expect=expect,
-                        engine_set=overrides)
+                        engine_set=overrides, aims=aims)
     _check(where, scenario)
     scenario = apply_profile(scenario, profile or "ci")
     check_for_engine(scenario, engine)
@@ -261,7 +269,22 @@ def check_for_engine(scenario: Scenario, engine: Any = None) -> Any:
         raise ScenarioError(f"{where}: [engine] {exc}" + (
             f" (with --engine-set {', '.join(given)})" if given else "")) from None
     check_crash_points(scenario, engine)
+    check_aims(scenario, engine)
     return settings
+
+
+def check_aims(scenario: Scenario, engine: Any) -> None:
+    """Raise ScenarioError naming the file, the aim's field and the engine's points and
+    roles when an aim names a point (or a rendezvous point) the engine does not declare and
+    does not mark optional (as `check_crash_points` for crash points)."""
+    where = os.path.relpath(scenario.path) if scenario.path else scenario.name
+    for target in resolve_aims(scenario.aims, engine):
+        if target.missing:
+            raise ScenarioError(
+                f"{where}: field 'aim[{target.index}].point' (or its until) names points the "
+                f"engine does not declare: {target.missing}. "
+                f"{crashpoints.describe(engine).capitalize()}. Mark one optional with a "
+                f"trailing '?' where only some engines have it")
 
 
 def check_crash_points(scenario: Scenario, engine: Any) -> crashpoints.Resolution:

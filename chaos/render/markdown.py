@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..aim import summary_lines as aim_summary_lines
 from ..report import crash_point_lines, skew_text
 from .evidence import ordered
 
@@ -37,6 +38,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     for line in crash_point_lines(report):  # what each crash-point name armed, or why not
         head, _, rest = line.partition(": ")
         lines.append(f"**{head.capitalize()}:** {rest}")
+    lines += [f"**Aimed:** {line}" for line in aim_summary_lines(report)]
     if report.get("faults_prevented"):
         lines.append("**Not fired, their targets taken away first:** " + "; ".join(
             f"{k} ({v})" for k, v in report["faults_prevented"].items()))

@@ -319,7 +319,7 @@ MARKED = {("nemesis", "kill"): "kill", ("process", "crashpoint"): "crashpoint",
           ("nemesis", "operator"): "operator", ("nemesis", "duplicate_submit"): "submit"}
 WINDOW_END = {"resume": "pause", "outage_end": "outage", "contention_end": "contention",
               "server_restart": "server_crash", "statement_timeout_end": "statement_timeout",
-              "row_lock_end": "row_lock"}
+              "row_lock_end": "row_lock", "release": "hold"}
 
 
 def faults(history: list[Event], lanes: Lanes, t0: float, t1: float,
@@ -365,8 +365,10 @@ def _cut_text(steps: list[dict]) -> str:
 
 def _band(start: Event, end: float, lanes: Lanes, t0: float) -> Band:
     kind = start["type"]
-    lane = lanes.of_event(start) if kind == "pause" else HARNESS
+    lane = lanes.of_event(start) if kind in ("pause", "hold") else HARNESS
     what = {"pause": f"{start.get('target', 'process')} paused (SIGSTOP)",
+            "hold": f"{start.get('target', 'process')} held at {start.get('point')} for "
+                    f"{start.get('job')} (aimed fault {start.get('aim')}, SIGSTOP)",
             "outage": "provider outage", "contention": "database write lock held",
             "server_crash": "database server down (crashed, then restarted)",
             "statement_timeout": f"database write lock held until statements waited "

@@ -14,6 +14,7 @@ import shutil
 import sys
 import time
 
+from ..aim import summary_lines as aim_summary_lines
 from ..console import Progress
 from ..flags import SEEDS_HELP, at_least, seeds, seeds_text
 from ..report import situations_lines, verdict_table
@@ -183,6 +184,8 @@ def _print_result(result: SimResult, run_dir: str, target: str | None = None) ->
     report = report_for(result, run_dir, os.path.join(run_dir, "schedule.json"))
     print(verdict_table(report))
     for line in situations_lines(report):
+        print(line)
+    for line in aim_summary_lines(report):  # aimed faults (chaos.aim): fired, with evidence
         print(line)
     print(f"\n{'FAIL' if result.failed else 'PASS'}: {headline(result.verdicts, target)}")
     if result.spec.swarm is not None:

@@ -21,12 +21,14 @@ import traceback
 import time
 from typing import Any, Callable
 
+from .. import aim as aims
 from .. import crashpoints
 from .. import history as hist
 from ..checkers import run_checkers
 from ..contract import EngineSettings, ProcessContext
 from ..expect import harness_snapshot, process_context
 from ..nemesis import FaultPolicy
+from .aim import SimAims
 from .choices import Choices, everything
 from .nemesis import SimNemesis
 from .scheduler import CRASH, RUN, STALL as STALLED, Actor, PointHook, Process, Scheduler
@@ -73,6 +75,10 @@ class Simulation:
         self.chaos_start_us = 0
         self.heal_us = self.sched.us(run.chaos)
         self.drain_us = self.heal_us + self.sched.us(run.heal)
+        # faults aimed at the engine's points (chaos.sim.aim), as a real run aims them
+        self.aims = SimAims(self, aims.resolve(self.scenario.aims, self.engine))
+        if self.aims.targets:
+            self.sched.on_point = self.aims.at_point
 
     # -- the engine's part (subclasses) ---------------------------------------------------------
 
@@ -196,6 +202,10 @@ class Simulation:
         body = self._worker_body(process) if role == "worker" else self._sender_body(process)
         self.sched.spawn(process.name, body, process)
 
+    def point_job(self, actor: Actor) -> str | None:
+        """The job `actor` works on at the point it reached (called in its thread)."""
+        return job_of(actor)
+
     def rng(self, process: Process) -> random.Random:
         """The process's own random source, fixed by the seed and its pid."""
         return random.Random(f"{self.spec.seed}:{process.role}:{process.pid}")
@@ -313,6 +323,7 @@ class Simulation:
     def _heal(self) -> None:
         self._phase("heal")
         self.chaos_on = False
+        self.aims.heal()
         self.nemesis.heal()
 
     def _drain(self) -> None:

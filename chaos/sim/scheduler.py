@@ -205,6 +205,9 @@ class Scheduler:
         self._atomic: Actor | None = None  # parked inside a transaction: runs next
         self.atomic_pick = False            # this pick is of that actor alone
         self.finished = False
+        #: Hears of every point an actor reaches, in that actor's thread before it parks
+        #: (aimed faults, chaos.sim.aim): `on_point(actor, name)`.
+        self.on_point: Callable[[Actor, str], None] | None = None
 
     # -- time -------------------------------------------------------------------------------
 
@@ -257,6 +260,8 @@ class Scheduler:
         actor = self.current
         if actor is None or actor._thread is not threading.current_thread():
             return  # the simulation's own set-up writes, outside any actor
+        if self.on_point is not None:
+            self.on_point(actor, name)
         if actor.in_transaction():
             actor.point = name
             if not self.may_crash(actor):

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from ..aim import read_aims
 from ..contract import load_engine
 from ..runfiles import scenario_record
 from ..scenario import Expect, Faults, Run, Scenario
@@ -218,7 +219,8 @@ def scenario_from_json(data: dict) -> Scenario:
     return Scenario(name=data["name"], path=data["path"], description=data.get("description", ""),
                     profile=data["profile"], run=Run(**data["run"]), engine=dict(data["engine"]),
                     faults=Faults(**faults), expect=Expect(**data["expect"]),
-                    engine_set=dict(data.get("engine_set") or {}))
+                    engine_set=dict(data.get("engine_set") or {}),
+                    aims=read_aims(data.get("aim", [])))
 
 
 __all__ = ["SCHEDULE_FORMAT", "Shrunk", "load_schedule", "replay", "save_schedule",

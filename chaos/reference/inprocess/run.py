@@ -21,7 +21,7 @@ import sqlite3
 import time
 from typing import Any, Callable
 
-from engine import Sender, load_config
+from engine import Sender, hooks, load_config
 from engine.slots import Slots
 from engine.store import OperatorError, SubmissionConflict
 from engine.worker import Worker
@@ -67,6 +67,11 @@ class ReferenceSimulation(Simulation):
             "receiver_url": RECEIVER_URL})
         super().__init__(spec, choices, db, spec.engine.settings(spec.scenario.engine),
                          (EngineHooks(),), EngineErrors())
+
+    def point_job(self, actor) -> str | None:
+        """The job the engine notes for the calling thread (a worker's slot, a sender's
+        row), else the one the simulation noted."""
+        return hooks.current_job() or super().point_job(actor)
 
     # -- set-up ---------------------------------------------------------------------------------
 

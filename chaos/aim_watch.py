@@ -1,0 +1,266 @@
+"""Aimed faults in a real run: the harness's side of the probe's holds (chaos.aim).
+
+A process armed with NINELIVES_HOLD_AT appends a line to the hold log and stops itself
+(SIGSTOP) at an aimed point. `AimWatch` reads that log, decides which aim the stop serves,
+and continues the process (SIGCONT) when the aim's condition comes: another process's claim
+of what it held (read from the engine's operations), another process passing a named point
+for the same job (a "reach" line in the same log), a number of seconds, or the aim's deadline
+at the latest. An expiry is carried out while the process stands stopped, then it goes on.
+A stop no aim needs (an aim already spent, or one hold at a time) is continued at once.
+
+It records its own `hold`, `release` and `expire` events (src "nemesis", each with `aim`).
+`heal()` disarms every probe (the log's `.off` file), continues every process it holds,
+and continues any stop still arriving: no process is left stopped.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import aim as aims
+from .adapter_guard import described
+from .history import Event
+
+POLL = 0.02
+#: Seconds between two reads of the engine's operations while a hold waits for a takeover.
+LOOK = 0.1
+#: Seconds to wait for a process that wrote its hold line to be stopped before continuing
+#: it: a SIGCONT sent before the process's own SIGSTOP would leave it stopped for good.
+STOP_WAIT = 2.0
+
+
+@dataclass
+class Held:
+    """One process the watch holds for one aim."""
+
+    target: aims.Target
+    pid: int
+    name: str
+    role: str
+    job: str | None
+    point: str
+    t: float
+
+
+class AimWatch:
+    """Carries out the armed aims of `targets` for one real run (see the module docstring).
+    `children()` lists the supervisor's children (name, pid, role)."""
+
+    def __init__(self, targets: list[aims.Target], engine: Any, db: str, log: str,
+                 children: Callable[[], list], record: Callable[[Event], None],
+                 plan: Any) -> None:
+        self.targets = [t for t in targets if t.armed]
+        self.engine, self.db, self.log, self.record, self.plan = engine, db, log, record, plan
+        self.children = children
+        self.fired: dict[int, int] = {}
+        self.held: dict[int, Held] = {}      # pid -> its hold
+        self.taken: set[str] = set()         # jobs held by an aim (job = "held" aims these)
+        self._offset = 0
+        self._reached: list[dict] = []
+        self._ops: list[dict] = []
+        self._looked = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="aims")
+
+    def start(self) -> "AimWatch":
+        self._thread.start()
+        return self
+
+    def heal(self) -> None:
+        """Disarm every probe, continue every held process, and any stop still arriving."""
+        with open(aims.off_file(self.log), "a", encoding="utf-8"):
+            pass
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        for held in list(self.held.values()):
+            self._release(held, "heal")
+        deadline = time.time() + 0.2  # a process that passed the point before the .off file
+        while time.time() < deadline:
+            self._read(release_all=True)
+            time.sleep(POLL)
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.wait(POLL):
+            try:
+                self._read()
+                self._check(time.time())
+            except Exception as exc:  # an aim that cannot be carried out is logged, not fatal
+                self.record({"t": time.time(), "src": "nemesis", "type": "error",
+                             "fault": "aim", "error": described(exc)})
+
+    def _read(self, release_all: bool = False) -> None:
+        try:
+            with open(self.log, "rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        for line in data[:end].splitlines():
+            entry = json.loads(line)
+            if entry.get("action") == "reach":
+                self._reached.append(entry)
+            elif release_all:
+                self._continue(entry["pid"])
+            else:
+                self._stopped(entry)
+
+    def _stopped(self, entry: dict) -> None:
+        """A process stopped at a hold point: hold it for the aim it serves, or continue it."""
+        child = self._child(entry["pid"])
+        target = self._serves(entry, child)
+        if target is None or child is None:
+            self._continue(entry["pid"])
+            return
+        self.fired[target.index] = self.fired.get(target.index, 0) + 1
+        held = Held(target, entry["pid"], child.name, child.role, entry.get("job"),
+                    entry["point"], entry["t"])
+        if target.aim.action == "expire":
+            self._expire(held)
+            return
+        self.held[held.pid] = held
+        if held.job:
+            self.taken.add(held.job)
+        until = target.aim.until
+        self.record({"t": entry["t"], "src": "nemesis", "type": "hold", "aim": target.index,
+                     "point": held.point, "job": held.job, "target": held.name,
+                     "pid": held.pid, "until": until, "deadline": target.aim.deadline})
+
+    def _serves(self, entry: dict, child: Any) -> aims.Target | None:
+        """The first aim this stop serves: its point, its job, its step, not yet spent, and
+        not holding another process now (one hold at a time per aim)."""
+        busy = {h.target.index for h in self.held.values()}
+        for t in self.targets:
+            aim = t.aim
+            if entry["point"] not in t.points or t.index in busy \
+                    or self.fired.get(t.index, 0) >= aim.times:
+                continue
+            job = entry.get("job")
+            wanted = aims.job_filter(t, self.plan)
+            if wanted is not None and job != wanted:
+                continue
+            if aim.job == "held" and job not in self.taken:
+                continue
+            step = aims.step_named(aim, self.engine.pipeline)
+            if step and (job is None or self._step_of(job) != step):
+                continue
+            return t
+        return None
+
+    def _step_of(self, job: str) -> str | None:
+        """The step the job's last claim was for (the engine's operations)."""
+        step = None
+        for op in self.engine.operations(self.db):
+            if op.get("type") == "claimed" and op.get("job") == job:
+                step = op.get("step")
+        return step
+
+    def _check(self, now: float) -> None:
+        for held in list(self.held.values()):
+            aim = held.target.aim
+            if self._child(held.pid) is None:  # killed while held: nothing to continue
+                self.held.pop(held.pid, None)
+                self._log_release(held, "killed", now)
+            elif aim.kind == "seconds" and now >= held.t + float(aim.until):
+                self._release(held, "seconds")
+            elif aim.kind == "point" and (met := self._rendezvous(held)) is not None:
+                self._release(held, "point", by=self._name_of(met["pid"]),
+                              reached=met["point"], seen_t=met["t"])
+            elif aim.kind == aims.TAKEOVER and (taken := self._takeover(held, now)) is not None:
+                self._release(held, aims.TAKEOVER, seen_t=taken.t, worker=taken.by,
+                              by=self._name_of(taken.pid) if taken.pid else taken.by)
+            elif now >= held.t + aim.deadline:
+                self._release(held, "deadline", waited_for=self._waited_for(held))
+
+    def _rendezvous(self, held: Held) -> dict | None:
+        for e in self._reached:
+            if e["point"] in held.target.watch and e["pid"] != held.pid \
+                    and e.get("job") == held.job and e["t"] >= held.t:
+                return e
+        return None
+
+    def _takeover(self, held: Held, now: float) -> aims.Taken | None:
+        if now - self._looked >= LOOK:
+            self._looked, self._ops = now, self.engine.operations(self.db)
+        return aims.takeover(self._ops, held.job, held.t, held.role) if held.job else None
+
+    @staticmethod
+    def _waited_for(held: Held) -> str:
+        aim = held.target.aim
+        if aim.kind == "point":
+            return f"no other process reached {aim.until_point} for {held.job}"
+        return f"no {aims.TAKEOVER_TEXT} ({held.job})"
+
+    # -- acting on processes -----------------------------------------------------------------
+
+    def _expire(self, held: Held) -> None:
+        """Expire the leases while the process stands stopped, then continue it. The expiry
+        runs aside, bounded: a store lock it waits for cannot keep the process stopped."""
+        result: dict[str, Any] = {}
+
+        def expire() -> None:
+            try:
+                result["leases"] = self.engine.expire_leases(self.db)
+            except Exception as exc:
+                result["error"] = described(exc)
+
+        worker = threading.Thread(target=expire, name="aim-expire")
+        worker.start()
+        worker.join(aims.EXPIRE_WAIT)
+        if worker.is_alive():
+            result["error"] = (f"still waiting for the store after {aims.EXPIRE_WAIT} s (the "
+                               "point may lie inside the process's own transaction)")
+        self.record({"t": time.time(), "src": "nemesis", "type": "expire",
+                     "aim": held.target.index, "point": held.point, "job": held.job,
+                     "target": held.name, "pid": held.pid, "leases": result.get("leases", 0),
+                     **({"error": result["error"]} if "error" in result else {})})
+        self._continue(held.pid)
+        worker.join()
+
+    def _release(self, held: Held, reason: str, **details: Any) -> None:
+        self.held.pop(held.pid, None)
+        self._continue(held.pid)
+        self._log_release(held, reason, time.time(), **details)
+
+    def _log_release(self, held: Held, reason: str, now: float, **details: Any) -> None:
+        self.record({"t": now, "src": "nemesis", "type": "release", "aim": held.target.index,
+                     "point": held.point, "job": held.job, "target": held.name,
+                     "pid": held.pid, "reason": reason, "held": round(now - held.t, 3),
+                     **details})
+
+    def _continue(self, pid: int) -> None:
+        """SIGCONT `pid` once it is stopped (or gone)."""
+        deadline = time.time() + STOP_WAIT
+        while time.time() < deadline and not _stopped_or_gone(pid):
+            time.sleep(0.002)
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+    def _child(self, pid: int) -> Any:
+        return next((c for c in self.children() if c.pid == pid and c.alive()), None)
+
+    def _name_of(self, pid: int) -> str:
+        child = next((c for c in self.children() if c.pid == pid), None)
+        return child.name if child is not None else f"process {pid}"
+
+
+def _stopped_or_gone(pid: int) -> bool:
+    """Whether `pid` is stopped (state T) or no longer runs (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return True
+    state = stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3]
+    return state in (b"T", b"t", b"Z", b"X")
