@@ -250,20 +250,23 @@ class Taken:
     pid: int | None = None
 
 
-def held_claim(ops: list[dict], job: str, before: float, role: str) -> dict | None:
-    """The last claim of `job` before `before` (the held process's own: it holds the job's
-    lease at the point), of an outbox row when `role` is "sender"."""
+def held_claim(ops: list[dict], job: str, before: float, role: str,
+               pid: int | None = None) -> dict | None:
+    """The held process's last claim of `job` before `before`, of an outbox row when `role`
+    is "sender": by its `pid` where the operations say who wrote, else the job's last
+    claim (the held process holds the job's lease at the point)."""
     kind = "effect_claimed" if role == "sender" else "claimed"
-    last = None
-    for op in ops:
-        if op.get("type") == kind and op.get("job") == job and op["t"] <= before:
-            last = op
-    return last
+    mine = [op for op in ops if op.get("type") == kind and op.get("job") == job
+            and op["t"] <= before]
+    own = [op for op in mine if pid is not None and op.get("pid") == pid]
+    return (own or mine or [None])[-1]
 
 
-def takeover(ops: list[dict], job: str, since: float, role: str) -> Taken | None:
-    """Another worker's (or sender's) claim of what the held process held, after `since`."""
-    own = held_claim(ops, job, since, role)
+def takeover(ops: list[dict], job: str, since: float, role: str,
+             pid: int | None = None) -> Taken | None:
+    """Another worker's (or sender's) claim of what the held process (`pid`) held, after
+    `since`."""
+    own = held_claim(ops, job, since, role, pid)
     kind = "effect_claimed" if role == "sender" else "claimed"
     for op in ops:
         if op.get("type") != kind or op.get("job") != job or op["t"] <= since:

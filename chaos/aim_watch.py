@@ -28,7 +28,7 @@ from .history import Event
 
 POLL = 0.02
 #: Seconds between two reads of the engine's operations while a hold waits for a takeover.
-LOOK = 0.1
+LOOK = 0.05
 #: Seconds to wait for a process that wrote its hold line to be stopped before continuing
 #: it: a SIGCONT sent before the process's own SIGSTOP would leave it stopped for good.
 STOP_WAIT = 2.0
@@ -122,8 +122,9 @@ class AimWatch:
             self._continue(entry["pid"])
             return
         self.fired[target.index] = self.fired.get(target.index, 0) + 1
-        held = Held(target, entry["pid"], child.name, child.role, entry.get("job"),
-                    entry["point"], entry["t"])
+        job = entry.get("job") or self._job_of(entry["pid"], child.role, entry["t"])
+        held = Held(target, entry["pid"], child.name, child.role, job, entry["point"],
+                    entry["t"])
         if target.aim.action == "expire":
             self._expire(held)
             return
@@ -155,6 +156,14 @@ class AimWatch:
                 continue
             return t
         return None
+
+    def _job_of(self, pid: int, role: str, before: float) -> str | None:
+        """The job a process last claimed (for a point that does not say its job, such as a
+        heartbeat thread's), from the operations' `pid`."""
+        kind = "effect_claimed" if role == "sender" else "claimed"
+        jobs = [op.get("job") for op in self.engine.operations(self.db)
+                if op.get("type") == kind and op.get("pid") == pid and op["t"] <= before]
+        return jobs[-1] if jobs else None
 
     def _step_of(self, job: str) -> str | None:
         """The step the job's last claim was for (the engine's operations)."""
@@ -191,7 +200,8 @@ class AimWatch:
     def _takeover(self, held: Held, now: float) -> aims.Taken | None:
         if now - self._looked >= LOOK:
             self._looked, self._ops = now, self.engine.operations(self.db)
-        return aims.takeover(self._ops, held.job, held.t, held.role) if held.job else None
+        return aims.takeover(self._ops, held.job, held.t, held.role,
+                                 held.pid) if held.job else None
 
     @staticmethod
     def _waited_for(held: Held) -> str:

@@ -147,7 +147,8 @@ class SimAims:
             return
         ops = self.sim.operations()
         for held in waiting:
-            taken = aims.takeover(ops, held.job, held.t, held.process.role) if held.job else None
+            taken = aims.takeover(ops, held.job, held.t, held.process.role,
+                                  held.process.pid) if held.job else None
             if taken is not None:
                 process = self.sim.processes.get(taken.pid) if taken.pid else None
                 self._release(held, aims.TAKEOVER, seen_t=taken.t, worker=taken.by,
