@@ -148,11 +148,19 @@ class Heartbeat:
                 log.warning("heartbeat of job(s) %s: %s",
                             ", ".join(w[0].job_id for _, w in due), exc)
 
+    def _beat_one(self, store: Store, claim: Claim, who: str | None) -> bool:
+        """Extend one lease, from the time read after the point: a process stopped at the
+        point (a pause, an aimed hold) must not renew from a time read before it stopped,
+        which would leave the lease ending in the past."""
+        hooks.set_current_job(claim.job_id)
+        crashpoint("worker.heartbeat")
+        return store.heartbeat(claim.job_id, claim.lease_token, self.clock.now(), self.lease,
+                               who)
+
     def _beat(self, store: Store, due: list) -> None:
         batch = getattr(store, "batch", None)
         with batch() if batch is not None and len(due) > 1 else nullcontext():
-            kept = [store.heartbeat(claim.job_id, claim.lease_token, self.clock.now(),
-                                    self.lease, who) for _, (claim, _, _, who) in due]
+            kept = [self._beat_one(store, claim, who) for _, (claim, _, _, who) in due]
         for (key, (claim, lost, _, _)), ok in zip(due, kept):
             if not ok:
                 log.warning("lost the lease on job %s", claim.job_id)

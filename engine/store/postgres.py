@@ -315,8 +315,8 @@ class PostgresStore(PostgresSession, CommitEvidence, OperatorSQL):
 
     def heartbeat(self, job_id: str, lease_token: int, now: float, lease: float,
                   worker: str | None = None) -> bool:
-        """Extend a lease (see Store.heartbeat). False when the lease was taken."""
-        crashpoint("worker.heartbeat")
+        """Extend a lease (see Store.heartbeat). False when the lease was taken. The
+        caller passes the point worker.heartbeat first (engine.worker)."""
 
         def run(cur: Cursor) -> int:
             # GREATEST: a beat delayed between its clock read and its write never moves a

@@ -406,8 +406,8 @@ class SQLiteStore(OperatorSQL):
 
     def heartbeat(self, job_id: str, lease_token: int, now: float, lease: float,
                   worker: str | None = None) -> bool:
-        """Extend a lease. False when the lease was taken (the row count says so)."""
-        crashpoint("worker.heartbeat")
+        """Extend a lease. False when the lease was taken (the row count says so). The
+        caller passes the point worker.heartbeat first (engine.worker)."""
         with self.write() as conn:
             until = now + self.waited + lease  # an extension runs from when it is written
             # ... and never moves a lease back: a beat delayed between its clock read and
