@@ -11,6 +11,7 @@
                     [--backend sqlite|postgres [--pg-url postgresql://...]]
     ninelives sim SCENARIO [--seed N | --seeds N|A..B] [--engine E] [--shrink]
     ninelives sim --replay FILE
+    ninelives explore SCENARIO [--engine E] [--budget 5m] [--seed N] [--corpus DIR] [--out DIR]
     ninelives mutants [--seeds N|A..B] [--profile P] [--only NAME,...] [--out DIR]
                       [--backend sqlite|postgres [--pg-url postgresql://...]]
     ninelives score [--modules M,...] [--seeds N|A..B] [--deep N] [--run [--run-seeds N|A..B]]
@@ -92,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="reports/demo", help="where the demo's folder goes")
     from .sim.cli import add_parser as add_sim_parser
     add_sim_parser(sub)
+    from .explore.cli import add_parser as add_explore_parser
+    add_explore_parser(sub)
     from .mutants.matrix import add_parser as add_mutants_parser
     add_mutants_parser(sub)
     from .doctor import add_parser as add_doctor_parser
@@ -288,6 +291,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "sim":
             from .sim.cli import cmd_sim
             return cmd_sim(args)
+        if args.command == "explore":
+            from .explore.cli import cmd_explore
+            return cmd_explore(args)
         if args.command == "mutants":
             from .mutants.matrix import cmd_mutants
             return cmd_mutants(args)

@@ -1,0 +1,212 @@
+"""`ninelives explore`: seek the rare situations in simulation, within a time budget.
+
+    ninelives explore SCENARIO [--engine E] [--budget 5m] [--seed N] [--corpus DIR]
+                      [--out DIR] [--profile P] [--engine-set NAME=VALUE ...] [--no-swarm]
+                      [--shrink-budget K] [--quiet]
+
+Prints a line for each situation first reached (and every few seconds how far it got), stops
+at the first failure with its shrunk counterexample and the command that replays it (exit
+1), or at the end of the budget with the table of situations reached and not (exit 0). Exit
+2: the command could not run (an engine without the in_process capability among others).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sys
+import time
+
+from ..console import Column, Progress, table
+from ..contract import has
+from ..sim.choices import ReplayChoices
+from ..sim.output import run_dir_for, write_run
+from ..sim.run import simulate
+from ..sim.shrink import save_schedule, shrink
+from ..sim.spec import SimResult, scratch_dir
+from ..sim.story import headline, shape, tell
+from ..sim.swarm import describe as describe_swarm
+from .corpus import Corpus, default_dir
+from .coverage import catalog
+from .schedules import Candidate
+from .search import Explorer, Listener, Outcome
+
+#: Seconds between two progress lines when nothing new is reached.
+QUIET_LINE_EVERY = 10.0
+
+
+def budget(text: str) -> float:
+    """An argparse type for --budget: seconds, as `90`, `90s`, `5m` or `1h`."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not match or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"must be seconds > 0, as 90, 90s, 5m or 1h; got "
+                                         f"{text[:40]!r}")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """The `explore` subcommand's arguments."""
+    from ..flags import at_least
+    p = sub.add_parser("explore", help="coverage-guided search in simulation for the rare "
+                                       "situations, with swarm testing and a kept corpus")
+    p.add_argument("scenario", help="a scenario file, or a name from scenarios/")
+    p.add_argument("--engine", default="reference", help="reference, or module:object (an "
+                   "adapter that declares in_process)")
+    p.add_argument("--budget", type=budget, default=300.0,
+                   help="how long to explore: seconds, or with s/m/h (default 5m)")
+    p.add_argument("--seed", type=int, default=0, help="the explorer's own seed (default 0)")
+    p.add_argument("--corpus", default=None, help="the folder of kept schedules, replayed "
+                   "first (default .ninelives/corpus/<scenario>-<profile>-<engine>)")
+    p.add_argument("--out", default="reports", help="where a failure's run folder goes")
+    p.add_argument("--profile", default=None, help="smoke, ci (default) or soak")
+    p.add_argument("--engine-set", action="append", default=[], metavar="NAME=VALUE",
+                   help="an engine setting over the scenario's [engine] table (repeatable)")
+    p.add_argument("--no-swarm", dest="swarm", action="store_false",
+                   help="fresh seeds run the scenario's faults as written, not a mix each")
+    p.add_argument("--shrink-budget", type=at_least(1), default=300,
+                   help="simulations the shrink of a failure may run (default 300)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def cmd_explore(args: argparse.Namespace) -> int:
+    from ..contract import load_engine
+    from ..scenario import POSTGRES_FAULTS, ScenarioError, load_scenario, parse_engine_set
+    engine = load_engine(args.engine)
+    if not has(engine, "in_process"):
+        raise ValueError(f"engine {args.engine!r} cannot be explored: it does not declare the "
+                         "in_process capability, which simulation needs (see docs/engines.md)")
+    scenario = load_scenario(args.scenario, args.profile, engine,
+                             parse_engine_set(args.engine_set))
+    server = [name for name in POSTGRES_FAULTS if getattr(scenario.faults, name)]
+    if server:
+        raise ScenarioError(f"{scenario.path}: faults.{server[0]} {POSTGRES_FAULTS[server[0]]}"
+                            "; explore runs in simulation, which has no database server")
+    corpus = Corpus(args.corpus or default_dir(scenario.name, scenario.profile, args.engine,
+                                               args.swarm))
+    print(f"ninelives explore {scenario.name} (profile {scenario.profile}, engine "
+          f"{args.engine}): budget {args.budget:g} s, "
+          f"{'swarm testing' if args.swarm else 'faults as written'}, explorer seed "
+          f"{args.seed}, corpus {corpus.folder}", flush=True)
+    printer = _Printer(args.quiet)
+    explorer = Explorer(scenario, engine, args.engine, seed=args.seed, swarm=args.swarm,
+                        corpus=corpus, listener=printer)
+    outcome = explorer.explore(args.budget)
+    for warning in corpus.warnings:
+        print(f"warning: corpus {warning}", file=sys.stderr)
+    if outcome.failure is not None:
+        return _failed(outcome, corpus, args)
+    _summary(outcome, corpus)
+    return 2 if outcome.crashed else 0
+
+
+class _Printer(Listener):
+    """Progress lines on stdout: each situation first reached, and a line every
+    QUIET_LINE_EVERY seconds otherwise."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet, self.last = quiet, 0.0
+        self.total = len(catalog())
+
+    def _say(self, explorer: Explorer, text: str) -> None:
+        self.last = explorer.elapsed
+        if not self.quiet:
+            print(f"{explorer.elapsed:7.1f} s {explorer.runs:6d} schedules "
+                  f"{len(explorer.first):3d}/{self.total} situations  {text}", flush=True)
+
+    def replaying(self, count: int, folder: str) -> None:
+        if not self.quiet:
+            print(f"replaying the corpus first: {count} schedules from {folder}", flush=True)
+
+    def reached(self, explorer: Explorer, new: list[str], candidate: Candidate) -> None:
+        fresh = [n for n in new if "@" not in n and "*" not in n]
+        if fresh:
+            self._say(explorer, f"+{', '.join(fresh)} ({_origin(candidate)})")
+
+    def ran(self, explorer: Explorer, result: SimResult) -> None:
+        if explorer.elapsed - self.last >= QUIET_LINE_EVERY:
+            self._say(explorer, f"{len(explorer.hits)} features, {len(explorer.kept)} kept")
+
+    def checker_crashed(self, explorer: Explorer, result: SimResult) -> None:
+        crashed = ", ".join(v.name for v in result.verdicts if "traceback" in v.metrics)
+        print(f"seed {result.spec.seed}: ERROR a checker crashed: {crashed}", file=sys.stderr,
+              flush=True)
+
+
+def _origin(candidate: Candidate | None) -> str:
+    if candidate is None:
+        return "?"
+    if candidate.origin == "fresh":
+        return f"fresh seed {candidate.seed}"
+    if candidate.origin == "corpus":
+        return f"corpus, seed {candidate.seed}"
+    return f"{candidate.origin} of seed {candidate.seed}"
+
+
+def _failed(outcome: Outcome, corpus: Corpus, args: argparse.Namespace) -> int:
+    """Keep the failing run's folder, shrink it, print the counterexample and how to replay
+    it, and keep it in the corpus (so that the next exploration replays it first)."""
+    failure = outcome.failure
+    print(f"\nFAIL after {outcome.seconds:.1f} s and {outcome.runs} schedules "
+          f"({_origin(outcome.candidate)}): {headline(failure.verdicts)}", flush=True)
+    if failure.spec.swarm is not None:
+        print(describe_swarm(failure.spec.swarm))
+    result, run_dir = _write_failure(failure, args.out)
+    print(f"run folder: {run_dir}\nreplay it: ninelives sim --replay "
+          f"{os.path.join(run_dir, 'schedule.json')}", flush=True)
+    started = time.perf_counter()
+    with Progress("shrinking", args.shrink_budget, unit="simulations",
+                  enabled=not args.quiet) as shown:
+        shrunk = shrink(result, budget=args.shrink_budget,
+                        progress=lambda runs, _: shown.update(runs))
+    small = shrunk.result
+    extra = {"shrunk_from": shrunk.original_choices, "shrink_runs": shrunk.runs}
+    folder = os.path.join(run_dir, "shrunk")
+    os.makedirs(folder, exist_ok=True)
+    write_run(small, folder, target=shrunk.target, **extra)
+    path = save_schedule(os.path.join(run_dir, "counterexample.json"), small, shrunk.target,
+                         **extra)
+    corpus.keep(small, [], target=shrunk.target)
+    print(f"\nshrunk from {shrunk.original_choices} to {len(small.choices)} choices in "
+          f"{shrunk.runs} simulations ({time.perf_counter() - started:.1f} s): "
+          f"{shape(result.history)} -> {shape(small.history)}; still {shrunk.target[0]} "
+          f"({shrunk.target[1]})")
+    print(headline(small.verdicts, shrunk.target[0]))
+    print("\n".join(tell(small.history, small.verdicts, shrunk.target[0])))
+    print(f"\ncounterexample: {path}\nreplay it: ninelives sim --replay {path}", flush=True)
+    return 1
+
+
+def _write_failure(failure: SimResult, out: str) -> tuple[SimResult, str]:
+    """Run the failing schedule again from its record, keeping its database, and write its
+    folder (the record replays exactly: a second run that fails otherwise is warned of)."""
+    db = os.path.join(scratch_dir(), "engine.db")
+    try:
+        result = simulate(failure.spec, ReplayChoices(failure.choices), keep_db=db)
+        if result.signature() != failure.signature():
+            print("WARNING the failing schedule failed differently when run again: the "
+                  "simulation is not deterministic here (a bug)", file=sys.stderr)
+        run_dir = run_dir_for(out, result, "explore")
+        write_run(result, run_dir, db=db)
+    finally:
+        shutil.rmtree(os.path.dirname(db), ignore_errors=True)
+    return (result if result.failed else failure), run_dir
+
+
+SITUATION_COLUMNS = (Column("situation"), Column("first reached", "right"),
+                     Column("schedules", "right"), Column("what it is", wraps=True))
+
+
+def _summary(outcome: Outcome, corpus: Corpus) -> None:
+    known = catalog()
+    reached = sorted(outcome.first_reached, key=lambda n: outcome.first_reached[n])
+    rows = [[name, f"+{outcome.first_reached[name][0]:.1f} s (#{outcome.first_reached[name][1]})",
+             outcome.schedules_reaching[name], known.get(name, "")] for name in reached]
+    missing = [n for n in known if n not in outcome.first_reached]
+    rows += [[name, "not observable" if name in outcome.unobservable else "not reached", 0,
+              outcome.unobservable.get(name) or known[name]] for name in missing]
+    print(f"\n{outcome.seconds:.1f} s, {outcome.runs} schedules ({outcome.replayed} from the "
+          f"corpus), {outcome.features} features, {outcome.kept} schedules kept in "
+          f"{corpus.folder}: no invariant failed")
+    print(f"situations reached: {len(reached)} of {len(known)}")
+    print(table(SITUATION_COLUMNS, rows))
