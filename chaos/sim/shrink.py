@@ -55,7 +55,7 @@ def shrink(failing: SimResult, target: tuple[str, str] | None = None, *, budget:
         raise ValueError(f"the run did not fail {target[0]} ({target[1]})")
     best = _Best(failing, target or signature[0], progress)
     seed = failing.spec.seed
-    if failing.shape_choices:
+    if failing.shape_choices and budget * 2 // 5:  # a budget of 1 or 2: no room for it
         # A run that is not its seed's own (a replay) does not reproduce here: skip to pass 2.
         _search(best, lambda draw: ShapeDrawnChoices(draw, seed),
                 failing.choices[:failing.shape_choices], budget * 2 // 5, required=False)
