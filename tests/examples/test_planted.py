@@ -1,0 +1,78 @@
+"""Planted bugs of engines we did not design (examples/*/planted.py), in `ninelives sim`: each
+is caught within a few seeds by the scenario that provokes it, by the invariant its
+docstring names, and the engine it was planted in does not fail that invariant at the same
+seeds (the toy and SQS engines fail none: they are correct; the article engine has bugs of
+its own, its README's table, so only the planted bug's invariant is compared)."""
+from __future__ import annotations
+
+import pytest
+
+from chaos.contract import load_engine
+from chaos.scenario import load_scenario
+from chaos.sim import SeededChoices, SimSpec, simulate
+
+TOY = "examples.toy_engine.adapter:TOY"
+ARTICLE = "examples.article_engine.adapter:ARTICLE"
+SQS = "examples.sqs_engine.adapter:SQS"
+#: the toy has no heartbeat, so its calls must end inside the lease lost-lease sets
+TOY_LOST_LEASE = {"call_timeout": 0.8}
+
+#: (planted variant, its engine, scenario, engine settings, seeds, invariant, failure type)
+PLANTED = [
+    ("examples.toy_engine.planted:UNFENCED_COMPLETION", TOY, "lost-lease", TOY_LOST_LEASE,
+     range(1, 5), "fenced-writes", "zombie-write"),
+    ("examples.toy_engine.planted:HALF_JITTER", TOY, "provider-outage", {}, range(1, 2),
+     "retry-discipline", "jitter-not-spread"),
+    ("examples.toy_engine.planted:EFFECTS_APART", TOY, "smoke", {}, range(1, 3),
+     "effects-complete", "no-outbox-rows"),
+    ("examples.toy_engine.planted:SENT_BEFORE_SEND", TOY, "smoke", {}, range(1, 2),
+     "effects-complete", "marked-sent-not-applied"),
+    ("examples.article_engine.planted:SENT_BEFORE_SEND", ARTICLE, "smoke", {}, range(1, 4),
+     "effects-complete", "marked-sent-not-applied"),
+    ("examples.sqs_engine.planted:UNFENCED_DELETE", SQS, "lost-lease", {}, range(1, 7),
+     "fenced-writes", "zombie-write"),
+    ("examples.sqs_engine.planted:HEARTBEAT_ANY", SQS, "lost-lease", {}, range(1, 5),
+     "fenced-writes", "zombie-write"),
+]
+
+
+def sim(engine_spec: str, scenario: str, engine_set: dict, seed: int):
+    engine = load_engine(engine_spec)
+    loaded = load_scenario(scenario, "ci", engine=engine, engine_set=engine_set)
+    return simulate(SimSpec(loaded, seed, engine, engine_spec), SeededChoices(seed))
+
+
+def failed(result) -> dict[str, set[str]]:
+    """invariant -> the failure types it reported, for every invariant that failed."""
+    return {v.name: {f.type for f in v.failures} for v in result.verdicts if v.valid is False}
+
+
+@pytest.mark.parametrize("planted,engine,scenario,engine_set,seeds,invariant,kind", PLANTED,
+                         ids=[p[0].replace("examples.", "").replace(".planted:", ":")
+                              for p in PLANTED])
+def test_a_planted_bug_is_caught_and_its_engine_passes_the_same_seeds(
+        planted, engine, scenario, engine_set, seeds, invariant, kind):
+    caught = None
+    for seed in seeds:
+        result = sim(planted, scenario, engine_set, seed)
+        assert not result.errors, result.errors  # the planted threads ran without a traceback
+        if kind in failed(result).get(invariant, ()):
+            caught = seed
+            break
+    assert caught is not None, f"{planted}: {invariant} ({kind}) not failed at seeds {seeds}"
+    for seed in seeds[:seeds.index(caught) + 1]:
+        found = failed(sim(engine, scenario, engine_set, seed))
+        if engine == ARTICLE:
+            assert invariant not in found, (seed, found)
+        else:
+            assert not found, (seed, found)
+
+
+def test_every_planted_variant_is_tested():
+    from examples.article_engine import planted as article
+    from examples.sqs_engine import planted as sqs
+    from examples.toy_engine import planted as toy
+    names = {f"{m.__name__}:{n}" for m in (toy, article, sqs) for n in dir(m)
+             if n.isupper() and getattr(getattr(m, n), "planted", None)}
+    # the article's heartbeat_any is a measured blind spot (see its docstring), not a catch
+    assert names - {"examples.article_engine.planted:HEARTBEAT_ANY"} == {p[0] for p in PLANTED}
