@@ -136,9 +136,9 @@ def harness_windows(history: list[Event]) -> dict[str, Any]:
         kind = e.get("type")
         if kind == "expire":
             expiries.append(e["t"])
-        elif kind == "pause":
+        elif kind in ("pause", "hold"):  # an aimed hold stops its process as a pause does
             opened[e.get("pid")] = e["t"]
-        elif kind == "resume" and e.get("pid") in opened:
+        elif kind in ("resume", "release") and e.get("pid") in opened:
             pauses.append((e["pid"], opened.pop(e["pid"]), e["t"]))
         elif kind == "row_lock":
             rows.setdefault((e.get("table"), e.get("row")), []).append(e["t"])
