@@ -246,8 +246,12 @@ def test_slots_work_a_queue_to_the_end_each_slot_under_its_own_id(store, db_path
     slots.close()
     assert set(states(store).values()) == {"delivered"}
     assert stats.claims == 24 and stats.steps == 24 * 4
+    ids = {f"worker:h:1:ab/{k}" for k in range(4)}
+    assert {w.id for w in slots.workers} == ids
+    # Which slots got work is the scheduler's to say (on a loaded machine the first slot
+    # may empty the queue before the others start): each write is under a slot's own id.
     writers = {r["worker"] for r in store.query("SELECT DISTINCT worker FROM spend")}
-    assert writers <= {f"worker:h:1:ab/{k}" for k in range(4)} and len(writers) > 1
+    assert writers and writers <= ids
     assert slots.group is not None and slots.group.writes == 24 * 4
 
 
