@@ -345,7 +345,7 @@ def check_cost_accounted(history: list[Event], snapshot: dict[str, Any]) -> Verd
                          f"{at(call['t_start'])}), and the engine recorded no spend though "
                          "the worker lived on", call)
         if spend is not None:
-            _check_spend_record(verdict, at, call, spend, timeout, slack)
+            _check_spend_record(verdict, at, call, spend, timeout, slack, shared)
             if id(call) not in memoized:
                 kept.judge(verdict, at, call, spend)
         cause = memoized.get(id(call)) or waste_cause(call, spend, index)
@@ -389,12 +389,17 @@ def _check_memo_costs(verdict: Verdict, at, memos: Memos,
 
 
 def _check_spend_record(verdict: Verdict, at, call: Event, spend: Event,
-                        timeout: float | None, slack: float) -> None:
+                        timeout: float | None, slack: float, shared) -> None:
     """A spend record says what the provider did with the call: no "timeout" for an answer
     (or a reset connection) the fake gave well within the call timeout (by more than the
-    machine's slack), and, for an answer the engine had in time (status 200, billed), the
-    cost the fake billed."""
-    in_time = timeout is not None and call["t_end"] - call["t_start"] + slack < timeout
+    machine's slack and the time the caller could not run meanwhile: a client frozen by the
+    harness may find its deadline passed when it resumes), and, for an answer the engine had
+    in time (status 200, billed), the cost the fake billed."""
+    if timeout is None:
+        return
+    client = call.get("pid") or shared.jobs.pids.get(call.get("worker"))
+    frozen = sum(shared.held_still(client, call["t_start"], call["t_start"] + timeout))
+    in_time = call["t_end"] - call["t_start"] + slack + frozen < timeout
     where = (f"job {call['job']}: {call['worker']}'s spend record of its {call['step']!r} call "
              f"at {at(call['t_start'])}")
     answered = call.get("status") is not None or call.get("outcome") == "reset"

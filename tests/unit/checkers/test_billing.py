@@ -429,16 +429,18 @@ def test_a_worker_that_gave_up_its_write_and_went_on_still_owes_the_spend_record
 
 # -- cost-accounted: a spend record says what the provider did --------------------------------
 
-def refused_then_recorded(outcome, cost, status=503, t_end=1.13, billed=0.0):
+def refused_then_recorded(outcome, cost, status=503, t_end=1.13, billed=0.0, t_write=None):
     """W2 claims doc-1 at 1.1 and its fetch call is answered `status` at `t_end`; W2 records
-    the spend (`outcome`, `cost`) with its failure, and W1 delivers the job later."""
+    the spend (`outcome`, `cost`) with its failure (at `t_write`, default just after), and W1
+    delivers the job later."""
+    t_write = t_end + 0.01 if t_write is None else t_write
     return delivered_job(DOC, t0=5.0) + [
         job(1.1, DOC, "pending", "fetching", W2, 1, old_token=0, claims=1, lease_until=3.1),
         call(1.11, t_end, DOC, "fetch", W2, status=status, billed=billed,
              outcome={200: "schema", None: "reset"}.get(status, "error")),
-        spend(t_end + 0.01, DOC, "fetch", W2, 1, outcome=outcome, cost=cost, started=1.11),
-        job(t_end + 0.01, DOC, "fetching", "pending", W2, 1, attempts=1,
-            next_run_at=t_end + 0.5, last_error="fetch: RetryableError")]
+        spend(t_write, DOC, "fetch", W2, 1, outcome=outcome, cost=cost, started=1.11),
+        job(t_write, DOC, "fetching", "pending", W2, 1, attempts=1,
+            next_run_at=t_write + 0.5, last_error="fetch: RetryableError")]
 
 
 @pytest.mark.parametrize("outcome, cost, status, t_end, billed, kind", [
@@ -458,6 +460,20 @@ def test_a_spend_record_says_what_the_provider_did(outcome, cost, status, t_end,
     else:
         assert_fails(verdict, kind, the(history, "call", worker=W2),
                      the(history, "spend", worker=W2))
+
+
+def test_a_timeout_recorded_by_a_client_the_harness_froze_is_not_a_mismatch():
+    # The 503 came at once, but W2 was paused from 1.12 until past its 1 s call timeout:
+    # resumed, its client found the deadline gone and recorded a timeout.
+    history = refused_then_recorded("timeout", None, 503, 1.13, 0.0, t_write=2.5)
+    frozen = [nemesis(1.12, "pause", pid=102, target="w2"),
+              nemesis(2.4, "resume", pid=102, target="w2")]
+    verdict = run(check_cost_accounted, history + frozen, clock="virtual")
+    assert "spend-outcome-mismatch" not in verdict.by_type, verdict.reason
+    short = [nemesis(1.12, "pause", pid=102, target="w2"),
+             nemesis(1.2, "resume", pid=102, target="w2")]  # resumed well before the deadline
+    assert "spend-outcome-mismatch" in run(check_cost_accounted, history + short,
+                                           clock="virtual").by_type
 
 
 def test_an_operators_memo_delete_naming_a_worker_is_not_that_worker_living_on():
