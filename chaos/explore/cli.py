@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import re
 import shutil
 import sys
@@ -29,7 +30,7 @@ from ..sim.story import headline, shape, tell
 from ..sim.swarm import describe as describe_swarm
 from .corpus import Corpus, default_dir
 from .coverage import catalog
-from .schedules import Candidate
+from .schedules import Candidate, PrefixChoices
 from .search import Explorer, Listener, Outcome
 
 #: Seconds between two progress lines when nothing new is reached.
@@ -157,7 +158,7 @@ def _failed(outcome: Outcome, corpus: Corpus, args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with Progress("shrinking", args.shrink_budget, unit="simulations",
                   enabled=not args.quiet) as shown:
-        shrunk = shrink(result, budget=args.shrink_budget,
+        shrunk = shrink(result, budget=args.shrink_budget, turns=_own_turns(outcome, result),
                         progress=lambda runs, _: shown.update(runs))
     small = shrunk.result
     extra = {"shrunk_from": shrunk.original_choices, "shrink_runs": shrunk.runs}
@@ -175,6 +176,15 @@ def _failed(outcome: Outcome, corpus: Corpus, args: argparse.Namespace) -> int:
     print("\n".join(tell(small.history, small.verdicts, shrunk.target[0])))
     print(f"\ncounterexample: {path}\nreplay it: ninelives sim --replay {path}", flush=True)
     return 1
+
+
+def _own_turns(outcome: Outcome, result: SimResult):
+    """For the shrinker's pass over the schedule's shape: the failing run's own turns, when
+    they are not its seed's (a mutated schedule); None for a fresh seed's run."""
+    if outcome.candidate is not None and outcome.candidate.origin == "fresh":
+        return None
+    record = tuple(result.choices[result.shape_choices:])
+    return lambda: PrefixChoices(record, random.Random(0))
 
 
 def _write_failure(failure: SimResult, out: str) -> tuple[SimResult, str]:

@@ -92,8 +92,12 @@ class ShapeDrawnChoices(Choices):
     seeded run. Shrinking the shape this way leaves out jobs, slots and faults first, each
     try a whole seeded schedule, before the turns themselves are shrunk."""
 
-    def __init__(self, draw: Callable[[Any], int], seed: int) -> None:
-        self.drawn, self.seeded = DrawnChoices(draw), SeededChoices(seed)
+    def __init__(self, draw: Callable[[Any], int], seed: int,
+                 turns: Choices | None = None) -> None:
+        # `turns`: where the turns come from instead of the seed (a run that was not its
+        # seed's own, as an explored schedule, replays its own turns)
+        self.drawn = DrawnChoices(draw)
+        self.seeded = turns if turns is not None else SeededChoices(seed)
         self.record = []
 
     def choose(self, n: int, sample: Sample | None = None, shape: bool = False) -> int:

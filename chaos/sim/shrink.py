@@ -36,7 +36,8 @@ class Shrunk:
 
 
 def shrink(failing: SimResult, target: tuple[str, str] | None = None, *, budget: int = 400,
-           progress: Callable[[int, SimResult], None] | None = None) -> Shrunk:
+           progress: Callable[[int, SimResult], None] | None = None,
+           turns: Callable[[], Any] | None = None) -> Shrunk:
     """Minimise `failing` (a run that failed) to the smallest schedule Hypothesis finds that
     still fails `target` (invariant, error type; default: its first failure), within
     `budget` simulations.
@@ -44,7 +45,9 @@ def shrink(failing: SimResult, target: tuple[str, str] | None = None, *, budget:
     Two passes: first the schedule's shape alone (which jobs, worker and sender slots and
     timeline faults take part; the turns still come from the seed), which leaves things out
     quickly; then every choice, which also makes the interleaving sequential and drops
-    stalls and crashes. Raises ValueError if `failing` did not fail (that way), RuntimeError
+    stalls and crashes. `turns` makes the source of the first pass's turns (default: the
+    seed's, as a seeded run draws them; a run that was not its seed's own passes one that
+    replays its own). Raises ValueError if `failing` did not fail (that way), RuntimeError
     if its choices do not fail again (the simulation would not be deterministic).
     """
     from .choices import ShapeDrawnChoices
@@ -57,7 +60,7 @@ def shrink(failing: SimResult, target: tuple[str, str] | None = None, *, budget:
     seed = failing.spec.seed
     if failing.shape_choices and budget * 2 // 5:  # a budget of 1 or 2: no room for it
         # A run that is not its seed's own (a replay) does not reproduce here: skip to pass 2.
-        _search(best, lambda draw: ShapeDrawnChoices(draw, seed),
+        _search(best, lambda draw: ShapeDrawnChoices(draw, seed, turns() if turns else None),
                 failing.choices[:failing.shape_choices], budget * 2 // 5, required=False)
     _search(best, DrawnChoices, best.result.choices, budget, required=True)
     return Shrunk(best.result, best.target, best.runs, len(failing.choices))
