@@ -24,12 +24,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 from . import crashpoints
-
-if TYPE_CHECKING:  # the plan reads the scenario, which reads aims: no import at load
-    from .plan import FaultPlan
 
 ACTIONS = ("hold", "expire")
 TAKEOVER = "takeover"
@@ -195,17 +192,13 @@ def resolve(aims: Iterable[Aim], engine: Any) -> list[Target]:
     return targets
 
 
-def picked_job(index: int, plan: "FaultPlan") -> str:
-    """The job an aim with job = "pick" holds: a pure function of the plan's seed."""
-    from .plan import unit
-    return plan.jobs[int(unit(plan.seed, "aim", index) * len(plan.jobs))]
-
-
-def job_filter(target: Target, plan: "FaultPlan") -> str | None:
-    """The job id the aim's process-side filter keeps, or None for any job."""
+def job_filter(target: Target, plan: Any) -> str | None:
+    """The job id the aim's process-side filter keeps, or None for any job. `plan` is the
+    run's chaos.plan.FaultPlan (not imported: the plan reads the scenario, which reads
+    aims)."""
     job = target.aim.job
     if job == "pick":
-        return picked_job(target.index, plan)
+        return plan.aimed_job(target.index)
     return None if job in JOB_CHOICES else job
 
 
@@ -216,7 +209,7 @@ def step_named(aim: Aim, pipeline: Any) -> str:
     return aim.step
 
 
-def probe_env(targets: Iterable[Target], plan: "FaultPlan", log: str) -> dict[str, str]:
+def probe_env(targets: Iterable[Target], plan: Any, log: str) -> dict[str, str]:
     """The probe's environment for the armed aims (see chaos.probe): NINELIVES_HOLD_AT,
     NINELIVES_HOLD_WATCH and NINELIVES_HOLD_LOG; {} when none is armed."""
     holds, watch = [], []

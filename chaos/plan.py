@@ -47,6 +47,10 @@ class FaultPlan:
     def to_json(self) -> dict:
         return asdict(self)
 
+    def aimed_job(self, index: int) -> str:
+        """The job aim `index` with job = "pick" holds: a pure function of the seed."""
+        return self.jobs[int(unit(self.seed, "aim", index) * len(self.jobs))]
+
     @classmethod
     def from_json(cls, data: dict) -> "FaultPlan":
         if data.get("version") != PLAN_VERSION:
