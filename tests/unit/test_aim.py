@@ -16,6 +16,7 @@ import pytest
 from chaos import aim as aims
 from chaos.aim import Aim, Target
 from chaos.aim_watch import AimWatch, _stopped_or_gone
+from chaos.plan import FaultPlan
 from chaos.reference.adapter import ReferenceEngine
 from chaos.scenario import ScenarioError, check_aims, load_scenario
 
@@ -87,11 +88,12 @@ def test_every_aim_scenario_loads_for_the_reference_and_arms_its_points():
 
 def test_the_probe_environment_names_points_jobs_and_every():
     engine = ReferenceEngine()
-    plan = type("Plan", (), {"seed": 3, "jobs": ["doc-1", "doc-2", "doc-3"]})()
+    plan = FaultPlan(3, "aim", "smoke", ["doc-1", "doc-2", "doc-3"], {}, [], [], {}, [], [])
     targets = aims.resolve((Aim("role:after_call", until="point:role:after_claim", job="pick",
                                 every=2),), engine)
     env = aims.probe_env(targets, plan, "/tmp/holds.jsonl")
-    job = aims.picked_job(1, plan)
+    job = plan.aimed_job(1)
+    assert job == plan.aimed_job(1) and job in plan.jobs  # a pure function of the seed
     assert env["NINELIVES_HOLD_AT"] == f"worker.after_call={job}/2"
     assert env["NINELIVES_HOLD_WATCH"] == "worker.after_claim"
 
