@@ -145,14 +145,35 @@ def _commit_after_lapse(ctx: Context):
             w = h.write
             if w is None or w["to"] != h.step.get("done"):
                 continue
-            held = ctx.shared.lease_held(job, h.worker, w.get("token"), w["t"])
-            if held is None or w["t"] <= held[1] + TOL:
+            # the lease the holding's claim and its own renewals before the write gave it
+            # (not the next step's claim, committed with the write)
+            own = [e for e in ctx.shared.own_leases.get((job, h.worker, h.token), ())
+                   if h.start_pos <= ctx.pos[id(e)] < h.write_pos]
+            if not own:
                 continue
-            if ctx.takeover(h.worker, job, held[0], h.write_pos, workers_only=False) is None:
-                found.append((w, f"job {job}: {h.worker} committed {w['from']} -> {w['to']} "
-                                 f"at {ctx.at(w['t'])}, its lease having ended at "
-                                 f"{ctx.at(held[1])}"))
+            held = (h.start, max(e["lease_until"] for e in own))
+            cut = _cut(ctx, job, h.start, h.write_pos)  # the harness ended it early
+            end = min(held[1], cut["t"]) if cut is not None else held[1]
+            if w["t"] <= end + TOL or ctx.takeover(h.worker, job, h.start, h.write_pos):
+                continue
+            if cut is None and ctx.takeover(h.worker, job, h.start, h.write_pos,
+                                            workers_only=False):
+                continue
+            how = "cut short by the harness" if cut is not None and cut["t"] < held[1] \
+                else "having run out"
+            found.append((w, f"job {job}: {h.worker} committed {w['from']} -> {w['to']} "
+                             f"at {ctx.at(w['t'])}, its lease {how} at {ctx.at(end)}"))
     return found
+
+
+def _cut(ctx: Context, job: str, claim: dict, before_pos: int) -> dict | None:
+    """The harness's first write that ended `job`'s lease (a forced expiry) after `claim`
+    and before history position `before_pos`, or None."""
+    for e in ctx.history[ctx.pos[id(claim)] + 1:before_pos]:
+        if is_engine(e, "state") and e.get("job") == job and e.get("actor") == "harness" \
+                and e.get("lease_until") is not None and e["lease_until"] <= e["t"] + TOL:
+            return e
+    return None
 
 
 @situation("lock-wait-past-lease",

@@ -163,3 +163,23 @@ def test_a_real_lost_lease_run_reaches_a_call_answered_after_its_lease_was_lost(
     found = report["situations"]
     assert found["call-answered-after-takeover"]["count"] \
         + found["zombie-write-after-takeover"]["count"] >= 1
+
+
+def _cut_then_committed(commit_at):
+    """W1 claims doc-1 (lease to 3.1); the harness cuts its lease at 1.5; nobody claims it;
+    W1 commits fetching -> fetched at `commit_at`."""
+    return [submit(1.0, "doc-1"), job(1.0, "doc-1", None, "pending", "submit", 0, op="insert"),
+            job(1.1, "doc-1", "pending", "fetching", W1, 1, old_token=0, claims=1,
+                lease_until=3.1),
+            nemesis(1.5, "expire"),
+            job(1.5, "doc-1", "fetching", "fetching", "nemesis", 1, lease_until=1.49),
+            job(commit_at, "doc-1", "fetching", "fetched", W1, 1, lease_until=0.0)]
+
+
+def test_commit_after_lease_lapse_counts_a_lease_the_harness_cut_short():
+    r = reached(_cut_then_committed(1.8), "commit-after-lease-lapse")
+    assert r.count == 1 and "cut short by the harness" in r.notes[0]
+    # committed before the cut: its lease still held
+    early = _cut_then_committed(1.4)
+    early.sort(key=lambda e: e["t"])
+    assert reached(early, "commit-after-lease-lapse").count == 0
