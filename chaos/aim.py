@@ -129,6 +129,13 @@ class Aim:
         return "seconds"
 
     @property
+    def role(self) -> str | None:
+        """The engine-neutral role its point is named by (`role:heartbeat` -> "heartbeat"),
+        or None for an engine's own point name."""
+        name = self.point.rstrip("?")
+        return name[len("role:"):] if name.startswith("role:") else None
+
+    @property
     def until_point(self) -> str | None:
         return self.until[len(POINT):] if self.kind == "point" else None
 

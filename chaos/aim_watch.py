@@ -133,8 +133,9 @@ class AimWatch:
             self.taken.add(held.job)
         until = target.aim.until
         self.record({"t": entry["t"], "src": "nemesis", "type": "hold", "aim": target.index,
-                     "point": held.point, "job": held.job, "target": held.name,
-                     "pid": held.pid, "until": until, "deadline": target.aim.deadline})
+                     "point": held.point, "role": target.aim.role, "job": held.job,
+                     "target": held.name, "pid": held.pid, "until": until,
+                     "deadline": target.aim.deadline})
 
     def _serves(self, entry: dict, child: Any) -> aims.Target | None:
         """The first aim this stop serves: its point, its job, its step, not yet spent, and
@@ -243,8 +244,9 @@ class AimWatch:
 
     def _log_release(self, held: Held, reason: str, now: float, **details: Any) -> None:
         self.record({"t": now, "src": "nemesis", "type": "release", "aim": held.target.index,
-                     "point": held.point, "job": held.job, "target": held.name,
-                     "pid": held.pid, "reason": reason, "held": round(now - held.t, 3),
+                     "point": held.point, "role": held.target.aim.role, "job": held.job,
+                     "target": held.name, "pid": held.pid, "reason": reason,
+                     "held": round(now - held.t, 3),
                      **details})
 
     def _continue(self, pid: int) -> None:

@@ -183,5 +183,6 @@ class SimAims:
 
     def _log(self, type_: str, which: Held, t: float, **details: Any) -> None:
         self.sim.record({"t": t, "src": "nemesis", "type": type_, "aim": which.target.index,
-                         "point": which.point, "job": which.job, "target": which.process.name,
+                         "point": which.point, "role": which.target.aim.role,
+                         "job": which.job, "target": which.process.name,
                          "pid": which.process.pid, **details})

@@ -96,6 +96,12 @@ def _heartbeat_lost(ctx: Context):
                 seen.add(id(claim))
                 found.append((e, f"job {e['job']}: {e['worker']} renewed at "
                                  f"{ctx.at(e['t'])} a lease taken over"))
+    for e in ctx.history:   # a heartbeat held at its renewal until the takeover, released
+        if e.get("src") == "nemesis" and e.get("type") == "release" \
+                and e.get("role") == "heartbeat" and e.get("reason") == "takeover":
+            found.append((e, f"job {e.get('job')}: {e.get('target')} was held at its renewal "
+                             f"until {e.get('by') or 'another worker'} took the lease, then "
+                             f"renewed at {ctx.at(e['t'])}"))
     every, off = _interval(settings), ctx.shared.windows["no-heartbeat"]
     end_of_run = ctx.history[-1]["t"]
     for job, holdings in ctx.timeline.holdings.items():

@@ -183,3 +183,15 @@ def test_commit_after_lease_lapse_counts_a_lease_the_harness_cut_short():
     early = _cut_then_committed(1.4)
     early.sort(key=lambda e: e["t"])
     assert reached(early, "commit-after-lease-lapse").count == 0
+
+
+def test_a_heartbeat_held_at_its_renewal_until_a_takeover_renews_a_lost_lease():
+    def released(reason):
+        return _taken_over([nemesis(3.6, "release", role="heartbeat", reason=reason,
+                                    job="doc-1", target="worker-0.1", by="worker-1.2")])
+    settings = {"heartbeat": True, "heartbeat_interval": 10.0}
+    r = recognise(released("takeover"), snapshot_of(released("takeover"), settings=settings))
+    assert r["heartbeat-after-lease-lost"].count == 1
+    assert "held at its renewal" in r["heartbeat-after-lease-lost"].notes[0]
+    r = recognise(released("deadline"), snapshot_of(released("deadline"), settings=settings))
+    assert r["heartbeat-after-lease-lost"].count == 0
