@@ -7,7 +7,7 @@ import json
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from . import calls, observer, store
+from . import calls, store
 from .settings import Settings
 
 

@@ -16,8 +16,6 @@ from typing import Any
 
 from chaos.history import Event
 
-from . import store
-
 NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 AUDIT = ("CREATE TABLE IF NOT EXISTS sqs_audit (seq INTEGER PRIMARY KEY, t REAL NOT NULL,"
          " tbl TEXT NOT NULL, old TEXT, new TEXT)")
@@ -110,8 +108,7 @@ def _task(old: dict | None, new: dict | None) -> list[dict]:
     if new["beats"] > old["beats"]:
         return [{**common, "actor": "worker", "heartbeat": True,
                  **_who(new["beat_by"], new["beat_receipt"])}]
-    if new["moved_by"] == "harness" and old["moved_by"] != "harness" or (
-            new["moved_by"] == "harness" and new["visible_at"] < old["visible_at"]):
+    if new["moved_by"] == "harness" and new["visible_at"] < old["visible_at"]:
         return [{**common, "actor": "harness", "heartbeat": False, "worker": "harness",
                  "pid": None, "token": None}]
     return []
@@ -171,5 +168,3 @@ def progress(conn: sqlite3.Connection) -> dict[str, Any]:
                           ).fetchone()[0]
     return {"states": states, "unsent": unsent}
 
-
-__all__ = ["install", "read", "snapshot", "progress", "pid_of", "store"]
