@@ -345,12 +345,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU seconds to the first catch, median of {reps}, at most {budget:g} CPU s a cell;"
           f" load {os.getloadavg()[0]:.1f}", flush=True)
     width = max(len(t.name) for t in targets) + 2
-    print(f"{'bug':<{width}}{'scenario':<18}" + "".join(f"{c:>14}" for c in columns),
+    where = max(len(t.scenario) for t in targets) + 2
+    print(f"{'bug':<{width}}{'scenario':<{where}}" + "".join(f"{c:>12}" for c in columns),
           flush=True)
     for target in targets:
         cells = [measure(target, c, reps, budget) for c in columns]
-        print(f"{target.name:<{width}}{target.scenario:<18}" + "".join(f"{c:>14}" for c in cells),
-              flush=True)
+        print(f"{target.name:<{width}}{target.scenario:<{where}}"
+              + "".join(f"{c:>12}" for c in cells), flush=True)
     for search in chosen:
         if why_not[search] is not None:
             print(f"{search}: not available ({why_not[search]})")
