@@ -199,15 +199,16 @@ class _Judge:
 
 
 def _writes_by_client(history: list[Event]) -> dict[tuple, list[Event]]:
-    """(worker, job) -> the worker's job and memo writes; (sender, job, kind) -> the
-    sender's writes to that outbox row; each in commit order."""
+    """(worker, job) -> the worker's job and memo writes, its claims of the job included (a
+    new claim of it says the worker had given up what it did before); (sender, job, kind) ->
+    the sender's writes to that outbox row; each in commit order."""
     writes: dict[tuple, list[Event]] = {}
     for e in history:
         if e.get("src") != "engine" or not e.get("worker"):
             continue
         if is_effect(e) and e["type"] in ("effect_sent", "effect_state"):
             writes.setdefault((e["worker"], e.get("job"), e.get("kind")), []).append(e)
-        elif e["type"] in ("memo", "state") and not e.get("heartbeat"):
+        elif e["type"] in ("memo", "state", "claimed") and not e.get("heartbeat"):
             writes.setdefault((e["worker"], e.get("job")), []).append(e)
     return writes
 
@@ -230,11 +231,19 @@ def _uses(kind: str, write: Event) -> bool:
     return write["type"] == "effect_sent"
 
 
+def _uses_answer_to(kind: str, request: Event, write: Event) -> bool:
+    """Whether `write` uses the answer to `request`: `_uses`, and a memo of the request's
+    own step (a memo of another step answers another call)."""
+    return _uses(kind, write) and not (write["type"] == "memo" and request.get("step")
+                                       and write.get("step") != request["step"])
+
+
 def _used_late_answer(kind: str, request: Event, writes: dict, answered: float) -> Event | None:
     """The client's next write after the request, if it used the late answer: a memo or a
     completion of the job, or the row's sent mark, committed after the fake answered."""
     nxt = _next_write(kind, request, writes)
-    return nxt if nxt is not None and nxt["t"] >= answered - TOL and _uses(kind, nxt) else None
+    return nxt if nxt is not None and nxt["t"] >= answered - TOL \
+        and _uses_answer_to(kind, request, nxt) else None
 
 
 CHECKS = {"deadlines-kept": check_deadlines_kept}

@@ -233,3 +233,15 @@ def test_a_sender_frozen_while_the_receiver_answered_is_not_judged():
     assert verdict.failures == [] and verdict.metrics["excused_sends"] == 1
     unpaused = [e for e in history if e.get("src") != "nemesis"]
     assert check_deadlines_kept(unpaused, snap).by_type == {"waited-past-deadline": 1}
+
+
+def test_a_worker_that_claimed_the_job_anew_had_given_the_late_call_up():
+    # W1's fetch hung past its deadline; W1 moved on, and later claimed the job again for its
+    # next step (another worker had finished fetch) and completed that: its completion
+    # answers another call, not the late one.
+    again = [job(2.5, DOC, "fetched", "extracting", W1, 2, old_token=1, claims=1,
+                 lease_until=4.5),
+             job(2.6, DOC, "extracting", "extracted", W1, 2)]
+    history = attempt(0.0)[:2] + again
+    assert run(history).status == "pass", run(history).reason
+    assert run(attempt(2.35, completed=True)).by_type == {"waited-past-deadline": 1}
