@@ -50,7 +50,11 @@ def recognise(history: list[Event], snapshot: dict[str, Any]) -> dict[str, Reach
     if not history:
         return {name: Reached(name, observable=False, why="the history is empty")
                 for name in CATALOG}
-    ctx = Context(history, snapshot)
+    try:
+        ctx = Context(history, snapshot)
+    except Exception as exc:  # a history the shared readings cannot read: no guess
+        return {name: Reached(name, observable=False, why=f"the history could not be read "
+                              f"({type(exc).__name__}: {exc})") for name in CATALOG}
     for name, recogniser in RECOGNISERS.items():
         reached = out[name] = Reached(name)
         try:
