@@ -92,8 +92,11 @@ def _job(old: dict | None, new: dict | None) -> list[dict]:
         ops.append({"type": "claimed", "step": new["step"], "continued": False,
                     "actor": "worker", **common})
     else:
+        # A receive that finds its task past the receive cap dead-letters it (a park under
+        # no receipt): it took the job from whoever held it last, as a claim does.
+        took = new["write"] == "park" and new["receipt"] is None and new["actor"] == "worker"
         ops.append({"type": "state", "actor": new["actor"], "last_error": new["error"],
-                    "cause": new["cause"], "heartbeat": False, "took_lease": False,
+                    "cause": new["cause"], "heartbeat": False, "took_lease": took,
                     "payload_hash": new["payload_hash"], **common})
     return ops
 
