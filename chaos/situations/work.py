@@ -78,8 +78,9 @@ def _memo_resume_effects(ctx: Context):
 def _kill_mid_step(ctx: Context):
     found = []
     for x in ctx.history:
-        if x.get("src") != "process" or x["type"] != "exit" or not x.get("killed") \
-                or not ctx.died(x):
+        # the harness's kill, or the probe's at a crash point (the process's own SIGKILL)
+        killed = x.get("killed") or x.get("signal") in ("SIGKILL", 9)
+        if x.get("src") != "process" or x["type"] != "exit" or not killed or not ctx.died(x):
             continue
         for job, holdings in ctx.timeline.holdings.items():
             for h in holdings:

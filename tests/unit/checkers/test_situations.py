@@ -195,3 +195,13 @@ def test_a_heartbeat_held_at_its_renewal_until_a_takeover_renews_a_lost_lease():
     assert "held at its renewal" in r["heartbeat-after-lease-lost"].notes[0]
     r = recognise(released("deadline"), snapshot_of(released("deadline"), settings=settings))
     assert r["heartbeat-after-lease-lost"].count == 0
+
+
+def test_kill_mid_step_counts_the_probes_own_kill_and_not_an_orderly_exit():
+    held = [submit(1.0, "doc-1"), job(1.0, "doc-1", None, "pending", "submit", 0, op="insert"),
+            job(1.1, "doc-1", "pending", "fetching", W1, 1, old_token=0, claims=1,
+                lease_until=3.1)]
+    crashed = held + [process(1.5, "exit", "worker-0.1", 101, signal="SIGKILL", killed=False)]
+    assert reached(crashed, "kill-mid-step").count == 1
+    quit_ = held + [process(1.5, "exit", "worker-0.1", 101, code=0)]
+    assert reached(quit_, "kill-mid-step").count == 0
