@@ -8,6 +8,11 @@ configures is left out with probability 1/2, and each fault kept runs at between
 three times its rate or share; of the crash points the scenario arms, each is armed with
 probability 1/2. Only faults the scenario configures take part: a swarm never adds one.
 
+Random timing rarely lands in the narrow lease windows, so half the swarm seeds also aim
+at one of them (`WINDOWS`): the aimed faults of one classic window (chaos.aim), by role and
+optional, added to the scenario's own. Only windows whose points the engine declares are
+drawn; a hold's deadline is four of the scenario's leases, so another worker can take over.
+
 The configuration is a pure function of (scenario, engine, seed), and the scenario it gives
 is what the run records (`scenario.json`, a saved schedule), so a swarm seed replays
 exactly: `ninelives sim SCENARIO --seed N --swarm` draws it again, `--replay` reads it back.
@@ -22,6 +27,7 @@ import math
 import random
 from typing import Any
 
+from .. import aim as aims
 from .. import crashpoints
 from ..scenario import POSTGRES_FAULTS, RATES, SHARES, Scenario
 from .spec import SimSpec
@@ -35,6 +41,21 @@ DOCUMENT_SHARES = ("poison", "crash_loop")
 DOCUMENT_CAP = 0.5
 #: Faults that are counts or windows: kept as configured, or left out.
 WHOLE = ("skewed_workers", "heartbeat_off_workers", "latency")
+#: The chance that a swarm seed aims at one lease window, and the windows: each the aims
+#: (`[[aim]]` tables) of one, as the scenarios/aim-*.toml files aim at them.
+AIMED = 0.5
+_TAKEN = {"point": "role:after_call?", "until": aims.TAKEOVER, "job": "pick"}
+_RESUMED = {"point": "role:after_claim?", "until": 0.5, "job": "held", "deadline": 1.0}
+WINDOWS: dict[str, tuple[dict, ...]] = {
+    "zombie-completion": (_TAKEN,),
+    "zombie-heartbeat": ({"point": "role:heartbeat?", "until": aims.TAKEOVER, "job": "pick"},),
+    "call-after-takeover": ({"point": "role:after_call?", "until": "point:role:after_claim",
+                             "job": "pick"},),
+    "commit-after-lapse": ({"point": "role:after_call?", "action": "expire", "job": "pick"},),
+    "memo-resume": (_TAKEN, _RESUMED),
+    "memo-resume-effects": ({**_TAKEN, "step": "@last"}, _RESUMED),
+    "outbox-takeover": ({"point": "role:after_send?", "until": aims.TAKEOVER, "job": "pick"},),
+}
 
 
 def swarm_spec(spec: SimSpec) -> SimSpec:
@@ -70,8 +91,11 @@ def draw(scenario: Scenario, engine: Any, seed: int) -> dict:
         armed = [p for p in points if rng.random() >= LEAVE_OUT] or [rng.choice(points)]
         scale["crash_point_probability"] = round(
             math.exp(rng.uniform(math.log(LOWEST), math.log(HIGHEST))), 3)
+    aimable = _aimable(scenario, engine)
+    window = rng.choice(aimable) if aimable and rng.random() < AIMED else None
     return {"seed": seed, "off": sorted(off), "scale": scale,
-            "outages": [i for i in windows if f"outages[{i}]" not in off], "points": armed}
+            "outages": [i for i in windows if f"outages[{i}]" not in off], "points": armed,
+            "window": window}
 
 
 def apply(scenario: Scenario, config: dict) -> Scenario:
@@ -99,7 +123,34 @@ def apply(scenario: Scenario, config: dict) -> Scenario:
         for name in DOCUMENT_SHARES:
             changes[name] = changes.get(name, getattr(f, name)) * room / (together -
                                                                        scenario.run.needs_review)
-    return dataclasses.replace(scenario, faults=dataclasses.replace(f, **changes))
+    aimed = _window_aims(scenario, config.get("window"))
+    return dataclasses.replace(scenario, faults=dataclasses.replace(f, **changes),
+                               aims=scenario.aims + aimed)
+
+
+def _window_aims(scenario: Scenario, window: str | None) -> tuple[aims.Aim, ...]:
+    """The aims of lease window `window` (None: none), numbered after the scenario's own."""
+    if window is None:
+        return ()
+    lease = float(scenario.engine.get("lease") or 1.0)
+    out = []
+    for i, table in enumerate(WINDOWS[window], len(scenario.aims) + 1):
+        out.append(aims.Aim.from_table({"deadline": max(5.0, 4 * lease), **table}, i))
+    return tuple(out)
+
+
+def _aimable(scenario: Scenario, engine: Any) -> list[str]:
+    """The windows whose every aim the engine arms (its points declared, its controls
+    there), in WINDOWS' order."""
+    out = []
+    for name in WINDOWS:
+        try:
+            targets = aims.resolve(_window_aims(scenario, name), engine)
+        except ValueError:
+            continue
+        if targets and all(t.armed for t in targets):
+            out.append(name)
+    return out
 
 
 def describe(config: dict) -> str:
@@ -107,7 +158,9 @@ def describe(config: dict) -> str:
     scaled = ", ".join(f"{name} x{factor:.1f}" for name, factor in sorted(config["scale"].items()))
     off = ", ".join(config["off"]) or "nothing"
     points = "" if config["points"] is None else f"; points {len(config['points'])} armed"
-    return f"swarm seed {config['seed']}: off {off}; {scaled or 'no rate scaled'}{points}"
+    window = f"; aimed at {config['window']}" if config.get("window") else ""
+    return (f"swarm seed {config['seed']}: off {off}; {scaled or 'no rate scaled'}{points}"
+            f"{window}")
 
 
 def _armable(scenario: Scenario, engine: Any) -> list[str]:

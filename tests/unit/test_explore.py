@@ -16,7 +16,7 @@ from chaos.explore.schedules import ANY, DRAW, Kept, change, cut, mutate, seeded
 from chaos.history import write_history
 from chaos.scenario import RATES, SHARES, load_scenario
 from chaos.sim import ReplayChoices, SeededChoices, SimSpec, load_schedule, save_schedule, simulate
-from chaos.sim.swarm import apply, draw, swarm_spec
+from chaos.sim.swarm import WINDOWS, apply, draw, swarm_spec
 
 ENGINE = load_engine("reference")
 EVERYTHING = load_scenario("everything", "smoke")
@@ -43,6 +43,22 @@ def test_swarm_seeds_draw_different_mixes_of_the_configured_faults_and_the_same_
         if mix["points"] is not None:
             assert set(faults.crash_points) <= set(ENGINE.crashpoints)
     assert any(m["points"] is None for m in mixes) and any(m["points"] for m in mixes)
+
+
+def test_half_the_swarm_seeds_aim_at_a_lease_window_the_engine_can_be_held_in():
+    mixes = [draw(EVERYTHING, ENGINE, seed) for seed in range(1, 41)]
+    windows = [m["window"] for m in mixes]
+    assert 8 <= sum(w is not None for w in windows) <= 32 and set(windows) - {None} <= set(WINDOWS)
+    aimed = next(m for m in mixes if m["window"])
+    scenario = apply(EVERYTHING, aimed)
+    added = scenario.aims[len(EVERYTHING.aims):]
+    assert [a.point for a in added] == [t["point"] for t in WINDOWS[aimed["window"]]]
+    lease = float(EVERYTHING.engine.get("lease") or 1.0)
+    assert all(a.deadline == max(5.0, 4 * lease) or a.deadline == 1.0 for a in added)
+    # an engine without crash points can be held nowhere: no window is drawn for it
+    blind = type("Blind", (), {"name": "blind", "capabilities": frozenset(),
+                                "crashpoints": ()})()
+    assert all(draw(EVERYTHING, blind, seed)["window"] is None for seed in range(1, 21))
 
 
 def history_bytes(result, path) -> bytes:
