@@ -150,6 +150,13 @@ class Aim:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def waited_for(aim: Aim, job: str | None) -> str:
+    """What a hold released at its deadline waited for in vain, as a sentence says it."""
+    if aim.kind == "point":
+        return f"no other process reached {aim.until_point} for {job}"
+    return f"no {TAKEOVER_TEXT} ({job})"
+
+
 def read_aims(raw: Any) -> tuple[Aim, ...]:
     """A scenario's `aim` array of tables. Raises ValueError naming the field."""
     if not isinstance(raw, list):

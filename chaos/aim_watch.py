@@ -189,7 +189,8 @@ class AimWatch:
                 self._release(held, aims.TAKEOVER, seen_t=taken.t, worker=taken.by,
                               by=self._name_of(taken.pid) if taken.pid else taken.by)
             elif now >= held.t + aim.deadline:
-                self._release(held, "deadline", waited_for=self._waited_for(held))
+                self._release(held, "deadline",
+                              waited_for=aims.waited_for(held.target.aim, held.job))
 
     def _rendezvous(self, held: Held) -> dict | None:
         for e in self._reached:
@@ -203,13 +204,6 @@ class AimWatch:
             self._looked, self._ops = now, self.engine.operations(self.db)
         return aims.takeover(self._ops, held.job, held.t, held.role,
                                  held.pid) if held.job else None
-
-    @staticmethod
-    def _waited_for(held: Held) -> str:
-        aim = held.target.aim
-        if aim.kind == "point":
-            return f"no other process reached {aim.until_point} for {held.job}"
-        return f"no {aims.TAKEOVER_TEXT} ({held.job})"
 
     # -- acting on processes -----------------------------------------------------------------
 

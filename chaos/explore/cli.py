@@ -17,16 +17,15 @@ import random
 import re
 import shutil
 import sys
-import time
 
-from ..console import Column, Progress, table
+from ..console import Column, table
 from ..contract import has
 from ..sim.choices import ReplayChoices
+from ..sim.cli import shrink_and_tell
 from ..sim.output import run_dir_for, write_run
 from ..sim.run import simulate
-from ..sim.shrink import save_schedule, shrink
 from ..sim.spec import SimResult, scratch_dir
-from ..sim.story import headline, shape, tell
+from ..sim.story import headline
 from ..sim.swarm import describe as describe_swarm
 from .corpus import Corpus, default_dir
 from .coverage import catalog
@@ -155,26 +154,9 @@ def _failed(outcome: Outcome, corpus: Corpus, args: argparse.Namespace) -> int:
     result, run_dir = _write_failure(failure, args.out)
     print(f"run folder: {run_dir}\nreplay it: ninelives sim --replay "
           f"{os.path.join(run_dir, 'schedule.json')}", flush=True)
-    started = time.perf_counter()
-    with Progress("shrinking", args.shrink_budget, unit="simulations",
-                  enabled=not args.quiet) as shown:
-        shrunk = shrink(result, budget=args.shrink_budget, turns=_own_turns(outcome, result),
-                        progress=lambda runs, _: shown.update(runs))
-    small = shrunk.result
-    extra = {"shrunk_from": shrunk.original_choices, "shrink_runs": shrunk.runs}
-    folder = os.path.join(run_dir, "shrunk")
-    os.makedirs(folder, exist_ok=True)
-    write_run(small, folder, target=shrunk.target, **extra)
-    path = save_schedule(os.path.join(run_dir, "counterexample.json"), small, shrunk.target,
-                         **extra)
-    corpus.keep(small, [], target=shrunk.target)
-    print(f"\nshrunk from {shrunk.original_choices} to {len(small.choices)} choices in "
-          f"{shrunk.runs} simulations ({time.perf_counter() - started:.1f} s): "
-          f"{shape(result.history)} -> {shape(small.history)}; still {shrunk.target[0]} "
-          f"({shrunk.target[1]})")
-    print(headline(small.verdicts, shrunk.target[0]))
-    print("\n".join(tell(small.history, small.verdicts, shrunk.target[0])))
-    print(f"\ncounterexample: {path}\nreplay it: ninelives sim --replay {path}", flush=True)
+    shrunk = shrink_and_tell(result, run_dir, args.shrink_budget, args.quiet,
+                             turns=_own_turns(outcome, result))
+    corpus.keep(shrunk.result, [], target=shrunk.target)
     return 1
 
 

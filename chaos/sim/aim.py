@@ -137,7 +137,8 @@ class SimAims:
     def _timed(self, held: Held, reason: str) -> None:
         if self.held.get(held.process.pid) is not held:
             return
-        details = {"waited_for": self._waited_for(held)} if reason == "deadline" else {}
+        details = ({"waited_for": aims.waited_for(held.target.aim, held.job)}
+                   if reason == "deadline" else {})
         self._release(held, reason, **details)
 
     def _look(self) -> None:
@@ -173,13 +174,6 @@ class SimAims:
     def _go_on(self, process: Process) -> None:
         if process.alive:
             process.paused_until = min(process.paused_until, self.sim.sched.now_us)
-
-    @staticmethod
-    def _waited_for(held: Held) -> str:
-        aim = held.target.aim
-        if aim.kind == "point":
-            return f"no other process reached {aim.until_point} for {held.job}"
-        return f"no {aims.TAKEOVER_TEXT} ({held.job})"
 
     def _log(self, type_: str, which: Held, t: float, **details: Any) -> None:
         self.sim.record({"t": t, "src": "nemesis", "type": type_, "aim": which.target.index,

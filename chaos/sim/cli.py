@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 import time
+from typing import Any
 
 from ..aim import summary_lines as aim_summary_lines
 from ..console import Progress
@@ -22,7 +23,7 @@ from .choices import SeededChoices
 from .output import run_dir_for, write_run
 from .run import simulate
 from .spec import SimResult, SimSpec, scratch_dir
-from .shrink import replay, save_schedule, shrink
+from .shrink import Shrunk, replay, save_schedule, shrink
 from .story import headline, shape, tell
 from .swarm import describe as describe_swarm, swarm_spec
 
@@ -204,10 +205,17 @@ def _print_result(result: SimResult, run_dir: str, target: str | None = None) ->
 
 
 def _shrink(result: SimResult, run_dir: str, args: argparse.Namespace) -> None:
+    shrink_and_tell(result, run_dir, args.budget, args.quiet)
+
+
+def shrink_and_tell(result: SimResult, run_dir: str, budget: int, quiet: bool,
+                    turns: Any = None) -> Shrunk:
+    """Shrink a failing run within `budget` simulations (`turns`: see chaos.sim.shrink),
+    write the shrunk run beside `run_dir`'s and its counterexample.json, print its story and
+    how to replay it; returns what the shrinker found."""
     started = time.perf_counter()
-    with Progress("shrinking", args.budget, unit="simulations",
-                  enabled=not args.quiet) as shown:
-        shrunk = shrink(result, budget=args.budget,
+    with Progress("shrinking", budget, unit="simulations", enabled=not quiet) as shown:
+        shrunk = shrink(result, budget=budget, turns=turns,
                         progress=lambda runs, _: shown.update(runs))
     small = shrunk.result
     extra = {"shrunk_from": shrunk.original_choices, "shrink_runs": shrunk.runs}
@@ -222,7 +230,8 @@ def _shrink(result: SimResult, run_dir: str, args: argparse.Namespace) -> None:
           f"({shrunk.target[1]})")
     print(headline(small.verdicts, shrunk.target[0]))
     print("\n".join(tell(small.history, small.verdicts, shrunk.target[0])))
-    print(f"\ncounterexample: {path}\nreplay it: ninelives sim --replay {path}")
+    print(f"\ncounterexample: {path}\nreplay it: ninelives sim --replay {path}", flush=True)
+    return shrunk
 
 
 def _replay(args: argparse.Namespace) -> int:
