@@ -35,7 +35,7 @@ def gap_lines(out: str) -> list[str]:
 
 @pytest.mark.parametrize("engine", [
     "reference", "examples.article_engine.adapter:ARTICLE", "examples.toy_engine.adapter:TOY",
-    "examples.dbos_pipeline.adapter:DBOS_ENGINE"])
+    "examples.dbos_pipeline.adapter:DBOS_ENGINE", "examples.sqs_engine.adapter:SQS"])
 def test_a_ready_adapter_passes(engine):
     done, mark = doctor(engine)
     assert done.returncode == 0, done.stdout + done.stderr
