@@ -27,6 +27,7 @@ NOT_CARRIED = {
     ("billed", "lease_until"): "a billed call's record extends no lease",
     ("memo", "lease_until"): "a memo extends no lease",
     ("memo", "heartbeat"): "a memo is no renewal",
+    ("claimed", "heartbeat"): "a claim is no renewal",
     ("billed", "t_start"): "the provider's ledger has t_start; a spend record has started",
     ("claimed", "took_lease"): "a claim takes its lease by its type",
     ("submitted", "took_lease"): "a submission takes no lease",
