@@ -99,8 +99,8 @@ class Command:
     """One `ninelives` command in a session of its own, with a marker in its environment;
     `end()` kills whatever of it is left, whatever the test did."""
 
-    def __init__(self, tmp_path, command: str) -> None:
-        args, self.depth = COMMANDS[command]
+    def __init__(self, tmp_path, command: str, args=None, depth: int = 1) -> None:
+        args, self.depth = COMMANDS[command] if args is None else (args, depth)
         self.name, self.out = command, str(tmp_path / "out")
         self.mark, self.log_path = uuid.uuid4().hex, tmp_path / "command.log"
         self.rng = random.Random(f"{SEED}-{command}")
@@ -193,3 +193,22 @@ def test_a_child_whose_parent_died_before_it_asked_to_die_with_it_exits_at_once(
     ran = subprocess.run(argv, capture_output=True, text=True, timeout=30,
                          preexec_fn=partial(die_with_parent, os.getpid()))
     assert (ran.returncode, ran.stdout) == (0, "ran\n")
+
+
+def test_a_run_killed_while_it_holds_a_worker_stopped_leaves_no_process(tmp_path):
+    """An aimed hold stops a worker (SIGSTOP) at its point: the run SIGKILLed meanwhile must
+    not leave that worker behind, stopped for ever (the kernel's parent-death SIGKILL reaches
+    a stopped process too)."""
+    cmd = Command(tmp_path, "run aim-zombie-completion", lambda out: [
+        "run", "aim-zombie-completion", "--profile", "smoke", "--out", out, "--quiet"])
+    try:
+        def held() -> bool:
+            return any(p.status() == psutil.STATUS_STOPPED
+                       for p in psutil.Process(cmd.proc.pid).children(recursive=True))
+        assert wait_until(held, 40), f"no worker was ever held:\n{cmd.output()}"
+        cmd.proc.send_signal(signal.SIGKILL)
+        cmd.proc.wait(10)
+        left = cmd.left()
+        assert not left, f"left behind by a run killed during a hold: {left}"
+    finally:
+        cmd.end()
