@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -30,6 +31,10 @@ from .runfiles import is_secret
 
 SCENARIO_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             "scenarios")
+
+
+#: What a scenario's name may be: it names the run's folder under --out.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 
 class ScenarioError(ValueError):
@@ -184,6 +189,11 @@ def load_scenario(name: str, profile: str | None = None, engine: Any = None,
                             "description, run, engine, faults, expect, aim)")
     if not isinstance(data.get("name"), str) or not data["name"]:
         raise ScenarioError(f"{where}: field 'name' is required and must be a string")
+    if not SAFE_NAME.fullmatch(data["name"]):
+        # The name becomes a folder under --out: a path in it would write outside
+        raise ScenarioError(f"{where}: field 'name' must be a short slug (letters, digits, "
+                            f"'.', '_', '-'; at most 100; no path), got "
+                            f"{data['name'][:60]!r}{'...' if len(data['name']) > 60 else ''}")
     run = _table(where, "run", Run, data.get("run", {}))
     faults = _table(where, "faults", Faults, data.get("faults", {}))
     expect = _table(where, "expect", Expect, data.get("expect", {}))

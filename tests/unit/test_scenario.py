@@ -144,6 +144,12 @@ BAD = [
      'contention_seconds_max = 0.5\n', ["faults.contention_seconds_max", "below"]),
     ("missing-name", 'description = "nameless"\n', ["'name'", "required"]),
     ("empty-name", 'name = ""\n', ["'name'", "required"]),
+    # the name becomes the run's folder under --out: no path may escape it
+    ("name-climbs-out", 'name = "../../../etc/evil"\n', ["'name'", "slug", "no path"]),
+    ("name-absolute", 'name = "/tmp/evil"\n', ["'name'", "slug"]),
+    ("name-with-a-folder", 'name = "a/b"\n', ["'name'", "slug"]),
+    ("name-with-nul", 'name = "a\\u0000b"\n', ["'name'", "slug"]),
+    ("name-too-long", f'name = "{"x" * 5000}"\n', ["'name'", "at most 100", "..."]),
     ("invalid-toml", 'name = "x"\n[run\njobs = 2\n', ["not valid TOML", "line 2"]),
 ]
 
