@@ -26,13 +26,13 @@ not run (bad input included, an adapter that raised, a bug of the harness's own)
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from typing import Sequence
 
 from .backends import add_backend_flags
-from .flags import SEEDS_HELP, at_least, seeds
+from .flags import SEEDS_HELP, at_least, parse_seconds, seeds
+from .limits import MAX_JOBS, MAX_WORKERS
 
 EXIT_ERROR = 2
 
@@ -85,10 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_backend_flags(p, "every cell's runs (one server for the whole sweep)")
     p.add_argument("--out", default="reports", help="where the sweep folder goes")
     p = sub.add_parser("demo", help="the engine end to end against the fakes, no faults")
-    p.add_argument("--jobs", type=at_least(1), default=300,
-                   help="documents to submit (default 300)")
-    p.add_argument("--workers", type=at_least(1), default=2,
-                   help="worker processes (default 2)")
+    p.add_argument("--jobs", type=at_least(1, MAX_JOBS), default=300,
+                   help=f"documents to submit (default 300, at most {MAX_JOBS:,})")
+    p.add_argument("--workers", type=at_least(1, MAX_WORKERS), default=2,
+                   help=f"worker processes (default 2, at most {MAX_WORKERS})")
     p.add_argument("--seed", type=int, default=1, help="the seed of the documents (default 1)")
     p.add_argument("--out", default="reports/demo", help="where the demo's folder goes")
     from .sim.cli import add_parser as add_sim_parser
@@ -233,12 +233,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from .sweep import run_sweep, table
     backend = Backend(args.backend, args.pg_url)  # BackendError (exit 2) names the flag
     try:
-        leases = sorted({float(x) for x in args.lease.split(",") if x.strip()})
-    except ValueError:
-        raise ValueError(f"--lease must be seconds separated by commas, got {args.lease!r}") from None
+        leases = sorted({parse_seconds(x) for x in args.lease.split(",") if x.strip()})
+    except ValueError as exc:
+        raise ValueError(f"--lease must be seconds separated by commas; each {exc}") from None
     words = {"on": True, "off": False}
-    if not leases or not all(math.isfinite(x) and x > 0 for x in leases):
-        raise ValueError(f"--lease needs finite positive numbers of seconds, got {args.lease!r}")
+    if not leases:
+        raise ValueError(f"--lease needs seconds separated by commas, got {args.lease[:40]!r}")
     if not set(args.heartbeat.split(",")) <= set(words):
         raise ValueError(f"--heartbeat must be on, off or on,off, got {args.heartbeat!r}")
     if args.latency:

@@ -9,10 +9,13 @@ A scenario file has four tables, each optional but `name`:
     [faults]  rates (per second of the chaos phase) and shares (of calls or of jobs)
     [expect]  allowances the invariants use when a scenario breaks their assumptions
 
-Profiles (`scenarios/profiles.toml`) scale job count, duration and fault rates. Errors name
-the file, the field and the reason. `faults.crash_points` names points by the engine's own
-names or by role, optional with a trailing `?` (`chaos.crashpoints`); a name the engine does
-not declare is refused when the scenario is loaded for it.
+Profiles (`scenarios/profiles.toml`) scale job count, duration and fault rates. Counts,
+durations and rates are bounded as written and as scaled (`chaos.limits`: at most 100,000
+jobs, 256 workers or senders, a day of any duration, 100 faults per second of a rate, 100,000
+fault events in all), and a file is read only if it is a regular one of at most 1 MiB of
+UTF-8. Errors name the file, the field and the reason. `faults.crash_points` names points by
+the engine's own names or by role, optional with a trailing `?` (`chaos.crashpoints`); a name
+the engine does not declare is refused when the scenario is loaded for it.
 """
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ from typing import Any
 from . import crashpoints
 from .aim import Aim, read_aims, resolve as resolve_aims
 from .latency import LatencyError, parse_latency
+from .limits import (MAX_FAULT_EVENTS, MAX_JOBS, MAX_RATE, MAX_SECONDS, MAX_WORKERS, excerpt,
+                     read_text)
 from .runfiles import is_secret
 
 SCENARIO_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -192,8 +197,7 @@ def load_scenario(name: str, profile: str | None = None, engine: Any = None,
     if not SAFE_NAME.fullmatch(data["name"]):
         # The name becomes a folder under --out: a path in it would write outside
         raise ScenarioError(f"{where}: field 'name' must be a short slug (letters, digits, "
-                            f"'.', '_', '-'; at most 100; no path), got "
-                            f"{data['name'][:60]!r}{'...' if len(data['name']) > 60 else ''}")
+                            f"'.', '_', '-'; at most 100; no path), got {excerpt(data['name'])}")
     run = _table(where, "run", Run, data.get("run", {}))
     faults = _table(where, "faults", Faults, data.get("faults", {}))
     expect = _table(where, "expect", Expect, data.get("expect", {}))
@@ -325,9 +329,17 @@ def crash_points_for(scenario: Scenario, engine: Any) -> tuple[tuple[str, ...], 
 
 
 def _read_toml(path: str) -> dict:
+    """The TOML table of the file at `path`, read within chaos.limits (a regular file, of
+    bounded size, UTF-8). Raises ScenarioError naming the file and what is wrong with it."""
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
+        text = read_text(path)
+    except OSError as exc:
+        raise ScenarioError(f"{os.path.relpath(path)}: cannot be read: "
+                            f"{exc.strerror or exc}") from None
+    except ValueError as exc:  # not a regular file, too large, not UTF-8: it says which
+        raise ScenarioError(str(exc)) from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{os.path.relpath(path)}: not valid TOML: {exc}") from None
 
@@ -471,6 +483,33 @@ def _check(where: str, s: Scenario) -> None:
                             f"run.workers ({r.workers})")
     if f.kill and not r.workers + (r.senders if f.kill_senders else 0):
         raise ScenarioError(f"{where}: faults.kill is set but there is nothing to kill")
+    _check_bounds(where, r, f)
+
+
+def _check_bounds(where: str, r: Run, f: Faults, profile: str | None = None) -> None:
+    """Raise ScenarioError naming the first count, duration or rate of `r` and `f` past its
+    bound in chaos.limits, or the fault events all rates plan over the chaos phase, and
+    `profile` when it scaled them: a run past them would sit silent for hours."""
+    scaled = f" (scaled by profile {profile!r})" if profile else ""
+    durations = [f"run.{n}" for n in ("chaos", "heal", "drain")] + [
+        f"faults.{x.name}" for x in fields(Faults)
+        if x.type == "float" and x.name not in SHARES + RATES]
+    bounds = [("run.jobs", MAX_JOBS, ""), ("run.workers", MAX_WORKERS, ""),
+              ("run.senders", MAX_WORKERS, ""),
+              *((name, MAX_SECONDS, " seconds (a day)") for name in durations),
+              *((f"faults.{n}", MAX_RATE, " per second") for n in RATES)]
+    for name, most, unit in bounds:
+        table, key = name.split(".")
+        value = getattr(r if table == "run" else f, key)
+        if value > most:
+            raise ScenarioError(f"{where}: field '{name}' must be at most {most:,g}{unit}, "
+                                f"got {value!r}{scaled}")
+    events = sum(getattr(f, n) for n in RATES) * r.chaos
+    if events > MAX_FAULT_EVENTS:
+        rates = ", ".join(f"faults.{n}" for n in RATES if getattr(f, n))
+        raise ScenarioError(f"{where}: the fault rates ({rates}) over run.chaos "
+                            f"({r.chaos:g} s) plan {events:,.0f} fault events, more than "
+                            f"{MAX_FAULT_EVENTS:,}{scaled}")
 
 
 def load_profiles() -> dict[str, dict[str, float]]:
@@ -508,8 +547,5 @@ def apply_profile(s: Scenario, profile: str) -> Scenario:
     faults = dataclasses.replace(
         s.faults, **scaled,
         outages=tuple((a * duration, b * duration) for a, b in s.faults.outages))
-    for name, value in (("run.chaos", run.chaos), *((f"faults.{n}", v) for n, v in scaled.items())):
-        if not math.isfinite(value):  # a huge value the profile scaled past a float's range
-            raise ScenarioError(f"{os.path.relpath(s.path)}: field '{name}' is too large for "
-                                f"profile {profile!r} ({value})")
+    _check_bounds(os.path.relpath(s.path), run, faults, profile)
     return dataclasses.replace(s, profile=profile, run=run, faults=faults)

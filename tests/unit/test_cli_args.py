@@ -96,6 +96,33 @@ def test_a_count_below_its_floor_or_not_whole_exits_2_naming_the_flag(argv, floo
     assert code == 2 and f"argument {argv[-1]}:" in err
 
 
+@pytest.mark.parametrize("argv,ceiling", [
+    (["demo", "--jobs", "100000000000"], "at most 100,000"),
+    (["demo", "--workers", "100000"], "at most 256"),
+    (["replay", "RUN", "--tries", "100000000000"], "at most 100,000"),
+    (["sim", "smoke", "--seeds", "100000000000"], "more than the 100,000"),
+    (["score", "--timeout", "1e300"], "at most 86400 seconds")],
+    ids=lambda v: " ".join(v[:-1]) if isinstance(v, list) else None)
+def test_a_count_or_duration_past_its_bound_exits_2_naming_the_flag(argv, ceiling, capsys):
+    # each would have sat silent for hours (demo --jobs 1e11 submitting, say)
+    code, err = parse_exit(chaos.cli.build_parser(), argv, capsys)
+    flag = next(a for a in reversed(argv) if a.startswith("--"))
+    assert code == 2 and f"argument {flag}:" in err and ceiling in err, err
+
+
+@pytest.mark.parametrize("lease", ["1e300", "0.5,86401"])
+def test_a_sweep_lease_past_a_day_exits_2_naming_the_flag(lease, capsys, monkeypatch):
+    import chaos.sweep
+
+    def swept(*args, **kwargs):  # a lease let through fails here, not after hours of runs
+        raise AssertionError("the sweep started")
+
+    monkeypatch.setattr(chaos.sweep, "run_sweep", swept)
+    assert chaos.cli.main(["sweep", "--lease", lease]) == 2
+    err = capsys.readouterr().err
+    assert "--lease" in err and "at most 86400 seconds (a day)" in err, err
+
+
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-3"])
 def test_the_score_s_timeout_is_finite_positive_seconds(value, capsys):
     code, err = parse_exit(chaos.cli.build_parser(), ["score", "--timeout", value], capsys)

@@ -3,6 +3,7 @@ says; a bare name resolves; bad input is refused with a ScenarioError naming the
 field and the reason."""
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import tomllib
@@ -151,6 +152,23 @@ BAD = [
     ("name-with-nul", 'name = "a\\u0000b"\n', ["'name'", "slug"]),
     ("name-too-long", f'name = "{"x" * 5000}"\n', ["'name'", "at most 100", "..."]),
     ("invalid-toml", 'name = "x"\n[run\njobs = 2\n', ["not valid TOML", "line 2"]),
+    # counts, durations and rates past chaos.limits: each would sit silent for hours
+    ("jobs-1e11", 'name = "x"\n[run]\njobs = 100000000000\n',
+     ["run.jobs", "at most 100,000", "100000000000"]),
+    ("jobs-5e6", 'name = "x"\n[run]\njobs = 5000000\n', ["run.jobs", "at most 100,000"]),
+    ("workers-past-bound", 'name = "x"\n[run]\nworkers = 100000\n',
+     ["run.workers", "at most 256"]),
+    ("senders-past-bound", 'name = "x"\n[run]\nsenders = 257\n', ["run.senders", "at most 256"]),
+    ("chaos-1e300", 'name = "x"\n[run]\nchaos = 1e300\n',
+     ["run.chaos", "at most 86,400 seconds", "1e+300"]),
+    ("drain-past-a-day", 'name = "x"\n[run]\ndrain = 86401.0\n', ["run.drain", "a day"]),
+    ("pause-seconds-past-a-day", 'name = "x"\n[faults]\npause_seconds = 1e12\n',
+     ["faults.pause_seconds", "a day"]),
+    ("rate-past-bound", 'name = "x"\n[faults]\nkill = 1e6\n',
+     ["faults.kill", "at most 100 per second"]),
+    ("fault-events-past-bound", 'name = "x"\n[run]\nchaos = 3000.0\n[faults]\nkill = 50.0\n'
+     'pause = 50.0\n', ["faults.kill, faults.pause", "run.chaos", "300,000 fault events",
+                        "100,000"]),
 ]
 
 
@@ -171,6 +189,46 @@ def test_bad_scenario_is_refused_naming_file_field_and_reason(tmp_path, case, bo
     message = load_bad(tmp_path, case, body)
     for fragment in fragments:
         assert fragment in message, f"{fragment!r} missing from: {message}"
+
+
+# -- a scenario path that is no scenario file -------------------------------------------------
+
+def test_a_binary_scenario_names_the_file_and_the_offset_of_the_bad_byte(tmp_path):
+    path = tmp_path / "binary.toml"
+    path.write_bytes(b'name = "x"\n# \x81\x00\xff' + b"\xfe" * 10_000)
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(str(path))
+    message = str(err.value)
+    assert "binary.toml" in message and "0x81" in message and "offset 13" in message
+    assert len(message) < 300, message  # no dump of the input
+
+
+def test_a_scenario_larger_than_a_mebibyte_is_refused_unread(tmp_path):
+    path = tmp_path / "huge.toml"
+    path.write_text('name = "x"\n#' + "a" * (1 << 20) + "\n")
+    with pytest.raises(ScenarioError, match=r"huge.toml: larger than 1,048,576 bytes"):
+        load_scenario(str(path))
+
+
+def test_a_folder_as_the_scenario_is_refused_naming_it(tmp_path):
+    folder = tmp_path / "folder.toml"
+    folder.mkdir()
+    with pytest.raises(ScenarioError, match=r"folder.toml: is a folder, not a regular file"):
+        load_scenario(str(folder))
+
+
+def test_a_fifo_or_a_device_as_the_scenario_exits_2_naming_it_without_blocking(tmp_path):
+    import subprocess
+    import sys
+    fifo = tmp_path / "pipe.toml"
+    os.mkfifo(fifo)  # nothing ever writes it: opening it to read would block for good
+    for path, kind in ((str(fifo), "a FIFO"), ("/dev/zero", "a device")):
+        done = subprocess.run([sys.executable, "-m", "chaos.cli", "run", path, "--out",
+                               str(tmp_path / "out")], capture_output=True, text=True,
+                              timeout=20, cwd=SCENARIOS.parent)
+        assert done.returncode == 2, done.stderr
+        assert f"{os.path.basename(path)}: is {kind}, not a regular file" in done.stderr
+    assert not (tmp_path / "out").exists()
 
 
 #: Every duration field of [run] and [faults]: a message about one names no other.
@@ -200,14 +258,19 @@ def test_a_profile_factor_must_be_a_finite_number_at_least_zero(tmp_path, monkey
         chaos.scenario.load_profiles()
 
 
-def test_a_value_a_profile_scales_past_a_float_is_refused(tmp_path, monkeypatch):
+@pytest.mark.parametrize("body,scale,field", [
+    ("[faults]\nkill = 50.0\n", {"rates": 10.0}, "faults.kill"),
+    ("[run]\njobs = 50000\n", {"jobs": 10.0}, "run.jobs"),
+    ("[run]\nchaos = 50000.0\n", {"duration": 10.0}, "run.chaos")])
+def test_a_value_a_profile_scales_past_its_bound_is_refused(tmp_path, monkeypatch, body,
+                                                             scale, field):
     path = tmp_path / "big.toml"
-    path.write_text('name = "x"\n[faults]\nkill = 1e308\n')
+    path.write_text(f'name = "x"\n{body}')
+    load_scenario(str(path))  # within the bound as written
     base = chaos.scenario.load_profiles
-    monkeypatch.setattr(chaos.scenario, "load_profiles",
-                        lambda: {**base(), "hot": {"rates": 10.0}})
-    with pytest.raises(ScenarioError, match=r"big.toml: field 'faults.kill' is too large for "
-                                            "profile 'hot'"):
+    monkeypatch.setattr(chaos.scenario, "load_profiles", lambda: {**base(), "hot": scale})
+    with pytest.raises(ScenarioError, match=rf"big.toml: field '{field}' must be at most .*"
+                                            r"\(scaled by profile 'hot'\)"):
         load_scenario(str(path), "hot")
 
 
