@@ -108,8 +108,7 @@ def test_opening_a_missing_database_read_only_creates_nothing(tmp_path):
 
 def test_an_unmigrated_database_cannot_be_opened_read_only(tmp_path):
     path = str(tmp_path / "old.db")
-    with closing(sqlite3.connect(path)) as conn:
-        conn.execute("CREATE TABLE t (x)")
+    open(path, "wb").close()  # an empty file: a database with no schema yet
     with pytest.raises(DatabaseError, match="needs migrating"):
         open_store(path, read_only=True)
     assert user_version(path) == 0
@@ -276,6 +275,18 @@ def engine_case(row: str, tmp: str, monkeypatch, held: list) -> tuple[list[str],
     if row == "a file that is not a database":
         notes = file("notes.txt", "my notes\n" * 200)
         return ["status", "--db", notes], [notes, "not a SQLite database"]
+    if row == "a corrupt database":
+        corrupt = os.path.join(tmp, "corrupt.db")
+        open_store(corrupt).close()
+        with open(corrupt, "r+b") as fh:
+            fh.seek(4096)  # page 2: the job table's root
+            fh.write(b"\xa5" * 4096)
+        return ["alerts", "--db", corrupt], [corrupt, "corrupt"]
+    if row == "another program's database":
+        other = os.path.join(tmp, "other.db")
+        with closing(sqlite3.connect(other)) as conn:
+            conn.execute("CREATE TABLE notes (x)")
+        return ["submit", "--db", other, "--id", "a", "--payload", DOC], [other, "'notes'"]
     if row == "a locked database":
         open_store(db).close()
         held.append(holding_the_lock(db))
