@@ -374,6 +374,10 @@ def harness_case(row: str, tmp: str) -> tuple[list[str], list[str]]:
         return ["run", "smoke", "--backend", "postgres", "--pg-url",
                 "mysql://u:pw@127.0.0.1/db", "--out", out], ["--pg-url", "postgresql://",
                                                              "mysql://u:***@127.0.0.1/db"]
+    if row == "a count, duration or rate past its bound":
+        return run("[run]\njobs = 5000000\n"), ["bad.toml", "'run.jobs'", "at most 100,000"]
+    if row == "a scenario path that is no scenario file":
+        return ["run", tmp, "--out", out], [tmp, "not a regular file"]
     raise AssertionError(f"the README's harness table has a row no case covers: {row!r}")
 
 
