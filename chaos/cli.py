@@ -147,6 +147,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from .report import RESULTS
     from .runner import run_campaign
     from .scenario import load_scenario
+    from .supervisor import evidence_in
+    from contextlib import nullcontext
     if args.tries < 1:
         raise ValueError(f"--tries must be at least 1, got {args.tries}")
     report = load_report(args.run)
@@ -169,8 +171,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     for i in range(args.tries):
         print(f"try {i + 1}/{args.tries}: {scenario.name}, seed {plan.seed}", file=sys.stderr,
               flush=True)
-        result = run_campaign(scenario, plan.seed, engine, out, plan=plan,
-                              engine_spec=report["engine"], backend=backend)
+        # an interrupt before this try made its folder names the last try's
+        with evidence_in(result.run_dir) if i else nullcontext():
+            result = run_campaign(scenario, plan.seed, engine, out, plan=plan,
+                                  engine_spec=report["engine"], backend=backend)
         got = [(v["name"], v["verdict"]) for v in result.report["verdicts"]]
         codes.append(result.exit_code)
         same += got == want

@@ -432,8 +432,11 @@ def _run_on(scenario: Scenario, plan: FaultPlan, engine: Engine, out: str,
                          database.to_json())
     write_report(run_dir, start)
     try:
-        return _carry_out(scenario, plan, engine, run_dir, engine_spec, progress, database,
-                          started)
+        # From here on the folder exists: an interrupt anywhere (the campaign, its checks,
+        # the rendering) names it
+        with evidence_in(run_dir):
+            return _carry_out(scenario, plan, engine, run_dir, engine_spec, progress,
+                              database, started)
     except AdapterError as exc:
         keep_adapter_error(exc, run_dir, start, scenario, engine)
         raise
@@ -455,8 +458,7 @@ def _carry_out(scenario: Scenario, plan: FaultPlan, engine: Engine, run_dir: str
                started: float) -> RunResult:
     campaign = Campaign(scenario, plan, engine, run_dir, progress=progress, database=database)
     try:
-        with evidence_in(run_dir):
-            snapshot = campaign.run()
+        snapshot = campaign.run()
     finally:
         campaign.record.close()
     with Progress("check", enabled=progress) as shown:

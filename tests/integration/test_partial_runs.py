@@ -79,3 +79,20 @@ def test_a_killed_run_is_checked_rendered_and_replayed_marked_partial(tmp_path):
     replayed = ninelives("replay", run, "--out", str(tmp_path / "replays"))
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert "partial run" in replayed.stdout and "try 1: pass" in replayed.stdout
+
+
+def test_an_interrupted_replay_names_the_folder_it_had_written(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while a replay's try checks its history (after its campaign's processes
+    stopped, its folder long made): the interrupted line names that folder."""
+    import chaos.runner
+    from chaos.cli import main
+
+    def interrupted(*_):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(chaos.runner, "run_checkers", interrupted)
+    out = tmp_path / "replays"
+    fixture = os.path.join(ROOT, "tests", "fixtures", "runs", "pass")
+    assert main(["replay", fixture, "--out", str(out)]) == 130
+    [run] = [folder for folder, _, files in os.walk(out) if "report.json" in files]
+    err = capsys.readouterr().err
+    assert f"its partial evidence is in {run}" in err, err
