@@ -4,7 +4,7 @@
                   [--engine-set NAME=VALUE ...]
                   [--backend sqlite|postgres [--pg-url postgresql://...]]
     ninelives replay RUN [--tries K] [--out DIR]
-    ninelives check RUN
+    ninelives check RUN            (its verdicts go to check.json and check.html)
     ninelives report RUN [--format html,junit,md]
     ninelives sweep [SCENARIO] [--lease 0.5,1,2,4] [--heartbeat on,off] [--latency DIST]
                     [--seeds N|A..B] [--profile P] [--engine E] [--out DIR]
@@ -40,6 +40,13 @@ EXIT_ERROR = 2
 REQUIRE = ("an invariant that passed without reaching any of the dangerous situations "
            "that exercise it ('pass, not exercised') makes the result an error, exit 2")
 
+CHECK_WRITES = ("Rerun the checkers (and situations) on a saved run's history and snapshot. "
+                "The verdicts go to check.json and check.html in the run folder (replaced by "
+                "the next check); the run's own report.json, report.html, junit.xml and "
+                "summary.md are never rewritten, except that a run killed before its checks "
+                "gets its missing verdicts filled into report.json (and its pages rendered) "
+                "once, with the history and snapshot rebuilt from what it appended.")
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ninelives", description=__doc__,
@@ -64,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tries", type=at_least(1), default=1,
                    help="how many times to replay the plan (default 1)")
     p.add_argument("--out", default=None, help="where replay runs go (default: beside it)")
-    p = sub.add_parser("check", help="rerun the checkers on a saved run's history")
+    p = sub.add_parser("check", help="rerun the checkers on a saved run's history",
+                       description=CHECK_WRITES)
     p.add_argument("run", help="a run folder (with history.jsonl and snapshot.json)")
     p.add_argument("--require-exercised", action="store_true", help=REQUIRE)
     p = sub.add_parser("report", help="render a saved run's report.html, junit.xml, summary.md")
@@ -195,36 +203,18 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .checkers import run_checkers
-    from .checkers.verdict import judge_incomplete
-    from .report import RESULTS, exit_code_for, incomplete_lines, result_line, verdict_table
-    from .report import require_exercised, situations_lines, situations_record, write_report
-    from .runner import render_reports
-    from .saved import keep_rebuilt, load_run
+    from .recheck import check_folder_lines, keep_check, now, recheck
+    from .report import incomplete_lines, result_line, situations_lines, verdict_table
+    from .saved import load_run
     saved = load_run(args.run)
-    report = saved.report
-    if saved.partial:  # what a killed run never wrote, rebuilt: `report` draws from them
-        keep_rebuilt(saved)
-    verdicts = run_checkers(saved.history, saved.snapshot)
-    why = saved.incomplete()
-    if why:  # the missing end may hold a violation, or what excuses an error found
-        verdicts = judge_incomplete(verdicts, why)
-    report["verdicts"] = [v.to_json() for v in verdicts]
-    report.update(situations_record(saved.history, saved.snapshot, report["verdicts"]))
-    report["torn"] = saved.tear.describe() if saved.tear else None
-    # A simulation's exit code follows its verdicts alone (chaos.sim.output).
-    unfired = [] if "sim" in report else report.get("faults_unfired", [])
-    report["exit_code"] = exit_code_for(report["verdicts"], unfired)
-    report["result"] = RESULTS[report["exit_code"]]
-    report.pop("require_exercised", None)
-    if args.require_exercised:
-        require_exercised(report)
-    write_report(args.run, report)
-    render_reports(args.run)
+    report = recheck(saved, args.require_exercised, now())
+    paths = keep_check(saved, report)
     print(verdict_table(report))
     for line in situations_lines(report):
         print(line)
     for line in incomplete_lines(report) + [result_line(report)]:
+        print(line)
+    for line in check_folder_lines(report, paths):
         print(line)
     return report["exit_code"]
 

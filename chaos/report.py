@@ -234,6 +234,30 @@ def metrics(scenario: Scenario, events: list[Event], snapshot: dict[str, Any],
     }
 
 
+def gathered(events: list[Event], snapshot: dict[str, Any]) -> dict[str, Any]:
+    """What a run killed before its checks gathered (it has no `metrics`: those need its
+    phases' ends): events, provider calls and what they billed, receiver requests, jobs
+    submitted and their states, processes spawned and killed, so far."""
+    states = Counter(str(j.get("state")) for j in (snapshot.get("jobs") or {}).values())
+    return {
+        "history_events": len(events),
+        "provider_calls": sum(1 for _ in of(events, "provider", "call")),
+        "billed": round(sum(e.get("billed") or 0.0 for e in of(events, "provider", "call")), 6),
+        "receiver_requests": sum(1 for _ in of(events, "receiver", "request")),
+        "jobs": len(snapshot.get("submitted") or snapshot.get("jobs") or ()),
+        "states": dict(sorted(states.items())),
+        "processes_spawned": sum(1 for _ in of(events, "process", "spawn")),
+        "kills": sum(1 for _ in of(events, "nemesis", "kill")),
+    }
+
+
+def gathered_text(found: dict[str, Any]) -> str:
+    """`gathered` in words: "1,234 events, 56 provider calls (billed 0.41), ... so far"."""
+    return (f"{found['history_events']:,} events, {found['provider_calls']:,} provider calls "
+            f"(billed {found['billed']}), {found['receiver_requests']:,} receiver requests, "
+            f"{found['jobs']:,} jobs, {found['kills']:,} kills so far")
+
+
 def replay_command(run_dir: str) -> str:
     return f"ninelives replay {shlex.quote(run_dir)}"
 
@@ -455,7 +479,17 @@ def incomplete_lines(report: dict) -> list[str]:
 
 
 def result_line(report: dict) -> str:
-    """The last word on a run: PASS, FAIL or ERROR, and why."""
+    """The last word on a run: PASS, FAIL or ERROR, and why; for a partial run (killed
+    before its checks) also what it gathered."""
+    line, found = _result_words(report), report.get("gathered")
+    if report.get("partial") and found:
+        line += f" (partial run: gathered {gathered_text(found)})"
+    elif report.get("partial") and report["result"] != "partial":
+        line += " (partial run: killed before its checks)"
+    return line
+
+
+def _result_words(report: dict) -> str:
     verdicts = report.get("verdicts") or []
     if report["result"] == "error" and all(v["verdict"] == "unknown" for v in verdicts):
         if report.get("partial") or report.get("torn"):

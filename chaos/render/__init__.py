@@ -47,6 +47,18 @@ def render_run(run_dir: str, formats: Iterable[str] = FORMATS) -> list[str]:
     return paths
 
 
+def render_check(run_dir: str) -> list[str]:
+    """check.html from the run folder's check.json (`ninelives check`'s verdicts, beside the
+    run's own report); returns the path written in a list. Raises ValueError for a folder
+    without a readable check.json."""
+    path = os.path.join(run_dir, "check.json")
+    report = readable_report(load_json(run_dir, "check.json", required=True), path)
+    html = os.path.join(run_dir, "check.html")
+    with open(html, "w", encoding="utf-8") as fh:
+        fh.write(_html(run_dir, report))
+    return [html]
+
+
 #: What every report.json holds from the run's start (chaos.report.start_record).
 REQUIRED = ("scenario", "seed", "profile", "engine", "run_dir")
 #: What a whole report adds, and what a partial one is rendered with in its place.
@@ -120,4 +132,5 @@ def _markdown(report: dict) -> str:
     return render_markdown(report)
 
 
-__all__ = ["FILES", "FORMATS", "parse_formats", "readable_report", "render_run"]
+__all__ = ["FILES", "FORMATS", "parse_formats", "readable_report", "render_check",
+           "render_run"]

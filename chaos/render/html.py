@@ -43,7 +43,9 @@ def context(report: dict[str, Any], history: list[Event] | None,
     t0 = min((e["t"] for e in history), default=report.get("started", 0.0))
     names = writer_names(history)
     verdicts = [verdict_view(v, t0, names) for v in ordered(report["verdicts"])]
-    ctx = {"r": report, "m": report.get("metrics", {}), "verdicts": verdicts,
+    # a partial run has no metrics (they need its phases' ends): what it gathered stands in
+    ctx = {"r": report, "m": report.get("metrics") or report.get("gathered") or {},
+           "verdicts": verdicts,
            "shown_errors": SHOWN_ERRORS,
            "counts": _counts(report), "t0": t0, "has_history": bool(history),
            "has_snapshot": bool(snapshot), "settings": snapshot.get("settings")

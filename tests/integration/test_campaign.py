@@ -53,10 +53,12 @@ def test_check_recomputes_the_same_verdicts_from_the_saved_history(tmp_path):
     assert ninelives("run", "smoke", "--profile", "smoke", "--out", str(tmp_path),
                      "--quiet").returncode == 0
     run = only_run(tmp_path)
-    before = json.load(open(os.path.join(run, "report.json")))["verdicts"]
+    recorded = open(os.path.join(run, "report.json"), "rb").read()
+    before = json.loads(recorded)["verdicts"]
     done = ninelives("check", run)
     assert done.returncode == 0, done.stdout + done.stderr
-    after = json.load(open(os.path.join(run, "report.json")))["verdicts"]
+    after = json.load(open(os.path.join(run, "check.json")))["verdicts"]
+    assert open(os.path.join(run, "report.json"), "rb").read() == recorded  # kept as it was
     assert [(v["name"], v["verdict"], v["checked"]) for v in after] == \
         [(v["name"], v["verdict"], v["checked"]) for v in before]
 

@@ -63,6 +63,7 @@ def test_a_killed_run_is_checked_rendered_and_replayed_marked_partial(tmp_path):
     checked = ninelives("check", run)
     assert checked.returncode in (1, 2), checked.stdout + checked.stderr
     assert "PARTIAL" in checked.stdout and "Traceback" not in checked.stderr
+    assert "(partial run: gathered " in checked.stdout.splitlines()[-2]
     with open(os.path.join(run, "report.json"), encoding="utf-8") as fh:
         report = json.load(fh)
     assert report["partial"] is True and report["verdicts"]
@@ -72,7 +73,9 @@ def test_a_killed_run_is_checked_rendered_and_replayed_marked_partial(tmp_path):
     rendered = ninelives("report", run)
     assert rendered.returncode == 0, rendered.stderr
     with open(os.path.join(run, "report.html"), encoding="utf-8") as fh:
-        assert "Partial run" in fh.read()
+        page = fh.read()
+    assert "Partial run" in page and "did not exercise what the scenario asked" not in page
+    assert "partial run: " in page and " events, " in page
     with open(os.path.join(run, "summary.md"), encoding="utf-8") as fh:
         assert "Partial run" in fh.read()
 

@@ -29,10 +29,10 @@ def copy(tmp_path):
 
 
 def check(folder, capsys) -> tuple[int, str, dict]:
-    """`ninelives check FOLDER`: (exit code, what it printed, the report it wrote)."""
+    """`ninelives check FOLDER`: (exit code, what it printed, the check.json it wrote)."""
     code = main(["check", str(folder)])
     out = capsys.readouterr()
-    report = json.loads((folder / "report.json").read_text())
+    report = json.loads((folder / "check.json").read_text())
     return code, out.out + out.err, report
 
 
@@ -192,3 +192,48 @@ def test_a_partial_snapshot_holds_only_the_jobs_the_killed_runner_submitted(copy
     snapshot = partial_snapshot(str(folder), report, Killed())
     assert snapshot["submitted"] == [first, second, third]
     assert snapshot["phases"] == {"chaos_start": 3.0}
+
+
+def test_check_of_a_torn_copy_keeps_the_runs_own_record(copy, capsys):
+    folder = copy("pass")
+    assert main(["report", str(folder)]) == 0
+    own = {name: (folder / name).read_bytes()
+           for name in ("report.json", "report.html", "junit.xml", "summary.md")}
+    data = (folder / "history.jsonl").read_bytes()
+    (folder / "history.jsonl").write_bytes(data[:len(data) // 2])
+    code, out, report = check(folder, capsys)
+    assert code == 2 and report["result"] == "error" and report["torn"]
+    assert report["check"]["recorded_result"] == "pass"
+    for name, before in own.items():  # the run said pass: a damaged copy cannot erase it
+        assert (folder / name).read_bytes() == before, name
+    assert "Checked again" in (folder / "check.html").read_text()
+    assert "check.json" in out and "report.json (pass), is unchanged" in out
+
+
+def killed_before_its_checks(folder) -> None:
+    """Make a fixture run folder look like a run killed after its chaos: report.json back to
+    a start record, the history and snapshot kept."""
+    report = json.loads((folder / "report.json").read_text())
+    for key in ("verdicts", "metrics", "faults_applied", "result", "exit_code", "finished"):
+        report.pop(key, None)
+    report.update(partial=True, result="partial")
+    (folder / "report.json").write_text(json.dumps(report))
+
+
+def test_a_partial_run_is_headed_partial_with_what_it_gathered(copy, capsys):
+    folder = copy("pass")
+    killed_before_its_checks(folder)
+    events = len((folder / "history.jsonl").read_text().splitlines())
+    code, out, report = check(folder, capsys)
+    assert code == 2 and report["gathered"]["history_events"] == events
+    assert report["gathered"]["provider_calls"] > 0 and report["gathered"]["billed"] > 0
+    last = [line for line in out.splitlines() if line.startswith("ERROR")][-1]
+    assert f"partial run: gathered {events:,} events" in last and "provider calls" in last
+    # the start record had no verdicts: it is filled in, once, and its page rendered
+    assert json.loads((folder / "report.json").read_text())["verdicts"]
+    for page in ("report.html", "check.html"):
+        html = (folder / page).read_text()
+        assert "did not exercise what the scenario asked" not in html, page
+        assert "partial run: nothing failed in the part there is" in html, page
+        assert f"gathered {events} events" in html, page
+        assert '<div class="n">$0</div><div class="l">billed' not in html, page
