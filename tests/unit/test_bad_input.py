@@ -377,7 +377,8 @@ def harness_case(row: str, tmp: str) -> tuple[list[str], list[str]]:
     if row == "a count, duration or rate past its bound":
         return run("[run]\njobs = 5000000\n"), ["bad.toml", "'run.jobs'", "at most 100,000"]
     if row == "a scenario path that is no scenario file":
-        return ["run", tmp, "--out", out], [tmp, "not a regular file"]
+        return ["run", tmp, "--out", out], [os.path.basename(tmp),
+                                            "is a folder, not a regular file"]
     raise AssertionError(f"the README's harness table has a row no case covers: {row!r}")
 
 
