@@ -44,8 +44,23 @@ __all__ = ["CATALOG", "EXERCISES", "Reached", "exercise", "not_exercised", "reco
 
 # -- the API --------------------------------------------------------------------------------
 
+_last: tuple[list[Event], int, dict[str, Any], dict[str, Reached]] | None = None
+
+
 def recognise(history: list[Event], snapshot: dict[str, Any]) -> dict[str, Reached]:
-    """Every situation of CATALOG, as reached (or not, or unobservable) in this run."""
+    """Every situation of CATALOG, as reached (or not, or unobservable) in this run. The
+    checkers, the report and exploration each ask of one history: the same, unchanged list
+    with an equal snapshot gets the same answer, recognised once (as `readings` does)."""
+    global _last
+    if _last is not None and _last[0] is history and _last[1] == len(history) \
+            and _last[2] == snapshot:
+        return _last[3]
+    out = _recognise(history, snapshot)
+    _last = (history, len(history), dict(snapshot), out)
+    return out
+
+
+def _recognise(history: list[Event], snapshot: dict[str, Any]) -> dict[str, Reached]:
     out: dict[str, Reached] = {}
     if not history:
         return {name: Reached(name, observable=False, why="the history is empty")

@@ -205,3 +205,14 @@ def test_kill_mid_step_counts_the_probes_own_kill_and_not_an_orderly_exit():
     assert reached(crashed, "kill-mid-step").count == 1
     quit_ = held + [process(1.5, "exit", "worker-0.1", 101, code=0)]
     assert reached(quit_, "kill-mid-step").count == 0
+
+
+def test_one_history_is_recognised_once_and_again_when_it_or_its_snapshot_changes():
+    h = _taken_over([memo(3.6, "doc-1", "fetch", W1, 1)])
+    snap = snapshot_of(h)
+    first = recognise(h, snap)
+    assert recognise(h, dict(snap)) is first           # the checkers', then the report's
+    other = recognise(h, {**snap, "phases": {"drain_end": 1.0}})
+    assert other is not first                           # another snapshot: read again
+    h.append(memo(3.7, "doc-1", "extract", W1, 1))
+    assert recognise(h, snap) is not first              # the history grew: read again
