@@ -51,6 +51,7 @@ from .console import Column
 from .console import table as table_of
 from .flags import SEEDS_HELP, at_least, seeds, seeds_text
 from .flags import seconds as flag_seconds
+from .limits import MAX_WORKERS, excerpt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: The engine's safety code, the modules the issue names.
@@ -525,10 +526,12 @@ def print_report(summary: dict, session: str) -> None:
               f"{os.path.relpath(EQUIVALENT, ROOT)} but was killed ({said}): fix the "
               "argument, or find the false alarm")
     score = summary["score"]
-    verdict = "-" if score is None else f"{score:.1%}"
-    met = score is not None and score >= TARGET
-    print(f"\nmutation score: {verdict} of {summary['total']} non-equivalent mutants judged "
-          f"({'meets' if met else 'misses'} the {TARGET:.0%} target); session {session}")
+    if score is None:
+        print(f"\nmutation score: none, no mutant judged; session {session}")
+    else:
+        print(f"\nmutation score: {score:.1%} of {summary['total']} non-equivalent mutants "
+              f"judged ({'meets' if score >= TARGET else 'misses'} the {TARGET:.0%} target); "
+              f"session {session}")
     strict = summary.get("strict")
     if strict is not None:
         print(f"strict score, the out-of-scope mutants counted as survivors: {strict:.1%}")
@@ -572,11 +575,54 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=flag_seconds, default=None,
                         help="seconds per mutant before it counts as caught by a timeout "
                              "(default: 180, and 150 more per real run with --run)")
-    parser.add_argument("--jobs", type=at_least(1), default=os.cpu_count() or 1,
-                        help="mutants judged at once, each in its own copy (default: cores)")
+    parser.add_argument("--jobs", type=at_least(1, MAX_WORKERS), default=os.cpu_count() or 1,
+                        help="mutants judged at once, each in its own copy (default: cores, "
+                             f"at most {MAX_WORKERS})")
     parser.add_argument("--workdir", help="a work folder to use, or to resume if it has a session")
     parser.add_argument("--again", action="store_true",
                         help="with --workdir: judge the survivors again, harness refreshed")
+
+
+def engine_modules(text: str) -> list[str]:
+    """The engine files `--modules` names (comma-separated, relative to the checkout). Raises
+    ValueError naming `--modules` and the first entry that is not a Python file under engine/
+    of this checkout (the campaign mutates only its copies of engine/: any other path, such
+    as /etc/passwd or ../x.py, would give no mutant and a score of nothing), or when it
+    names none."""
+    modules = [m.strip() for m in text.split(",") if m.strip()]
+    if not modules:
+        raise ValueError(f"--modules names no engine file, got {excerpt(text, 40)}")
+    engine = os.path.join(ROOT, "engine") + os.sep
+    for module in modules:
+        path = os.path.normpath(os.path.join(ROOT, module))
+        why = ("is not a path relative to the checkout" if os.path.isabs(module) else
+               "is not a file under engine/" if not path.startswith(engine) else
+               "is not a .py file" if not module.endswith(".py") else
+               "does not exist" if not os.path.exists(path) else
+               "is not a regular file" if not os.path.isfile(path) else None)
+        if why:
+            raise ValueError(f"--modules: {excerpt(module, 60)} {why}; it takes engine files "
+                             f"such as {MODULES[0]},{MODULES[1]}")
+    return [os.path.relpath(os.path.normpath(os.path.join(ROOT, m)), ROOT) for m in modules]
+
+
+def check_workdir(workdir: str | None) -> None:
+    """Raises ValueError naming `--workdir` when it is something other than a folder this
+    process may write in (or a path where one can be made)."""
+    if workdir is None:
+        return
+    if os.path.exists(workdir):
+        if not os.path.isdir(workdir):
+            raise ValueError(f"--workdir: {excerpt(workdir, 60)} is not a folder")
+        if not os.access(workdir, os.W_OK | os.X_OK):
+            raise ValueError(f"--workdir: {excerpt(workdir, 60)} is not writable")
+        return
+    parent = os.path.dirname(os.path.abspath(workdir))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"--workdir: {excerpt(workdir, 60)} cannot be made "
+                         f"({os.path.relpath(parent)} is not a writable folder)")
 
 
 def score(args: argparse.Namespace) -> int:
@@ -584,11 +630,11 @@ def score(args: argparse.Namespace) -> int:
     if args.timeout is None:
         args.timeout = 180.0 + (150.0 * len(args.run_seeds) * len(RUN_SCENARIOS)
                                 if args.run else 0)
-    modules = [m.strip() for m in args.modules.split(",") if m.strip()]
-    missing = [m for m in modules if not os.path.isfile(os.path.join(ROOT, m))]
-    if missing:
-        print(f"error: --modules names files that do not exist: {', '.join(missing)}",
-              file=sys.stderr)
+    try:
+        modules = engine_modules(args.modules)
+        check_workdir(args.workdir)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     if shutil.which("cosmic-ray", path=os.path.dirname(sys.executable)) is None:
         print("error: cosmic-ray is not installed in this environment (make test installs it)",
@@ -617,7 +663,11 @@ def score(args: argparse.Namespace) -> int:
     summary = summarize(results(session), equivalents())
     print_report(summary, session)
     print(f"took {time.perf_counter() - started:.0f} s")
-    return 0 if summary["score"] is not None and summary["score"] >= TARGET else 1
+    if summary["score"] is None:  # exit 1 is a judgement, and there was none
+        print(f"error: no mutant of {', '.join(modules)} was judged (killed, survived or timed "
+              f"out): no score; session {session}", file=sys.stderr)
+        return 2
+    return 0 if summary["score"] >= TARGET else 1
 
 
 if __name__ == "__main__":

@@ -251,3 +251,45 @@ def test_a_test_command_past_its_timeout_is_a_timeout_not_a_kill():
               "output": "killed: sim smoke --profile smoke seed 1: lease-kept"}
     assert score._outcome(late) == "timeout"
     assert score._outcome(caught) == "killed"
+
+
+@pytest.mark.parametrize("flags,named", [
+    (["--modules", "/etc/passwd"], "--modules: '/etc/passwd'"),
+    (["--modules", "../pyproject.toml"], "--modules: '../pyproject.toml'"),
+    (["--modules", "engine/retry.py,chaos/score.py"], "--modules: 'chaos/score.py'"),
+    (["--modules", "engine"], "--modules: 'engine'"),
+    (["--modules", "engine/no_such.py"], "--modules: 'engine/no_such.py' does not exist"),
+    (["--modules", " , "], "--modules names no engine file"),
+    (["--workdir", "FILE"], "--workdir: "),
+    (["--jobs", "100000"], "--jobs"),
+], ids=["absolute", "outside", "harness-file", "folder", "missing", "empty", "workdir-file",
+        "jobs"])
+def test_a_bad_score_option_exits_2_with_one_line_naming_it(tmp_path, flags, named):
+    """Bad input is exit 2 naming the option, before any campaign starts: exit 1 is a
+    judgement (`--modules /etc/passwd` had run a campaign of no mutant and exited 1)."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    flags = [str(a_file) if f == "FILE" else f for f in flags]
+    work = tmp_path / "campaign"
+    done = subprocess.run([sys.executable, "-m", "chaos.cli", "score", "--jobs", "1",
+                           "--workdir", str(work), *flags], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2, done.stdout[-1000:] + done.stderr[-1000:]
+    assert named in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert len([line for line in lines if "error" in line]) == 1, done.stderr
+    assert not done.stdout and not work.exists()  # no campaign began
+
+
+def test_a_campaign_that_judges_no_mutant_is_exit_2_not_a_missed_target(tmp_path):
+    """engine/__main__.py gives cosmic-ray nothing to mutate: no judgement, so no exit 1."""
+    work = tmp_path / "campaign"
+    done = subprocess.run([sys.executable, "-m", "chaos.cli", "score", "--modules",
+                           "engine/__main__.py", "--jobs", "1", "--seeds", "1", "--deep", "0",
+                           "--workdir", str(work)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=200)
+    assert done.returncode == 2, done.stdout[-1000:] + done.stderr[-1000:]
+    assert "misses" not in done.stdout and "no mutant judged" in done.stdout
+    [error] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert "engine/__main__.py" in error and "Traceback" not in done.stderr
+    assert not processes_in(str(work))

@@ -366,6 +366,9 @@ def harness_case(row: str, tmp: str) -> tuple[list[str], list[str]]:
         return ["sweep", "--seeds", "0", "--out", out], ["--seeds", "names no seed"]
     if row == "a count below its floor":
         return ["replay", tmp, "--tries", "0"], ["--tries", ">= 1"]
+    if row == "an engine file `score` cannot mutate":
+        return ["score", "--modules", "/etc/passwd", "--workdir", out], [
+            "--modules", "'/etc/passwd'", "engine/"]
     if row == "a sweep grid that is not one":
         return ["sweep", "--lease", "nan", "--out", out], ["--lease", "finite"]
     if row == "an engine that cannot be loaded":
@@ -399,6 +402,7 @@ def test_each_row_of_the_harness_bad_input_table_exits_2_before_anything_runs(ro
 
     monkeypatch.setattr("chaos.runner.run_campaign", started)
     monkeypatch.setattr("chaos.sweep.run_sweep", started)
+    monkeypatch.setattr("chaos.score.campaign", started)
     argv, fragments = harness_case(row, str(tmp_path))
     code, err = exit_of(main, argv, capsys)
     assert code == 2, err
