@@ -130,8 +130,14 @@ def partial_snapshot(run: str, report: dict[str, Any], engine: Any) -> dict[str,
     from .expect import harness_snapshot
     from .fakes import read_ledger
     from .plan import FaultPlan
+    from .scenario import check_saved
     from .sim.shrink import scenario_from_json
-    scenario = scenario_from_json(report["scenario"])
+    where = os.path.join(run, "report.json")
+    try:
+        scenario = check_saved(scenario_from_json(report["scenario"]), where)
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{where}: its scenario cannot be read ({type(exc).__name__}: "
+                         f"{exc})") from None
     plan = FaultPlan.from_json(report["plan"])
     settings = engine.settings(scenario.engine)
     from .backends import saved_target

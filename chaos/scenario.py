@@ -268,6 +268,22 @@ def check_numbers(scenario: Scenario) -> Scenario:
     return scenario
 
 
+def check_saved(scenario: Scenario, where: str) -> Scenario:
+    """`scenario` if it would have passed `load_scenario`'s checks of its name, numbers and
+    bounds, for one read back from JSON (a saved schedule, a run's report.json): such a file
+    may come from someone else, and its name becomes a folder under --out and its counts the
+    work planned. Raises ScenarioError naming `where` and the field."""
+    if not isinstance(scenario.name, str) or not SAFE_NAME.fullmatch(scenario.name):
+        # The name becomes a folder under --out: a path in it would write outside
+        raise ScenarioError(f"{where}: field 'scenario.name' must be a short slug (letters, "
+                            f"digits, '.', '_', '-'; at most 100; no path), got "
+                            f"{excerpt(str(scenario.name))}")
+    check_numbers(scenario)
+    _check(where, scenario)
+    _check_bounds(where, scenario.run, scenario.faults)
+    return scenario
+
+
 def check_for_engine(scenario: Scenario, engine: Any = None) -> Any:
     """The scenario's [engine] table as `engine` reads it (its EngineSettings). Raises
     ScenarioError naming the file and the field: an [engine] setting the engine refuses, or

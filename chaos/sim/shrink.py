@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 from ..aim import read_aims
 from ..contract import load_engine
 from ..runfiles import scenario_record
-from ..scenario import Expect, Faults, Run, Scenario
+from ..scenario import Expect, Faults, Run, Scenario, check_saved
 from .choices import DrawnChoices, ReplayChoices
 from .run import simulate
 from .spec import SimResult, SimSpec
@@ -201,6 +201,7 @@ def load_schedule(path: str, engine: Any = None) -> tuple[SimSpec, list[int], di
         seed = int(data["seed"])
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path}: malformed schedule ({type(exc).__name__}: {exc})") from None
+    check_saved(scenario, path)  # someone else's file: its name and counts are checked as a TOML's
     spec_name = data.get("engine") or "reference"
     engine = engine if engine is not None else load_engine(spec_name)
     # A swarm schedule's scenario is the seed's own mix already (chaos.sim.swarm).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,6 +57,8 @@ def killed_in_chaos(out) -> str:
 def test_a_killed_run_is_checked_rendered_and_replayed_marked_partial(tmp_path):
     run = killed_in_chaos(tmp_path / "reports")
     assert not os.path.exists(os.path.join(run, "history.jsonl"))
+    tampered = str(tmp_path / "tampered")  # a copy as the run left it, for the last case
+    shutil.copytree(run, tampered, symlinks=True)
     with open(os.path.join(run, "report.json"), encoding="utf-8") as fh:
         start = json.load(fh)
     assert start["partial"] is True and start["result"] == "partial"
@@ -82,6 +85,16 @@ def test_a_killed_run_is_checked_rendered_and_replayed_marked_partial(tmp_path):
     replayed = ninelives("replay", run, "--out", str(tmp_path / "replays"))
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert "partial run" in replayed.stdout and "try 1: pass" in replayed.stdout
+
+    # the same folder handed over by someone else, its scenario's counts past every bound:
+    # refused naming the file and the field, not planned for hours
+    start["scenario"]["run"]["jobs"] = 10 ** 11
+    with open(os.path.join(tampered, "report.json"), "w", encoding="utf-8") as fh:
+        json.dump(start, fh)
+    refused = ninelives("check", tampered, timeout=60)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "report.json: field 'run.jobs' must be at most" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
 
 
 def test_an_interrupted_replay_names_the_folder_it_had_written(tmp_path, monkeypatch, capsys):

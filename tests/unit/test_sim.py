@@ -467,6 +467,26 @@ def test_a_saved_schedule_keeps_its_scenario_seed_engine_and_choices(tmp_path):
     assert json.loads((tmp_path / "schedule.json").read_text())["choices"] == result.choices
 
 
+@pytest.mark.parametrize("field,value,message", [
+    ("name", "../../../escaped", "field 'scenario.name' must be a short slug"),
+    ("name", "/etc/cron.d/x", "field 'scenario.name' must be a short slug"),
+    ("jobs", 10 ** 11, "field 'run.jobs' must be at most"),
+    ("workers", 0, "field 'run.workers' must be >= 1"),
+])
+def test_a_saved_schedule_from_someone_else_is_checked_as_a_scenario_file_is(
+        field, value, message, tmp_path):
+    # its name becomes a folder under --out and its counts the work planned: a schedule
+    # handed over to reproduce a failure must not write outside --out nor hang
+    path = save_schedule(str(tmp_path / "schedule.json"), run(ZOMBIES, 5))
+    data = json.loads((tmp_path / "schedule.json").read_text())
+    table = data["scenario"] if field == "name" else data["scenario"]["run"]
+    table[field] = value
+    (tmp_path / "schedule.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=re.escape(message)) as caught:
+        load_schedule(path)
+    assert str(caught.value).startswith(path)
+
+
 def test_a_scratch_folder_left_by_a_dead_simulation_is_removed_and_a_live_ones_kept(tmp_path,
                                                                                   monkeypatch):
     import os
