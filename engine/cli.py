@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from .config import DEFAULT_WORDS, FIELDS, MEANING, ConfigError, EngineConfig, load_config
 from .hooks import SkewedClock, SystemClock, arm_from_env
+from .joblist import GROUPS, footer, listing, shell_word, states_named
 from .outbox import Sender
 from .retry import PoisonError, SchemaError, StepError
 from .states import PipelineError, get_pipeline
@@ -287,10 +288,12 @@ def print_rows(rows: list[dict], as_json: bool, width: int | None = None) -> Non
 
 
 def cmd_query(args: argparse.Namespace, config: EngineConfig) -> int:
-    """status, stuck, failures, costs and alerts: read-only; alerts exits 1 if it found any."""
+    """status, stuck, failures, jobs, costs and alerts: read-only; alerts exits 1 if it found
+    any."""
+    pipeline = get_pipeline(config.pipeline)
+    states = states_named(pipeline, args.state) if args.command == "jobs" else frozenset()
     store = open_for(config, read_only=True)
     now = SystemClock().now()
-    pipeline = get_pipeline(config.pipeline)
     if args.command == "status":
         jobs, outbox = store.status(now), store.outbox_status(now)
         if args.json:
@@ -303,6 +306,13 @@ def cmd_query(args: argparse.Namespace, config: EngineConfig) -> int:
         print_rows(store.stuck(now), args.json)
     elif args.command == "failures":
         print_rows(store.failures(pipeline.parked_states), args.json)
+    elif args.command == "jobs":
+        answer = listing(store, pipeline, states, now, args.limit)
+        if args.json:
+            print(json.dumps(answer, indent=2, default=str))
+        else:
+            print_rows([{**job, "id": shell_word(job["id"])} for job in answer["jobs"]], False)
+            print("\n".join(footer(answer, args.limit)))
     elif args.command == "costs":
         print_rows(store.costs(now, args.window), args.json)
     else:
@@ -452,10 +462,19 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (("status", "jobs per state and their age"),
                        ("stuck", "jobs whose lease expired mid-step"),
                        ("failures", "parked jobs grouped by error"),
+                       ("jobs", "jobs in some states by id, to requeue, resolve or cancel"),
                        ("costs", "cost per step, committed and wasted"),
                        ("alerts", "oldest unfinished job, parked rows, dead letters")):
         p = sub.add_parser(name, help=text)
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        if name == "jobs":
+            p.add_argument("--state", default="parked", metavar="STATE[,STATE...]",
+                           help="a state of the pipeline, or a group: " + "; ".join(
+                               f"{g}: {what}" for g, what in GROUPS.items())
+                           + " (default parked)")
+            p.add_argument("--limit", type=count, default=50, metavar="N",
+                           help="list at most N jobs, the oldest first (default 50); the "
+                                "count of the rest is printed under them")
         if name == "costs":
             p.add_argument("--window", type=positive, default=86400.0, metavar="SECONDS",
                            help="seconds back (default 86400)")
@@ -467,7 +486,8 @@ def build_parser() -> argparse.ArgumentParser:
                        ("requeue", "send a parked job back to its step"),
                        ("resolve", "settle a parked step by hand")):
         p = sub.add_parser(name, help=text)
-        p.add_argument("job", help="the job's id")
+        p.add_argument("job", help="the job's id (as `jobs` shows it; after -- if it starts "
+                                   "with -)")
         if name == "resolve":
             p.add_argument("--output", help="JSON to record as the step's result")
             p.add_argument("--approve", action="store_true",

@@ -443,6 +443,9 @@ class PostgresStore(PostgresSession, CommitEvidence, OperatorSQL):
     def stuck(self, now: float, limit: int = 50) -> list[dict]:
         return super().stuck(self._server_now(now), limit)
 
+    def jobs(self, states: frozenset[str], now: float, limit: int = 50) -> tuple[list[dict], int]:
+        return super().jobs(states, self._server_now(now), limit)
+
     def costs(self, now: float, window: float = 86400.0) -> list[dict]:
         return super().costs(self._server_now(now), window)
 

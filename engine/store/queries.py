@@ -1,6 +1,6 @@
-"""The operator's read-only SQL for SQLite: the four queries and the alerts. They change
-nothing, so they are not part of the engine's safety code (`engine/store/operator.py` holds
-the actions)."""
+"""The operator's read-only SQL for SQLite: the four queries, the job list and the alerts.
+They change nothing, so they are not part of the engine's safety code
+(`engine/store/operator.py` holds the actions)."""
 from __future__ import annotations
 
 from typing import Callable
@@ -51,6 +51,18 @@ class OperatorQueries:
         return self.query(f"SELECT state, COUNT(*) AS jobs, last_error AS error"
                           f" FROM job WHERE state IN ({marks}) GROUP BY state, error"
                           f" ORDER BY 2 DESC, 1, 3", tuple(sorted(parked)))
+
+    def jobs(self, states: frozenset[str], now: float, limit: int = 50) -> tuple[list[dict], int]:
+        """Which jobs, by id? The jobs in `states`, oldest write first, at most `limit`: id,
+        pipeline, state, attempts, age_s (seconds since its last write), error; and how many
+        jobs are in `states` in all (one statement, so the two agree)."""
+        marks = ",".join("?" * len(states))
+        rows = self.query(f"SELECT id, pipeline, state, attempts, ROUND(? - updated) AS age_s,"
+                          f" last_error AS error, COUNT(*) OVER () AS total FROM job"
+                          f" WHERE state IN ({marks}) ORDER BY updated, id LIMIT ?",
+                          (now, *sorted(states), limit))
+        total = rows[0]["total"] if rows else 0
+        return [{k: v for k, v in r.items() if k != "total"} for r in rows], total
 
     def costs(self, now: float, window: float = 86400.0) -> list[dict]:
         """4. Which step costs the money? Committed cost per step, beside all billed spend.

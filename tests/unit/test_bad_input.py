@@ -264,6 +264,8 @@ def engine_case(row: str, tmp: str, monkeypatch, held: list) -> tuple[list[str],
         return ["status", "--config", config, "--db", db], [config, "not valid TOML"]
     if row == "a command's own flag out of range":
         return ["worker", "--db", db, "--max-jobs", "0"], ["--max-jobs", ">= 1"]
+    if row == "a state `jobs` does not know":
+        return ["jobs", "--db", db, "--state", "parkd"], ["--state", "'parkd'", "parked"]
     if row == "a database that does not exist, for a query":
         missing = os.path.join(tmp, "missing.db")
         return ["status", "--db", missing], [missing, "does not exist"]
