@@ -208,6 +208,37 @@ def _ambiguous_send(ctx: Context):
     return found
 
 
+@situation("failed-send-retried",
+           "The receiver refused a send for a reason worth retrying (a 5xx, 408 or 429, "
+           "nothing applied) and the effect was sent again: the retry must wait out the "
+           "sender's backoff, jittered, not hammer the receiver at once.")
+def _failed_send(ctx: Context):
+    why = _has_outbox(ctx)
+    if why:
+        return why
+    if not ctx.ledger("receiver"):
+        return "the receiver's ledger was not kept"
+    by_key: dict[Any, list[Event]] = {}
+    for e in ctx.history:
+        if e.get("src") == "receiver" and e["type"] == "request":
+            by_key.setdefault(e.get("key"), []).append(e)
+    found = []
+    for key, group in by_key.items():
+        for i, e in enumerate(group):
+            status = e.get("status")
+            # a definite refusal (a ledger too old to say "completion" gave only those)
+            if e.get("completion", "fail") != "fail" or e.get("applied") or status is None \
+                    or not (status >= 500 or status in (408, 429)):
+                continue
+            again = next((r for r in group[i + 1:] if r["t_start"] >= e["t_end"] - TOL), None)
+            if again is not None:
+                found.append((again, f"job {e.get('job')}: {e.get('kind')!r} (key {key}) "
+                                     f"refused with {status} at {ctx.at(e['t_end'])}, sent "
+                                     f"again at {ctx.at(again['t_start'])} by "
+                                     f"{again.get('worker')}"))
+    return found
+
+
 @situation("crash-between-commit-and-effect",
            "A process died after committing a write that queued an effect, or after claiming "
            "an effect to send, and before the effect was marked sent: the effect must still "

@@ -94,6 +94,34 @@ def test_ambiguous_send_retried_and_a_clean_second_send():
     assert reached([clean, again], "ambiguous-send-retried").count == 0
 
 
+def test_failed_send_retried_and_sends_that_were_not_refused_or_not_retried():
+    refused = request(1.0, 1.01, "doc-1", "charge", status=503, outcome="error", applied=False)
+    again = request(1.3, 1.31, "doc-1", "charge", n=2)
+    r = reached([refused, again], "failed-send-retried")
+    assert r.count == 1 and r.examples == [again]
+    assert reached([refused], "failed-send-retried").count == 0
+    assert reached([request(1.0, 1.01, "doc-1", "charge"), again],
+                   "failed-send-retried").count == 0
+    declined = dict(refused, status=402)  # refused for good: a retry is another fault
+    assert reached([declined, again], "failed-send-retried").count == 0
+
+
+def test_retry_discipline_with_no_failed_send_nor_retry_is_not_exercised():
+    """A run whose receiver refused nothing examined no retry wait: "pass, not exercised";
+    one failed send retried exercises it."""
+    from chaos.checkers.liveness import check_retry_discipline
+    from builders import sent_effect, snapshot_with_effects
+    clean = delivered_job("doc-1") + sent_effect(2.0, "doc-1", "charge", 1)
+    refused = sent_effect(2.0, "doc-1", "charge", 1, status=503, outcome="error",
+                          applied=False, mark=False)
+    retried = delivered_job("doc-1") + refused + sent_effect(2.3, "doc-1", "charge", 1,
+                                                             token=2)
+    for h, label in ((clean, "pass, not exercised"), (retried, "pass")):
+        verdict = check_retry_discipline(h, snapshot_with_effects(h))
+        exercise([verdict], recognise(h, snapshot_with_effects(h)))
+        assert verdict.label == label, (verdict.label, verdict.reason, verdict.situations)
+
+
 def test_outbox_takeover_from_a_live_sender_not_from_a_dead_one():
     S2 = "sender:host:202:dddd"
     first = outbox(1.0, 1, "doc-1", "charge", S1, 1, old_token=0, attempts=1, lease_until=2.0)
