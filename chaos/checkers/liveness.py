@@ -28,7 +28,11 @@ SYNC_MIN_BASE = 10 * SYNC_SPAN
 #: The jitter spread test (see `spread_test`) fails a run that holds the engine's claim with
 #: probability at most this (the Dvoretzky-Kiefer-Wolfowitz bound, exact for every n).
 JITTER_ALPHA = 1e-6
-JITTER_MIN_WAITS = 20  # fewer waits judge no spread (the band is wider than half the range)
+#: Fewer waits judge no spread: their band is the whole range, so nothing could leave it. From
+#: this count on the test can fail, if only waits as far off as all of them at one end (a
+#: sender that retries at once, every wait 0): 8 at 1e-6. A higher floor (it was 20) let 18
+#: failed sends, each retried at once, pass unjudged.
+JITTER_MIN_WAITS = math.floor(math.log(2 / JITTER_ALPHA) / 2) + 1
 
 
 @dataclass

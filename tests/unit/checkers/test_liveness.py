@@ -435,7 +435,8 @@ def retries(waits):
 def test_backoff_without_jitter_is_caught():
     history = retries([0.1] * 8)  # always the ceiling: within bounds, but no jitter
     verdict = retry_check(history)
-    assert verdict.by_type == {"no-jitter": 1}
+    # 8 waits all at one end are also as far from a spread as 8 waits can be
+    assert verdict.by_type == {"no-jitter": 1, "jitter-not-spread": 1}, verdict.reason
     assert verdict.failures[0].events == [e for e in history if e.get("to") == "pending"][:4]
 
 
@@ -664,6 +665,33 @@ def test_retried_sends_that_all_wait_nothing_are_not_spread():
     verdict = retry_check(history, settings=outbox_settings())
     assert verdict.by_type.get("jitter-not-spread") == 1, verdict.reason
     assert verdict.metrics["outbox"]["jitter_spread"]["waits"] == 40
+
+
+def sends_failed_and_retried(waits):
+    """One row's failed send per wait (doc-i's charge), its retry scheduled `wait` later."""
+    history = delivered_job(J)
+    for i, wait in enumerate(waits):
+        history += [dict(e, job=f"doc-{i}", key=f"doc-{i}:charge") if e.get("job") else e
+                    for e in failed_send(2.0 + i * 0.1, wait)]
+    return history
+
+
+def test_ten_failed_sends_each_retried_at_once_are_caught_though_each_is_within_bounds():
+    """The mutant outbox_retry_at_once passed at seed 1: 18 failed sends, each retried at
+    once, under the 20 waits the spread test then asked for. Full jitter's lowest wait is 0,
+    so no single retry breaks its bounds; ten all at 0 are far from any uniform spread."""
+    verdict = retry_check(sends_failed_and_retried([0.0005] * 10),
+                          settings=outbox_settings())
+    assert verdict.by_type == {"jitter-not-spread": 1}, verdict.reason
+    assert verdict.metrics["outbox"]["jitter_spread"]["waits"] == 10
+
+
+def test_ten_failed_sends_jittered_over_their_backoff_pass():
+    rng = random.Random(11)
+    verdict = retry_check(sends_failed_and_retried([rng.uniform(0, 0.05) for _ in range(10)]),
+                          settings=outbox_settings())
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["outbox"]["jitter_spread"]["waits"] == 10
 
 
 @pytest.mark.parametrize("fault, logged_at, answered_at", [("lost", 10.551, 11.451),
