@@ -34,12 +34,19 @@ def excerpt(text: str, most: int = 60) -> str:
     return repr(text[:most]) + ("..." if len(text) > most else "")
 
 
+def shown(path: str) -> str:
+    """`path` as an error or a command shows it: relative to where the command runs when it
+    lies under it, else absolute (never '../../dev/zero', which names nothing the user gave)."""
+    rel = os.path.relpath(path)
+    return os.path.abspath(path) if rel == ".." or rel.startswith(".." + os.sep) else rel
+
+
 def read_text(path: str, most: int = MAX_SCENARIO_BYTES) -> str:
     """The UTF-8 text of the regular file at `path`, of at most `most` bytes. Raises
     ValueError naming the file: one that is not a regular file (a FIFO would block the
     read forever, /dev/zero never end it), a larger one, or bytes that are not UTF-8 (with
     their offset); OSError as `open` does."""
-    where = os.path.relpath(path)
+    where = shown(path)
     mode = os.stat(path).st_mode  # before opening: opening a FIFO blocks until a writer
     if not stat.S_ISREG(mode):
         kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else

@@ -29,6 +29,7 @@ from .plan import FaultPlan
 from .progress import progress_latency
 from .runfiles import scenario_record, write_json
 from . import crashpoints
+from .limits import shown
 from .scenario import Scenario, engine_set_args
 
 REPORT_SCHEMA = "ninelives.report/1"
@@ -266,7 +267,7 @@ def run_command(scenario: Scenario, seed: int, engine_spec: str | None,
                 database: dict | None = None) -> str:
     """The command that reruns this scenario and seed (on the same backend; a --pg-url
     shown without its password)."""
-    parts = ["ninelives", "run", os.path.relpath(scenario.path), "--seed", str(seed),
+    parts = ["ninelives", "run", shown(scenario.path), "--seed", str(seed),
              "--profile", scenario.profile]
     if engine_spec and engine_spec != "reference":
         parts += ["--engine", engine_spec]

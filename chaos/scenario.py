@@ -31,7 +31,7 @@ from . import crashpoints
 from .aim import Aim, read_aims, resolve as resolve_aims
 from .latency import LatencyError, parse_latency
 from .limits import (MAX_FAULT_EVENTS, MAX_JOBS, MAX_RATE, MAX_SECONDS, MAX_WORKERS, excerpt,
-                     read_text)
+                     read_text, shown)
 from .runfiles import is_secret
 
 SCENARIO_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -187,7 +187,7 @@ def load_scenario(name: str, profile: str | None = None, engine: Any = None,
     ScenarioError naming file and field (or the --engine-set setting)."""
     path = resolve_path(name)
     data = _read_toml(path)
-    where = os.path.relpath(path)
+    where = shown(path)
     unknown = set(data) - {"name", "description", "run", "engine", "faults", "expect", "aim"}
     if unknown:
         raise ScenarioError(f"{where}: unknown field {sorted(unknown)[0]!r} (known: name, "
@@ -257,7 +257,7 @@ def check_numbers(scenario: Scenario) -> Scenario:
     """`scenario` if every number of its [run] and [faults] is finite, for a scenario that
     did not come through `load_scenario` (a saved schedule's JSON may hold NaN, which would
     hang the planner). Raises ScenarioError naming the field."""
-    where = os.path.relpath(scenario.path) if scenario.path else scenario.name
+    where = shown(scenario.path) if scenario.path else scenario.name
     for name, table in (("run", scenario.run), ("faults", scenario.faults)):
         for f in fields(table):
             value = getattr(table, f.name)
@@ -290,7 +290,7 @@ def check_for_engine(scenario: Scenario, engine: Any = None) -> Any:
     a crash point it does not declare (see `check_crash_points`)."""
     from .contract import load_engine
     engine = engine if engine is not None else load_engine("reference")
-    where = os.path.relpath(scenario.path)
+    where = shown(scenario.path)
     try:
         settings = engine.settings(scenario.engine)
     except ValueError as exc:
@@ -307,7 +307,7 @@ def check_aims(scenario: Scenario, engine: Any) -> None:
     """Raise ScenarioError naming the file, the aim's field and the engine's points and
     roles when an aim names a point (or a rendezvous point) the engine does not declare and
     does not mark optional (as `check_crash_points` for crash points)."""
-    where = os.path.relpath(scenario.path) if scenario.path else scenario.name
+    where = shown(scenario.path) if scenario.path else scenario.name
     for target in resolve_aims(scenario.aims, engine):
         if target.missing:
             raise ScenarioError(
@@ -322,7 +322,7 @@ def check_crash_points(scenario: Scenario, engine: Any) -> crashpoints.Resolutio
     Raises ScenarioError naming the file, the field, every name the engine does not declare
     (neither a point of its own nor a role it maps) that is not marked optional, and the
     engine's points and roles."""
-    where = os.path.relpath(scenario.path) if scenario.path else scenario.name
+    where = shown(scenario.path) if scenario.path else scenario.name
     try:
         resolution = crashpoints.resolve(scenario.faults.crash_points, engine)
     except ValueError as exc:
@@ -350,14 +350,14 @@ def _read_toml(path: str) -> dict:
     try:
         text = read_text(path)
     except OSError as exc:
-        raise ScenarioError(f"{os.path.relpath(path)}: cannot be read: "
+        raise ScenarioError(f"{shown(path)}: cannot be read: "
                             f"{exc.strerror or exc}") from None
     except ValueError as exc:  # not a regular file, too large, not UTF-8: it says which
         raise ScenarioError(str(exc)) from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(f"{os.path.relpath(path)}: not valid TOML: {exc}") from None
+        raise ScenarioError(f"{shown(path)}: not valid TOML: {exc}") from None
 
 
 def _table(where: str, name: str, cls: type, raw: Any):
@@ -532,7 +532,7 @@ def load_profiles() -> dict[str, dict[str, float]]:
     """The profiles, each a table of scale factors (jobs, duration, rates: finite numbers
     >= 0) and a description. Raises ScenarioError naming the field."""
     path = os.path.join(SCENARIO_DIR, "profiles.toml")
-    where = os.path.relpath(path)
+    where = shown(path)
     data = _read_toml(path)
     for name, table in data.items():
         if not isinstance(table, dict):
@@ -553,7 +553,7 @@ def apply_profile(s: Scenario, profile: str) -> Scenario:
     profiles = load_profiles()
     if profile not in profiles:
         raise ScenarioError(f"unknown profile {profile!r} (known in "
-                            f"{os.path.relpath(os.path.join(SCENARIO_DIR, 'profiles.toml'))}: "
+                            f"{shown(os.path.join(SCENARIO_DIR, 'profiles.toml'))}: "
                             f"{', '.join(sorted(profiles))})")
     p = profiles[profile]
     jobs, duration, rates = p.get("jobs", 1.0), p.get("duration", 1.0), p.get("rates", 1.0)
@@ -563,5 +563,5 @@ def apply_profile(s: Scenario, profile: str) -> Scenario:
     faults = dataclasses.replace(
         s.faults, **scaled,
         outages=tuple((a * duration, b * duration) for a, b in s.faults.outages))
-    _check_bounds(os.path.relpath(s.path), run, faults, profile)
+    _check_bounds(shown(s.path), run, faults, profile)
     return dataclasses.replace(s, profile=profile, run=run, faults=faults)

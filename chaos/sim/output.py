@@ -24,6 +24,7 @@ from .. import history as hist
 from ..report import build_report, faults_applied, write_report
 from ..runner import render_reports
 from ..runfiles import scenario_record
+from ..limits import shown
 from ..scenario import engine_set_args
 from .spec import SimResult
 from .shrink import save_schedule
@@ -42,7 +43,7 @@ def run_dir_for(out: str, result: SimResult, label: str = "") -> str:
 def sim_command(result: SimResult) -> str:
     """The command that explores this run's seed again."""
     s = result.spec
-    parts = ["ninelives", "sim", os.path.relpath(s.scenario.path), "--seed", str(s.seed),
+    parts = ["ninelives", "sim", shown(s.scenario.path), "--seed", str(s.seed),
              "--profile", s.scenario.profile]
     if s.engine_spec and s.engine_spec != "reference":
         parts += ["--engine", s.engine_spec]
