@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 SCENARIO ?= smoke
 PYTEST_ARGS ?=
 
-.PHONY: run test bench clean browser postgres
+.PHONY: run test docs bench clean browser postgres
 
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 LOG    := $(VENV)/install.log
@@ -25,6 +25,11 @@ run: $(STAMP)
 
 test: $(STAMP) browser postgres
 	$(BIN)/python -m pytest -n auto $(PYTEST_ARGS)
+
+# The documentation site, built offline into site/ (the suite builds it strictly too).
+docs: $(STAMP)
+	$(BIN)/python -m chaos.docs --check
+	$(BIN)/mkdocs build --strict
 
 # The report page is checked in a headless browser; install one where we may (root, apt).
 browser:

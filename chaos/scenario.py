@@ -48,9 +48,9 @@ class ScenarioError(ValueError):
 
 @dataclass(frozen=True)
 class Run:
-    jobs: int = 20
-    workers: int = 2
-    senders: int = 1
+    jobs: int = 20              # documents submitted, each a job through every step
+    workers: int = 2            # worker processes (a killed one is started again)
+    senders: int = 1            # outbox sender processes
     chaos: float = 5.0          # seconds of faults
     heal: float = 0.5           # quiet seconds after the faults stop
     drain: float = 60.0         # liveness deadline: everything settles within this
@@ -61,40 +61,40 @@ class Run:
 class Faults:
     # processes
     kill: float = 0.0                     # SIGKILLs per second, of a random worker or sender
-    kill_senders: bool = True
+    kill_senders: bool = True             # kills may strike senders too, not only workers
     crash_points: tuple[str, ...] = ()    # points armed in spawned processes ("*": all,
                                           # "role:after_call" by role, "name?" optional:
                                           # see chaos.crashpoints)
     crash_point_probability: float = 0.0  # chance per hit of an armed point
     pause: float = 0.0                    # SIGSTOP/SIGCONT per second, of a random worker
-    pause_seconds: float = 3.0
+    pause_seconds: float = 3.0            # how long a paused process stays stopped
     pause_senders: bool = False           # ... or sender (its outbox lease runs out paused)
     lease_expiry: float = 0.0             # expiries of every in-flight lease, per second
     skewed_workers: int = 0               # workers started with a skewed clock
-    skew_seconds: float = 5.0
+    skew_seconds: float = 5.0             # seconds a skewed worker's clock is ahead
     heartbeat_off_workers: int = 0        # workers with heartbeat off (call_timeout < lease)
     # the model provider, as shares of calls
-    slow: float = 0.0
-    slow_seconds: float = 2.0
-    provider_429: float = 0.0
+    slow: float = 0.0                     # answered, but slow_seconds late
+    slow_seconds: float = 2.0             # how late a slow answer comes
+    provider_429: float = 0.0             # refused: 429 Too Many Requests
     retry_after: float = 0.5              # seconds in Retry-After on half of the 429s
                                           # (half of those as an HTTP date: plan.provider_form)
-    provider_5xx: float = 0.0
+    provider_5xx: float = 0.0             # refused: 500 or 503
     hang: float = 0.0                     # past the client timeout, still billed (half
                                           # trickle a byte every 0.2 s: plan.provider_form)
-    hang_seconds: float = 2.0
-    reset: float = 0.0
+    hang_seconds: float = 2.0             # how long a hung call holds the connection
+    reset: float = 0.0                    # the connection reset before any answer
     outages: tuple[tuple[float, float], ...] = ()  # [start, end] seconds into the chaos phase
     latency: str = ""                     # every call's latency: fixed:S, uniform:A:B, ...
     # jobs, as shares of the submitted documents
     poison: float = 0.0                   # 400, malformed content, schema-invalid output
     unavailable: float = 0.0              # 503 on every call of one step: parked at the cap
     crash_loop: float = 0.0               # documents that kill their worker every time
-    duplicate_same: float = 0.0
-    duplicate_different: float = 0.0
+    duplicate_same: float = 0.0           # submitted again with the same content
+    duplicate_different: float = 0.0      # submitted again under the same id, other content
     # the receiver, as shares of requests
-    receiver_5xx: float = 0.0
-    receiver_timeout: float = 0.0
+    receiver_5xx: float = 0.0             # refused with 500/503, not applied
+    receiver_timeout: float = 0.0         # answered past the sender's timeout, applied
     receiver_drop: float = 0.0            # applied, then the connection drops
     receiver_lost: float = 0.0            # held past the sender's timeout, never applied
     # documents whose first effect the receiver refuses for good, every time (a payment
@@ -102,26 +102,29 @@ class Faults:
     declined: float = 0.0
     # the database and the operator
     contention: float = 0.0               # write-lock holds per second
-    contention_seconds: float = 0.5
+    contention_seconds: float = 0.5       # how long each hold keeps the write lock
     contention_seconds_max: float = 0.0   # above contention_seconds: each hold's length is
                                           # drawn from [contention_seconds, this]
     operator: float = 0.0                 # operator actions per second (cancel, requeue, resolve)
     # the database server's own faults (--backend postgres, on a server the run starts)
-    server_restart: float = 0.0           # crashes per second (pg_ctl stop -m immediate),
-    server_down_seconds: float = 0.5      # each followed by a restart this much later
+    server_restart: float = 0.0           # crashes per second (pg_ctl stop -m immediate)
+    server_down_seconds: float = 0.5      # seconds from each crash to its restart
     connection_kill: float = 0.0          # per second: one engine process's connection ended
                                           # by the server (pg_terminate_backend)
-    statement_timeout: float = 0.0        # per second: engine statements, kept waiting by
-    statement_timeout_seconds: float = 0.2  # a held lock, cancelled by the server once they
-                                          # ran this long (SQLSTATE 57014)
+    statement_timeout: float = 0.0        # per second: a lock held so that the engine's
+                                          # statements waiting on it are cancelled by the
+                                          # server (SQLSTATE 57014)
+    statement_timeout_seconds: float = 0.2  # how long a statement runs before the cancel
     # --backend postgres, on any server: one job's row held locked (SELECT ... FOR UPDATE)
     row_lock: float = 0.0                 # holds per second, of a job a worker holds (or any)
-    row_lock_seconds: float = 1.0         # by another transaction, for this long
+    row_lock_seconds: float = 1.0         # how long another transaction holds the row
 
 
 @dataclass(frozen=True)
 class Expect:
-    duplicate_spend_allowance: float = 0.0
+    duplicate_spend_allowance: float = 0.0  # dollars of duplicate calls lease-exclusive
+                                            # forgives (a lease shorter than a call's length
+                                            # may pay twice by design: see the lease sweep)
 
 
 @dataclass(frozen=True)
