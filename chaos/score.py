@@ -84,8 +84,7 @@ def kill(seeds: range, deep: int, run: range, out: str) -> int:
     killed), 0 when every stage passed. Prints which stage, scenario and seed caught it."""
     from .scenario import load_scenario
     from .sim import SeededChoices, SimSpec, simulate
-    from .supervisor import die_with_parent, run_owned
-    die_with_parent()  # a mutant's test ends with the campaign that started it
+    from .supervisor import run_owned
     stages = [("smoke", SIM_SCENARIOS, seeds), ("ci", DEEP_SCENARIOS, range(1, deep + 1))]
     for profile, names, chosen in stages:
         for name in names:
@@ -257,8 +256,9 @@ def serve_worker(port: int) -> None:
     interface): mutates the files under the current directory and runs the test command."""
     from aiohttp import web
     from cosmic_ray.distribution.http import handle_mutate_and_test
-    from .supervisor import die_with_parent
-    die_with_parent()
+    # The test commands it starts (cosmic-ray's own Popen, in sessions of their own) read
+    # this to die with it: see main.
+    os.environ[WORKER_PID] = str(os.getpid())
     app = web.Application()
     app.add_routes([web.post("/", handle_mutate_and_test)])
     web.run_app(app, host="127.0.0.1", port=port, print=None)
@@ -537,7 +537,23 @@ def print_report(summary: dict, session: str) -> None:
         print(f"strict score, the out-of-scope mutants counted as survivors: {strict:.1%}")
 
 
+#: The environment variable that tells a test command which cosmic-ray worker started it.
+WORKER_PID = "NINELIVES_SCORE_WORKER_PID"
+
+
+def die_with_worker() -> None:
+    """A test command's first act: die with the worker that started it. cosmic-ray starts
+    it with no parent-death signal, and the worker dies with the campaign; a worker that
+    died before this request (the campaign SIGKILLed while the command started) makes it
+    exit at once, rather than judge its mutant for minutes with no one to tell."""
+    from .supervisor import die_with_parent
+    owner = os.environ.pop(WORKER_PID, "")
+    die_with_parent(int(owner) if owner.isdigit() else None)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if (sys.argv[1:] if argv is None else argv)[:1] == ["kill"]:
+        die_with_worker()  # before anything else: a campaign killed meanwhile ends it
     parser = argparse.ArgumentParser(prog="ninelives score", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command")
     k = sub.add_parser("kill", help="(the test command cosmic-ray runs in its work folder)")

@@ -212,3 +212,61 @@ def test_a_run_killed_while_it_holds_a_worker_stopped_leaves_no_process(tmp_path
         assert not left, f"left behind by a run killed during a hold: {left}"
     finally:
         cmd.end()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, read from /proc/<pid>/task/*/children, breadth first."""
+    found, level = [], [pid]
+    while level:
+        below = []
+        for parent in level:
+            try:
+                tasks = os.listdir(f"/proc/{parent}/task")
+            except OSError:
+                continue
+            for task in tasks:
+                try:
+                    with open(f"/proc/{parent}/task/{task}/children") as fh:
+                        below += [int(p) for p in fh.read().split()]
+                except OSError:
+                    pass
+        found += below
+        level = below
+    return found
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_a_score_killed_as_a_mutant_s_test_starts_leaves_no_process(tmp_path):
+    """`score` SIGKILLed the moment one of its test commands (`python -m chaos.score kill`,
+    started by a cosmic-ray worker in a session of its own) appears, or a little later,
+    while that command still imports: the worker dies with the campaign, and the test
+    command with its worker, whatever moment it asked for that (it had asked after its
+    imports, so a campaign killed meanwhile left it running, 1 time in 6). Five kills, the
+    campaign resumed each time from its work folder."""
+    work = str(tmp_path / "campaign")
+    for i, delay in enumerate([0.0, 0.0, 0.1, 0.3, 1.0]):
+        os.makedirs(tmp_path / f"kill-{i}")
+        cmd = Command(tmp_path / f"kill-{i}", "score", lambda out: [
+            # the HTTP client's mutants survive the simulation: each test runs for seconds
+            "score", "--modules", "engine/http.py", "--seeds", "3", "--deep", "0", "--jobs",
+            "2", "--workdir", work])
+        try:
+            def a_test_started() -> bool:
+                return any("chaos.score kill" in cmdline(p) for p in descendants(cmd.proc.pid))
+            assert wait_until(a_test_started, 60, poll=0.002), \
+                f"no mutant's test ever started:\n{cmd.output()}"
+            time.sleep(delay)  # the moment itself, not a wait for a condition
+            cmd.proc.send_signal(signal.SIGKILL)
+            cmd.proc.wait(10)
+            left = still_left(cmd.proc.pid, cmd.mark, cmd.out, timeout=5)
+            assert not left, f"left behind by `ninelives score` SIGKILLed {delay} s after a " \
+                             f"mutant's test started: {left}"
+        finally:
+            cmd.end()
