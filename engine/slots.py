@@ -37,7 +37,7 @@ class _Write:
     """One slot's finishing write waiting in a group: its outcome once the group is done."""
 
     write: Callable[[Store], Any]
-    deadline: float
+    deadline: Callable[[], float]  # read at each try: a heartbeat may renew the lease
     done: bool = False
     result: Any = None
     error: BaseException | None = None
@@ -76,11 +76,13 @@ class GroupCommit:
     _queue: list[_Write] = field(default_factory=list, repr=False)
     _leading: bool = False
 
-    def commit(self, store: Store, write: Callable[[Store], Any], deadline: float) -> Any:
+    def commit(self, store: Store, write: Callable[[Store], Any],
+               deadline: float | Callable[[], float]) -> Any:
         """Run `write(store)` in the next group's transaction and return its result, or
-        raise its error. `deadline` (clock time): past it, a group that cannot have the
-        write lock gives this write up with StoreBusy (the slot's lease is gone)."""
-        entry = _Write(write, deadline)
+        raise its error. `deadline` (clock time, or a function read at each try): past it,
+        a group that cannot have the write lock gives this write up with StoreBusy (the
+        slot's lease is gone)."""
+        entry = _Write(write, deadline if callable(deadline) else (lambda: deadline))
         with self.condition:
             self._queue.append(entry)
             while self._leading and not entry.done:
@@ -108,7 +110,7 @@ class GroupCommit:
                 # given up (its slot still records its spend, see Worker._write).
                 late = self.clock.now() + delay
                 for entry in group:
-                    if late >= entry.deadline:
+                    if late >= entry.deadline():
                         entry.settle(error=exc)
                 group = [e for e in group if not e.done]
                 if group:

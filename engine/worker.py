@@ -63,21 +63,36 @@ def unknown_write(exc: ConnectionDropped, lease: float, clock: Clock, who: str) 
 RETRY_DELAY_CAP = 0.5
 
 
-def retry_store(call: Callable[[], Any], clock: Clock, deadline: float) -> Any:
+def retry_store(call: Callable[[], Any], clock: Clock,
+                deadline: float | Callable[[], float]) -> Any:
     """Run a store write, retrying while the database is busy and the lease still holds.
 
     Giving up early would throw away a paid-for result; past the deadline the lease is gone,
-    and the next owner may have the step already.
+    and the next owner may have the step already. `deadline`: clock time, or a function
+    read at each try (a lease that a heartbeat may still renew).
     """
+    ends = deadline if callable(deadline) else (lambda: deadline)
     delay = 0.01
     while True:
         try:
             return call()
         except StoreBusy:
-            if clock.now() + delay >= deadline:
+            if clock.now() + delay >= ends():
                 raise
             clock.sleep(delay)
             delay = min(delay * 2, RETRY_DELAY_CAP)
+
+
+@dataclass
+class Watch:
+    """A step's lease while the heartbeat watches it.
+
+    until: the clock time the lease holds until as far as this process knows, its claim's
+    end moved on by every renewal that matched the row; lost: set when a renewal matched no
+    row (the lease was taken)."""
+
+    until: float
+    lost: threading.Event = field(default_factory=threading.Event)
 
 
 class Heartbeat:
@@ -86,9 +101,9 @@ class Heartbeat:
 
     The thread ticks every half interval and beats for a step watched at least that long,
     so starting and ending a step costs only an uncontended lock (a thread or a wake-up per
-    step would cost more than the step's commit). `watching(claim)` yields an Event that is
-    set when an extension matches no row: the lease was taken, and the worker must not make
-    the state transition.
+    step would cost more than the step's commit). `watching(claim)` yields the step's
+    `Watch`: how long its lease now holds, and an Event that is set when an extension
+    matches no row (the lease was taken, and the worker must not make the state transition).
 
     `thread` builds the thread and `monotonic` measures intervals: the standard library's by
     default; a simulation passes its own, so that this very code runs on its virtual clock.
@@ -106,22 +121,23 @@ class Heartbeat:
         self.worker_id = worker_id
         self._new_thread, self._monotonic = thread, monotonic
         self._lock = threading.Lock()
-        #: what is watched, by a key of its own: (claim, lost, since, writer's id)
-        self._watched: dict[object, tuple[Claim, threading.Event, float, str]] = {}
+        #: what is watched, by a key of its own: (claim, its watch, since, writer's id)
+        self._watched: dict[object, tuple[Claim, Watch, float, str]] = {}
         self._thread: Any = None
 
     @contextmanager
-    def watching(self, claim: Claim, worker_id: str | None = None) -> Iterator[threading.Event]:
-        """Beat for `claim` (held by `worker_id`, default the heartbeat's own) while inside."""
-        lost, key = threading.Event(), object()
+    def watching(self, claim: Claim, worker_id: str | None = None) -> Iterator[Watch]:
+        """Beat for `claim` (held by `worker_id`, default the heartbeat's own) while inside;
+        yields its Watch."""
+        watch, key = Watch(claim.lease_until), object()
         with self._lock:
             if self._thread is None:
                 self._thread = self._new_thread(target=self._run, name="heartbeat",
                                                 daemon=True)
                 self._thread.start()
-            self._watched[key] = (claim, lost, self._monotonic(), worker_id or self.worker_id)
+            self._watched[key] = (claim, watch, self._monotonic(), worker_id or self.worker_id)
         try:
-            yield lost
+            yield watch
         finally:
             with self._lock:
                 self._watched.pop(key, None)
@@ -148,25 +164,33 @@ class Heartbeat:
                 log.warning("heartbeat of job(s) %s: %s",
                             ", ".join(w[0].job_id for _, w in due), exc)
 
-    def _beat_one(self, store: Store, claim: Claim, who: str | None) -> bool:
+    def _beat_one(self, store: Store, claim: Claim, who: str | None) -> float | None:
         """Extend one lease, from the time read after the point: a process stopped at the
         point (a pause, an aimed hold) must not renew from a time read before it stopped,
-        which would leave the lease ending in the past."""
+        which would leave the lease ending in the past. Returns the time the lease now
+        holds until at least (the store runs it from its write, after that read), or None
+        when the lease was taken."""
         hooks.set_current_job(claim.job_id)
         crashpoint("worker.heartbeat")
-        return store.heartbeat(claim.job_id, claim.lease_token, self.clock.now(), self.lease,
-                               who)
+        now = self.clock.now()
+        return now + self.lease if store.heartbeat(claim.job_id, claim.lease_token, now,
+                                                   self.lease, who) else None
 
     def _beat(self, store: Store, due: list) -> None:
         batch = getattr(store, "batch", None)
         with batch() if batch is not None and len(due) > 1 else nullcontext():
             kept = [self._beat_one(store, claim, who) for _, (claim, _, _, who) in due]
-        for (key, (claim, lost, _, _)), ok in zip(due, kept):
-            if not ok:
-                log.warning("lost the lease on job %s", claim.job_id)
-                lost.set()
-                with self._lock:
-                    self._watched.pop(key, None)
+        # Only now, the batch committed: a renewal rolled back with its batch renewed nothing.
+        for (key, (claim, watch, _, _)), until in zip(due, kept):
+            if until is not None:
+                # The slot's finishing write retries until this: a slot that knew only its
+                # claim's end gave a paid-for answer up while its renewed lease still held.
+                watch.until = max(watch.until, until)
+                continue
+            log.warning("lost the lease on job %s", claim.job_id)
+            watch.lost.set()
+            with self._lock:
+                self._watched.pop(key, None)
 
 
 @dataclass
@@ -311,12 +335,13 @@ class Worker:
             # Paused (or slow) past the lease before paying: another worker may own the step
             # by now. Do not call; the next owner will.
             raise LeaseLost(claim.job_id, f"about to call for step {claim.step.name!r}")
+        watch = None
         try:
-            with self._heartbeat(claim):
+            with self._heartbeat(claim) as watch:
                 result = self.runner.call(claim.step.name, data, ctx)
         except Exception as exc:  # the retry policy decides; a bug in a step is poison
             crashpoint("worker.after_call")
-            self._fail(claim, exc, started)
+            self._fail(claim, exc, started, watch=watch)
             return None
         crashpoint("worker.after_call")
         spend = self._spend(claim, started, "ok", result.cost) if self.runner.makes_call(
@@ -324,28 +349,36 @@ class Worker:
         conclusion = self.runner.conclude(claim.step.name, result.output, ctx)
         self.stats.add("steps")
         return self._complete(claim, json.dumps(result.output, sort_keys=True),
-                              result.cost or 0.0, conclusion, spend)
+                              result.cost or 0.0, conclusion, spend, watch)
 
     def _complete(self, claim: Claim, output: str | None, cost: float, conclusion,
-                  spend: Spend | None) -> Claim | None:
+                  spend: Spend | None, watch: Watch | None = None) -> Claim | None:
         keep = self.config.lease if self.config.keep_job else None
         claim_next = (self.config.lease, self.config.max_claims) if (
             self.config.keep_job and self._wants_more()) else None
         nxt = self._write(lambda store: store.complete(
             claim, self.pipeline, self.id, self.clock.now(), output=output, cost=cost,
             effects=conclusion.effects, spend=spend, park_reason=conclusion.park_reason,
-            continue_lease=keep, claim_next=claim_next), claim, spend)
+            continue_lease=keep, claim_next=claim_next), claim, spend, watch)
         crashpoint("worker.after_commit")
         return nxt
 
-    def _write(self, write: Callable[[Store], Any], claim: Claim, spend: Spend | None) -> Any:
+    def _write(self, write: Callable[[Store], Any], claim: Claim, spend: Spend | None,
+               watch: Watch | None = None) -> Any:
         """A finishing write, retried while the lease holds: in the slots' group commit if
         there is one, else on this slot's own connection. If the database stays locked past
-        that, the step is lost to the next owner, but its spend is still recorded."""
+        that, the step is lost to the next owner, but its spend is still recorded.
+
+        The lease holds until its claim's end, or later as the heartbeat renewed it while
+        the step's call ran (`watch`), read at each try: the call may outlive the claim's
+        lease (that is what the beats are for), and a renewal still waiting for the lock
+        when the call returned counts once it is written. Judged by the claim alone, a
+        slot gave up a paid-for answer at the first busy lock while its lease still held."""
+        ends = (lambda: claim.lease_until) if watch is None else (lambda: watch.until)
         try:
             if self.group is not None:
-                return self.group.commit(self.store, write, claim.lease_until)
-            return retry_store(lambda: write(self.store), self.clock, claim.lease_until)
+                return self.group.commit(self.store, write, ends)
+            return retry_store(lambda: write(self.store), self.clock, ends)
         except StoreBusy:
             if spend is not None:
                 # No deadline: the money is spent, and its record fences nothing (a worker
@@ -353,7 +386,8 @@ class Worker:
                 retry_store(lambda: self.store.record_spend(spend), self.clock, math.inf)
             raise
 
-    def _fail(self, claim: Claim, exc: Exception, started: float, billed: bool = True) -> None:
+    def _fail(self, claim: Claim, exc: Exception, started: float, billed: bool = True,
+              watch: Watch | None = None) -> None:
         self.stats.add("failures")
         retryable = classify(exc)
         attempt = claim.attempts + 1
@@ -372,7 +406,8 @@ class Worker:
             spend = self._spend(claim, started, outcome, getattr(exc, "cost", None)
                                 if isinstance(exc, StepError) else None, error)
         self._write(lambda store: store.fail(claim, self.pipeline, self.id, now, error=error,
-                                             retry_at=retry_at, spend=spend), claim, spend)
+                                             retry_at=retry_at, spend=spend), claim, spend,
+                    watch)
 
     def _spend(self, claim: Claim, started: float, outcome: str, cost: float | None,
                error: str | None = None) -> Spend:

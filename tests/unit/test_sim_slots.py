@@ -261,6 +261,57 @@ def test_the_catalogs_job_slot_mutants_are_caught_in_simulation_where_the_refere
     assert clean(scen, [failing.spec.seed]) == {}
 
 
+# -- a finishing write on a lease the heartbeat renewed --------------------------------------
+
+#: Slots whose calls outlive their claim's lease (the heartbeat renews it), finishing while
+#: the write lock is held past the busy timeout. Seeds 7 and 10 gave a paid-for answer up
+#: at the first busy lock while the renewed lease held, before the fix.
+RENEWALS = load_scenario("slot-renewals", "smoke")
+RENEWAL_SEEDS = (7, 10)
+
+
+def finished_on_renewals(result) -> list[tuple[str, str]]:
+    """(job, step) of each answer its slot committed after the end of the lease its claim
+    gave it, a busy timeout or more after the answer came: the window, where the lock kept
+    a slot waiting on a lease only its heartbeat's renewals still held."""
+    busy = RENEWALS.engine["busy_timeout"]
+    claims = [e for e in result.history if e["src"] == "engine" and e["type"] == "claimed"]
+    memos = {(e["job"], e["step"], e["worker"]): e["t"] for e in result.history
+             if e["src"] == "engine" and e["type"] == "memo" and e.get("op") != "delete"}
+    found = []
+    for call in (e for e in result.history if e["src"] == "provider" and e["type"] == "call"
+                 and e.get("status") == 200):
+        own = [c for c in claims if c["job"] == call["job"] and c["worker"] == call["worker"]
+               and c["t"] <= call["t_start"]]
+        committed = memos.get((call["job"], call["step"], call["worker"]))
+        if own and committed is not None and call["t_end"] > own[-1]["lease_until"] \
+                and committed >= call["t_end"] + busy:
+            found.append((call["job"], call["step"]))
+    return found
+
+
+def test_a_slot_keeps_trying_its_finishing_write_for_as_long_as_its_renewed_lease_holds():
+    results = [run(RENEWALS, seed) for seed in RENEWAL_SEEDS]
+    assert [r.signature() for r in results] == [[], []]
+    assert all(finished_on_renewals(r) for r in results)
+
+
+def test_a_slot_that_judges_its_lease_by_its_claim_alone_is_caught_giving_up_a_paid_answer():
+    """The engine before the fix: the finishing write's deadline is the claim's lease end,
+    whatever the heartbeat renewed since."""
+    from engine.worker import Worker
+
+    def by_claim(original):
+        def _write(self, write, claim, spend, watch=None):
+            return original(self, write, claim, spend)
+        return _write
+
+    with replaced(Worker, "_write", by_claim):
+        results = [run(RENEWALS, seed) for seed in RENEWAL_SEEDS]
+    for result in results:
+        assert ("cost-accounted", "result-discarded") in result.signature()
+
+
 # -- the condition the group waits on ------------------------------------------------------
 
 def test_a_condition_wait_is_a_scheduling_point_and_a_notify_wakes_the_oldest_waiter():

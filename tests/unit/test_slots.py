@@ -181,7 +181,8 @@ def test_a_write_whose_lease_ends_while_the_database_is_locked_is_given_up_alone
     store.busy_timeout, store.wait_clock = 0.05, None
     release, holder = held_lock(db_path)
     soon, later = _entry(complete(a, clock, "w/0")), _entry(complete(b, clock, "w/1"))
-    soon.deadline, later.deadline = clock.now() + 0.01, clock.now() + 60
+    now = clock.now()
+    soon.deadline, later.deadline = (lambda: now + 0.01), (lambda: now + 60)
     try:
         done = threading.Event()
         threading.Thread(target=lambda: (GroupCommit(clock)._lead(store, [soon, later]),
@@ -219,11 +220,15 @@ def test_one_heartbeat_beats_for_every_slot_under_its_own_id_and_tells_only_the_
     heartbeat = Heartbeat(lambda: open_store(db_path, synchronous="NORMAL"), clock, 5.0, 2.0,
                           "w", thread=lambda **_: type("Idle", (), {"start": lambda s: None})(),
                           monotonic=lambda: float(next(tick)))
-    with heartbeat.watching(a, "w/0") as lost_a, heartbeat.watching(b, "w/1") as lost_b, \
-            heartbeat.watching(c, "w/2") as lost_c:
+    with heartbeat.watching(a, "w/0") as watch_a, heartbeat.watching(b, "w/1") as watch_b, \
+            heartbeat.watching(c, "w/2") as watch_c:
         with pytest.raises(Crash):
             heartbeat._run()
-        assert lost_c.is_set() and not lost_a.is_set() and not lost_b.is_set()
+        assert watch_c.lost.is_set() and not watch_a.lost.is_set() \
+            and not watch_b.lost.is_set()
+        # each kept lease's slot knows its renewal, the lost one keeps its claim's end
+        assert watch_a.until == watch_b.until == clock.now() + 5.0
+        assert watch_c.until == c.lease_until
     rows = {r["id"]: r for r in store.query("SELECT id, updated_by, lease_until FROM job")}
     assert rows["job-0"]["updated_by"] == "w/0" and rows["job-1"]["updated_by"] == "w/1"
     assert rows["job-2"]["updated_by"] == "other"

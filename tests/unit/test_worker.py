@@ -316,8 +316,8 @@ def test_the_heartbeat_rides_out_a_server_it_cannot_reach():
     heartbeat = Heartbeat(open_beat_store, clock, 6.0, 2.0, "w1",
                           thread=lambda **_: type("Idle", (), {"start": lambda self: None})(),
                           monotonic=lambda: float(next(tick)))
-    claim = type("C", (), {"job_id": "job-1", "lease_token": 1})()
-    with heartbeat.watching(claim) as lost:
+    claim = type("C", (), {"job_id": "job-1", "lease_token": 1, "lease_until": 6.0})()
+    with heartbeat.watching(claim) as watch:
         with pytest.raises(Done):
             heartbeat._run()  # on this thread: its ticks are the clock's sleeps
-    assert len(opens) == 2 and beat_store.beats == 3 and not lost.is_set()
+    assert len(opens) == 2 and beat_store.beats == 3 and not watch.lost.is_set()
