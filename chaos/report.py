@@ -22,7 +22,7 @@ from rich.console import Console
 from .aim import aim_section, summary_lines as aim_summary_lines
 from .backends import STARTED
 from .checkers import Verdict
-from .checkers.cuts import cut_metrics, kill_cuts
+from .checkers.cuts import cut_metrics, kill_cuts, with_jobs_lost
 from .console import AUTO, Column, table
 from .history import Event, of
 from .plan import FaultPlan
@@ -195,14 +195,17 @@ MAX_KILL_ROWS = 500
 
 
 def kill_rows(events: list[Event], snapshot: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each kill of a worker process and the steps it cut (chaos.checkers.cuts): a process
-    that runs several jobs at once loses them all in one death. The first MAX_KILL_ROWS."""
+    """Each kill of a worker process, the steps it cut and the jobs it lost (never settled,
+    their last holder the process it killed) (chaos.checkers.cuts): a process that runs
+    several jobs at once loses them all in one death. The first MAX_KILL_ROWS."""
     pipeline = snapshot.get("pipeline")
     if not events or not pipeline:
         return []
     t0 = events[0]["t"]
-    return [{**cut, "at": round(cut["t"] - t0, 3)} for cut in kill_cuts(events, pipeline)
-            ][:MAX_KILL_ROWS]
+    cuts = kill_cuts(events, pipeline)
+    if snapshot.get("jobs") is not None:
+        cuts = with_jobs_lost(cuts, events, snapshot)
+    return [{**cut, "at": round(cut["t"] - t0, 3)} for cut in cuts][:MAX_KILL_ROWS]
 
 
 def metrics(scenario: Scenario, events: list[Event], snapshot: dict[str, Any],
@@ -230,8 +233,11 @@ def metrics(scenario: Scenario, events: list[Event], snapshot: dict[str, Any],
         "processes_spawned": sum(1 for _ in of(events, "process", "spawn")),
         "history_events": len(events),
         "progress_latency": progress_latency(events),
-        # steps lost per kill: with job slots one death cuts every job its process held
-        "kill_cuts": cut_metrics(kill_cuts(events, snapshot["pipeline"])),
+        # steps cut and jobs lost per kill: with job slots one death cuts every job its
+        # process held; an engine that recovers nothing loses each for good
+        "kill_cuts": cut_metrics(with_jobs_lost(kill_cuts(events, snapshot["pipeline"]),
+                                                events, snapshot),
+                                 events[0]["t"] if events else 0.0),
     }
 
 
@@ -454,12 +460,24 @@ def _progress_line(progress: dict | None) -> list[str]:
 
 
 def _cuts_line(cuts: dict | None) -> list[str]:
-    """What the worker kills cut: in-flight steps in all, and the most one kill cut."""
+    """What the worker kills cut: in-flight steps in all, and the most one kill cut; and the
+    jobs they lost (never settled, last held by a killed process), with the kill that lost
+    the most."""
     if not cuts or not cuts.get("kills"):
         return []
-    return [f"worker kills {cuts['kills']} cut {cuts['steps_cut']} in-flight steps (at most "
-            f"{cuts['most_in_one_kill']} in one kill; kills by steps cut: "
-            + ", ".join(f"{n}: {k}" for n, k in cuts["kills_by_steps_cut"].items()) + ")"]
+    lines = [f"worker kills {cuts['kills']} cut {cuts['steps_cut']} in-flight steps (at most "
+             f"{cuts['most_in_one_kill']} in one kill; kills by steps cut: "
+             + ", ".join(f"{n}: {k}" for n, k in cuts["kills_by_steps_cut"].items()) + ")"]
+    if cuts.get("jobs_lost"):
+        worst = cuts["most_lost_in_one_kill"]
+        jobs = ", ".join(worst["jobs"][:5]) + (", ..." if len(worst["jobs"]) > 5 else "")
+        lines.append(f"jobs lost to kills: {cuts['jobs_lost']} never settled, last held by a "
+                     f"killed process (kills by jobs lost: "
+                     + ", ".join(f"{n}: {k}" for n, k in cuts["kills_by_jobs_lost"].items())
+                     + f"; the most, {len(worst['jobs'])}, by the kill of "
+                     f"{worst['name'] or 'pid ' + str(worst['pid'])} at +{worst['at']:.3f} "
+                     f"s: {jobs})")
+    return lines
 
 
 def incomplete_lines(report: dict) -> list[str]:

@@ -1,7 +1,10 @@
 """What each kill cut: the steps a process held when the harness killed it (a SIGKILL of the
 nemesis, or an armed crash point that one of its jobs reached). A process that runs several
 jobs at once (job slots) loses every one of them in the one death, so a kill is reported
-with the steps it cut, read from the holdings (chaos.checkers.liveness), never assumed.
+with the steps it cut, read from the holdings (chaos.checkers.liveness), never assumed; and
+with the jobs it lost: those whose last holder it was and that never settled
+(chaos.checkers.lost), which an engine that recovers nothing may lose more of than the steps
+it counted as cut (a job taken just before the kill, its lease not yet written).
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from typing import Any
 from ..history import Event
 from .index import readings
 from .lease_kept import renews
+from .lost import LostJobs, unsettled_jobs
 from .ops import TOL
 
 
@@ -23,7 +27,8 @@ def kill_cuts(history: list[Event], pipeline: dict[str, Any]) -> list[dict[str, 
     slot whose lease ran out while it was stopped walks away from its job, and a call
     outliving its lease is still a step the death cut)."""
     tl = readings(history).timeline(pipeline)
-    causes = _causes(history)
+    fates = LostJobs(history, pipeline["working"]).fates
+    causes = {pid: fate.cause for pid, fate in fates.items() if fate.cause is not None}
     deaths = [e for e in history if e.get("src") == "process" and e.get("type") == "exit"
               and e.get("pid") in causes and e.get("role", "worker") == "worker"]
     held = _held_by_pid(tl)
@@ -38,12 +43,34 @@ def kill_cuts(history: list[Event], pipeline: dict[str, Any]) -> list[dict[str, 
     return cuts
 
 
-def cut_metrics(cuts: list[dict[str, Any]]) -> dict[str, Any]:
+def with_jobs_lost(cuts: list[dict[str, Any]], history: list[Event],
+                   snapshot: dict[str, Any]) -> list[dict[str, Any]]:
+    """`cuts`, each with "jobs_lost": the jobs that never settled whose last holder was the
+    process it killed (sorted ids), and "struck": when the fault struck it (the exit, `t`,
+    is when the supervisor saw it gone)."""
+    reading = LostJobs(history, snapshot["pipeline"]["working"])
+    lost = reading.lost_by_process(unsettled_jobs(snapshot))
+    return [{**cut, "jobs_lost": lost.get(cut["pid"], []),
+             "struck": reading.fates[cut["pid"]].struck} for cut in cuts]
+
+
+def cut_metrics(cuts: list[dict[str, Any]], t0: float = 0.0) -> dict[str, Any]:
     """The report's summary of `kill_cuts`: kills, steps cut in all, the most one kill cut,
-    and how many kills cut 0, 1, 2, ... steps."""
+    and how many kills cut 0, 1, 2, ... steps; for cuts `with_jobs_lost`, also the jobs lost
+    in all, how many kills lost any, how many lost 0, 1, 2, ... jobs, and the kill that lost
+    the most ({"at": when it struck, in seconds after `t0`, "name", "pid", "jobs"})."""
     sizes = [len(c["steps"]) for c in cuts]
-    return {"kills": len(cuts), "steps_cut": sum(sizes), "most_in_one_kill": max(sizes, default=0),
-            "kills_by_steps_cut": {str(n): k for n, k in sorted(Counter(sizes).items())}}
+    out = {"kills": len(cuts), "steps_cut": sum(sizes), "most_in_one_kill": max(sizes, default=0),
+           "kills_by_steps_cut": {str(n): k for n, k in sorted(Counter(sizes).items())}}
+    if cuts and all("jobs_lost" in c for c in cuts):
+        worst = max(cuts, key=lambda c: len(c["jobs_lost"]))
+        lost = [len(c["jobs_lost"]) for c in cuts]
+        out.update(jobs_lost=sum(lost), kills_that_lost_jobs=sum(1 for n in lost if n),
+                   kills_by_jobs_lost={str(n): k for n, k in sorted(Counter(lost).items())},
+                   most_lost_in_one_kill={"at": round(worst["struck"] - t0, 3),
+                                          "name": worst.get("name"),
+                                          "pid": worst["pid"], "jobs": worst["jobs_lost"]})
+    return out
 
 
 def _worked_on(h, t: float, tl) -> bool:
@@ -58,17 +85,6 @@ def _worked_on(h, t: float, tl) -> bool:
         if h.start["t"] < e["t"] <= t and renews(e, h, tl):
             until = max(until, e.get("lease_until") or 0.0)
     return until > t - TOL
-
-
-def _causes(history: list[Event]) -> dict[int, str]:
-    """pid -> how the harness killed it (the last word wins: a crash point's own record)."""
-    causes: dict[int, str] = {}
-    for e in history:
-        if e.get("src") == "nemesis" and e.get("type") == "kill" and e.get("pid") is not None:
-            causes.setdefault(e["pid"], "kill")
-        elif e.get("src") == "process" and e.get("type") == "crashpoint":
-            causes[e["pid"]] = f"crash point {e.get('point')}"
-    return causes
 
 
 def _held_by_pid(tl) -> dict[int, list[tuple[Any, float]]]:

@@ -17,8 +17,9 @@ from typing import Any
 from ..history import Event
 from ..schema import reads
 from .index import readings
-from .ops import (TOL, capable, disturbed, is_engine, is_heartbeat, is_job, is_operator,
-                  is_worker, pids_by_worker)
+from .lost import LostJobs, unsettled_jobs
+from .ops import (TOL, capable, disturbed, is_effect, is_engine, is_heartbeat, is_job,
+                  is_operator, is_worker, pids_by_worker)
 from .verdict import Verdict
 POISON_OUTCOMES = frozenset({"bad_content", "schema", "garbage"})
 SYNC_SPAN = 0.020      # retries starting within this span are "at once"
@@ -238,17 +239,16 @@ def check_all_jobs_settle(history: list[Event], snapshot: dict[str, Any]) -> Ver
     if not snapshot["plan"].get("expect", {}).get("settle", True):
         verdict.reason = "the scenario does not expect jobs to settle: metrics only"
         return verdict
-    last_job, last_row, t0 = _last_audit(history)
+    last_row = _last_rows(history)
     note = "" if phases.get("drained", True) else "; the drain gave up at its deadline"
-    for job_id in sorted(jobs):
+    lost = LostJobs(history, set(pipeline["working"]))
+    for job_id in unsettled_jobs(snapshot):
         row = jobs[job_id]
-        if row["state"] not in settled:
-            last = last_job.get(job_id)
-            by = f"; last written by {last.get('worker')} at +{last['t'] - t0:.3f} s" if last else ""
-            verdict.fail("job-not-settled",
-                         f"job {job_id} is still {row['state']!r} after the drain (attempts "
-                         f"{row.get('attempts')}, claims {row.get('claims')}, last error "
-                         f"{row.get('last_error')!r}{by}{note})", *([last] if last else []))
+        why, events = lost.explain(job_id)
+        verdict.fail("job-not-settled",
+                     f"job {job_id} is still {row['state']!r} after the drain: {why} (its row: "
+                     f"attempts {row.get('attempts')}, claims {row.get('claims')}, last error "
+                     f"{row.get('last_error')!r}{note})", *events)
     for row in pending:
         last = last_row.get((row["job"], row["kind"]))
         verdict.fail("outbox-pending",
@@ -258,14 +258,10 @@ def check_all_jobs_settle(history: list[Event], snapshot: dict[str, Any]) -> Ver
     return verdict
 
 
-def _last_audit(history: list[Event]) -> tuple[dict, dict, float]:
-    last_job, last_row = {}, {}
-    for e in history:
-        if is_job(e):
-            last_job[e["job"]] = e
-        elif is_engine(e) and e.get("kind") is not None and e.get("row") is not None:
-            last_row[(e["job"], e["kind"])] = e
-    return last_job, last_row, history[0]["t"] if history else 0.0
+def _last_rows(history: list[Event]) -> dict:
+    """(job, kind) -> the last write of that outbox row."""
+    return {(e["job"], e["kind"]): e for e in history
+            if is_effect(e) and e.get("kind") is not None and e.get("row") is not None}
 
 
 # -- retry-discipline --------------------------------------------------------------------
@@ -908,13 +904,16 @@ CHECKS = {"all-jobs-settle": check_all_jobs_settle,
 #: makes exactly these checks unknown, naming it
 READS = {
     "all-jobs-settle": reads(
-        submitted="job",
-        claimed="job worker",
-        state="job",
-        effect_queued="job kind row",
-        effect_claimed="job kind row",
-        effect_sent="job kind row",
-        effect_state="job kind row"),
+        submitted="actor job pid worker",
+        claimed="actor job pid worker",
+        state="actor job pid to worker",
+        removed="actor job pid to worker",
+        memo="pid worker",
+        effect_queued="job kind pid row worker",
+        effect_claimed="job kind pid row worker",
+        effect_sent="job kind pid row worker",
+        effect_state="job kind pid row worker",
+        billed="pid worker"),
     "bounded-work": reads(
         submitted="actor job pid worker",
         claimed="actor continued job pid step token worker",
