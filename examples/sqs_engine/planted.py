@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from chaos import probe
+
 from . import store
 from .adapter import SqsEngine
 from .sender import Sender
@@ -45,8 +47,38 @@ class HeartbeatAnyWorker(Worker):
                                 held.task)).rowcount == 1
 
 
+#: How long a popped task stays invisible: for good, within any run.
+FOREVER = 1e9
+
+
+class PopOnReceiveWorker(Worker):
+    """A received task is popped off the queue: invisible for good, not for a visibility
+    timeout (a consumer that acknowledges a task as it takes it, as a list pop or an
+    auto-acknowledging subscription does).
+
+    Breaks: a task outlives a holder that dies. A worker SIGKILLed mid-step takes its task
+    with it: no other worker ever receives it again, and its job stays in its working state
+    for good (`all-jobs-settle`)."""
+
+    def tick(self) -> bool:
+        held = store.receive(self.conn, self.id, self.clock(), FOREVER,
+                             self.settings.max_receives, store.new_receipt(self.rng))
+        if held is None:
+            return False
+        probe.point("after_receive", held.job)
+        try:
+            self.work(held)
+        except store.Lost:
+            pass
+        return True
+
+    def extend(self, conn: sqlite3.Connection, held) -> bool:
+        return True  # nothing to extend: the task is never visible again
+
+
 PLANTED = {"unfenced_delete": (UnfencedDeleteWorker, Sender),
-           "heartbeat_any": (HeartbeatAnyWorker, Sender)}
+           "heartbeat_any": (HeartbeatAnyWorker, Sender),
+           "pop_on_receive": (PopOnReceiveWorker, Sender)}
 
 
 def loops(name: str | None) -> tuple[type, type]:
@@ -61,3 +93,4 @@ def loops(name: str | None) -> tuple[type, type]:
 
 UNFENCED_DELETE = SqsEngine("unfenced_delete")
 HEARTBEAT_ANY = SqsEngine("heartbeat_any")
+POP_ON_RECEIVE = SqsEngine("pop_on_receive")

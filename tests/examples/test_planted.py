@@ -5,11 +5,15 @@ seeds (the toy and SQS engines fail none: they are correct; the article engine h
 its own, its README's table, so only the planted bug's invariant is compared)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from chaos.contract import load_engine
 from chaos.scenario import load_scenario
+from chaos.report import summary
 from chaos.sim import SeededChoices, SimSpec, simulate
+from chaos.sim.output import report_for
 
 TOY = "examples.toy_engine.adapter:TOY"
 ARTICLE = "examples.article_engine.adapter:ARTICLE"
@@ -33,6 +37,8 @@ PLANTED = [
      "fenced-writes", "zombie-write"),
     ("examples.sqs_engine.planted:HEARTBEAT_ANY", SQS, "lost-lease", {}, range(1, 5),
      "fenced-writes", "zombie-write"),
+    ("examples.sqs_engine.planted:POP_ON_RECEIVE", SQS, "kill-storm", {}, range(1, 3),
+     "all-jobs-settle", "job-not-settled"),
 ]
 
 
@@ -66,6 +72,31 @@ def test_a_planted_bug_is_caught_and_its_engine_passes_the_same_seeds(
             assert invariant not in found, (seed, found)
         else:
             assert not found, (seed, found)
+
+
+#: what all-jobs-settle says of a job its holder took with it into a death
+LOST = re.compile(r"last held by worker sqs-\S+ \(process worker-\S+, pid \d+\), which claimed "
+                  r"it at \+[\d.]+ s; that process was (SIGKILLed at \+[\d.]+ s by the "
+                  r"nemesis's kill fault|killed at \+[\d.]+ s at crash point \w+ \(the "
+                  r"crash-point fault\))")
+
+
+def test_a_job_lost_with_its_killed_holder_is_explained_in_the_report(tmp_path):
+    # seed 2: the nemesis SIGKILLs holders of popped tasks, as crash points kill others
+    result = sim("examples.sqs_engine.planted:POP_ON_RECEIVE", "kill-storm", {}, 2)
+    report = report_for(result, str(tmp_path), str(tmp_path / "schedule.json"))
+    [settle] = [v for v in report["verdicts"] if v["name"] == "all-jobs-settle"]
+    lost = [e["message"] for e in settle["errors"] if e["type"] == "job-not-settled"]
+    assert lost and all(LOST.search(m) for m in lost), lost
+    assert any("by the nemesis's kill fault" in m for m in lost), lost
+    # each was lost to a kill, and the kill summary counts them per kill
+    cuts = report["metrics"]["kill_cuts"]
+    assert cuts["jobs_lost"] == len(lost), cuts
+    assert sum(n * int(k) for k, n in cuts["kills_by_jobs_lost"].items()) == len(lost)
+    text = summary(report, console=None)
+    assert f"jobs lost to kills: {len(lost)} never settled, last held by a killed process" in text
+    # the verdict table's reason, cut to the terminal, opens with who held the job
+    assert re.search(r"all-jobs-settle +FAIL .* after the drain: last held by worker sqs-", text)
 
 
 def test_every_planted_variant_is_tested():
