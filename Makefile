@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/ninelives run $(SCENARIO)
 
-test: $(STAMP) browser postgres
+test: $(STAMP) browser postgres fuse
 	$(BIN)/python -m pytest -n auto $(PYTEST_ARGS)
 
 # The documentation site, built offline into site/ (the suite builds it strictly too).
@@ -51,6 +51,14 @@ postgres:
 	         && echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf; }; \
 	       apt-get update -qq && $(APT_QUIET) postgresql >/dev/null; } \
 	  || echo "note: no PostgreSQL server binaries (initdb, pg_ctl); the PostgreSQL store tests will fail until they are installed"; }
+
+# The power-loss tests mount a lost-fsync file system (FUSE, chaos.powerloss) and never skip:
+# install fusermount3 and libfuse3 where we may (root, apt), else say what is missing.
+fuse:
+	@command -v fusermount3 >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+	  && { echo "installing fuse3 (apt) for the power-loss tests"; \
+	       apt-get update -qq && $(APT_QUIET) fuse3 >/dev/null; } \
+	  || echo "note: no fusermount3; the power-loss tests will fail until fuse3 is installed"; }
 
 # The benchmarks put other engines beside ours (DBOS, procrastinate) at the versions the
 # README measured: the bench extra pins them. PostgreSQL's server binaries as for the tests.
