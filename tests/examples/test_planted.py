@@ -11,6 +11,7 @@ import pytest
 
 from chaos.contract import load_engine
 from chaos.scenario import load_scenario
+from chaos.render.html import render_html
 from chaos.report import summary
 from chaos.sim import SeededChoices, SimSpec, simulate
 from chaos.sim.output import report_for
@@ -97,6 +98,12 @@ def test_a_job_lost_with_its_killed_holder_is_explained_in_the_report(tmp_path):
     assert f"jobs lost to kills: {len(lost)} never settled, last held by a killed process" in text
     # the verdict table's reason, cut to the terminal, opens with who held the job
     assert re.search(r"all-jobs-settle +FAIL .* after the drain: last held by worker sqs-", text)
+    # the page lists, beside each kill, the jobs it lost
+    page = render_html(report, result.history, result.snapshot)
+    assert f"Jobs lost: {len(lost)} never settled" in page
+    lost_by = [k for k in report["kills"] if k["jobs_lost"]]
+    assert lost_by and all(f'<td class="mono small">{", ".join(k["jobs_lost"])}</td></tr>'
+                           in page for k in lost_by)
 
 
 def test_every_planted_variant_is_tested():
