@@ -4,15 +4,13 @@
 faults (`chaos.aim`) and what the nemesis records of each (`chaos.history_page`)."""
 from __future__ import annotations
 
-import inspect
 from dataclasses import fields
 
 
 def page() -> str:
     """docs/reference/faults.md's text."""
-    from engine import hooks
-
     from .. import aim, crashpoints
+    from ..reference.docs import crashpoints_source
     from ..scenario import RATES, SHARES, Faults
     from .scenario_page import comments
     docs, sections = comments(Faults)
@@ -39,9 +37,7 @@ def page() -> str:
               "|---|---|"]
     lines += [f"| `{role}` | {text} |" for role, text in crashpoints.ROLES.items()]
     lines += ["", "## The reference engine's points", "", "```python"]
-    source = inspect.getsource(hooks)
-    start = source.index("CRASHPOINTS: tuple[str, ...] = (")
-    lines += source[start:source.index(")\n", start) + 1].splitlines()
+    lines += crashpoints_source()
     lines += ["```", "", "## Aimed faults", "",
               "`[[aim]]` tables fire a fault at a named point for a chosen job, instead of at "
               "a random time, to reach the narrow windows where lease bugs live.", "",

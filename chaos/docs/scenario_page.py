@@ -29,6 +29,7 @@ def page() -> str:
     for table, cls in (("run", Run), ("faults", Faults), ("expect", Expect)):
         lines += [f"## `[{table}]`", ""]
         lines += _table(table, cls, bounds)
+    lines += _capacity()
     lines += ["## `[engine]`", "",
               "The engine's own settings, passed to its adapter (`settings(table)`), which "
               "refuses one it does not have, naming it; `--engine-set NAME=VALUE` gives one "
@@ -43,6 +44,21 @@ def page() -> str:
         lines.append(f"| `{name}` | {table.get('jobs', 1):g} | {table.get('duration', 1):g} | "
                      f"{table.get('rates', 1):g} | {table.get('description', '')} |")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _capacity() -> list[str]:
+    """How many workers a real run is judged reliably with (chaos.capacity)."""
+    from ..capacity import CALLERS_PER_CPU
+    return ["## How many workers a machine judges", "",
+            f"A real run is judged reliably with up to {CALLERS_PER_CPU} engine callers per "
+            "CPU: worker processes × `slots`, plus `senders` (on 2 CPUs, "
+            f"{2 * CALLERS_PER_CPU}). Past that the fakes, threads of the runner's one "
+            "process, fall behind the calls: a ledger stamps a call when the fake gets to it, "
+            "seconds after the worker sent it and gave it up, and the checks that place a call "
+            "in a lease (fenced-writes, lease-exclusive, cost-accounted, retry-discipline) may "
+            "fail an engine that did nothing wrong. `ninelives run` warns at plan time, on "
+            "stderr and in report.json's `warnings`, and runs anyway; `ninelives sim` has no "
+            "such limit (its time is virtual). The figures: README, \"Limits\".", ""]
 
 
 def _bounds(limits: Any, shares: tuple[str, ...], rates: tuple[str, ...]) -> dict[str, str]:
@@ -124,13 +140,10 @@ def _trailing_comment(line: str) -> str:
 
 
 def _engine_settings() -> list[str]:
-    from engine.config import DEFAULT_WORDS, MEANING, EngineConfig
-    lines = ["| setting | default | what it is |", "|---|---|---|"]
-    config = EngineConfig()
-    for name, text in MEANING.items():
-        default = DEFAULT_WORDS.get(name) or f"`{getattr(config, name, '')!r}`"
-        lines.append(f"| `{name}` | {default} | {text.replace('|', '/')} |")
-    return lines
+    from ..reference.docs import settings
+    return ["| setting | default | what it is |", "|---|---|---|",
+            *(f"| `{name}` | {default} | {text.replace('|', '/')} |"
+              for name, default, text in settings())]
 
 
 def _aim_example(doc: str) -> list[str]:
