@@ -1,6 +1,7 @@
 """`ninelives`: one command for the engine (`ninelives engine ...`) and the harness.
 
-    ninelives run SCENARIO [--seed N] [--profile P] [--engine E] [--out DIR] [--quiet]
+    ninelives run SCENARIO [--seed N | --seeds N|A..B [--shard I/N]] [--profile P] [--engine E]
+                  [--out DIR] [--quiet]
                   [--engine-set NAME=VALUE ...]
                   [--backend sqlite|postgres [--pg-url postgresql://...]]
     ninelives replay RUN [--tries K] [--out DIR]
@@ -9,9 +10,12 @@
     ninelives sweep [SCENARIO] [--lease 0.5,1,2,4] [--heartbeat on,off] [--latency DIST]
                     [--seeds N|A..B] [--profile P] [--engine E] [--out DIR]
                     [--backend sqlite|postgres [--pg-url postgresql://...]]
-    ninelives sim SCENARIO [--seed N | --seeds N|A..B] [--engine E] [--shrink]
+    ninelives sim SCENARIO [--seed N | --seeds N|A..B [--shard I/N]] [--engine E] [--shrink]
     ninelives sim --replay FILE
     ninelives explore SCENARIO [--engine E] [--budget 5m] [--seed N] [--corpus DIR] [--out DIR]
+                      [--shard I/N]
+    ninelives merge FOLDER... [--out DIR]      the shards' folders as one campaign report
+    ninelives annotate FOLDER                  failures as GitHub Actions workflow commands
     ninelives mutants [--seeds N|A..B] [--profile P] [--only NAME,...] [--out DIR]
                       [--backend sqlite|postgres [--pg-url postgresql://...]]
     ninelives score [--modules M,...] [--seeds N|A..B] [--deep N] [--run [--run-seeds N|A..B]]
@@ -33,6 +37,7 @@ from typing import Sequence
 from .backends import add_backend_flags
 from .flags import SEEDS_HELP, at_least, parse_seconds, seeds
 from .limits import MAX_JOBS, MAX_WORKERS
+from .shards import SHARD_HELP, shard
 
 EXIT_ERROR = 2
 
@@ -55,7 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("engine", help="the reference engine: worker, send, submit, status, ...")
     p = sub.add_parser("run", help="run a chaos scenario against an engine")
     p.add_argument("scenario", help="a scenario file, or a name from scenarios/")
-    p.add_argument("--seed", type=int, default=1, help="the seed of the fault plan (default 1)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--seed", type=int, default=1,
+                       help="the seed of the fault plan (default 1)")
+    which.add_argument("--seeds", type=seeds, default=None,
+                       help=f"a run per seed, one after another: {SEEDS_HELP}; the campaign's "
+                            "campaign.json, summary.md, junit.xml and report.html go in --out")
+    p.add_argument("--shard", type=shard, default=None, help=SHARD_HELP)
     p.add_argument("--profile", default=None, help="smoke, ci (default) or soak")
     p.add_argument("--engine", default="reference", help="reference, or module:object")
     p.add_argument("--engine-set", action="append", default=[], metavar="NAME=VALUE",
@@ -107,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_mutants_parser(sub)
     from .doctor import add_parser as add_doctor_parser
     add_doctor_parser(sub)
+    from .merge import add_parser as add_merge_parser
+    add_merge_parser(sub)
+    from .annotate import add_parser as add_annotate_parser
+    add_annotate_parser(sub)
     from .score import add_arguments as add_score_arguments
     add_score_arguments(sub.add_parser(
         "score", help="the mutation score: one-line bugs in the engine the harness catches"))
@@ -123,6 +138,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     engine = load_engine(args.engine)
     scenario = load_scenario(args.scenario, args.profile, engine,
                              parse_engine_set(args.engine_set))
+    if args.shard is not None and args.seeds is None:
+        raise ValueError(f"--shard {args.shard} splits --seeds A..B among shards; give --seeds")
+    if args.seeds is not None:
+        from .seed_runs import run_seeds
+        return run_seeds(args, scenario, engine, backend)
     print(f"ninelives run {scenario.name} (profile {scenario.profile}, seed {args.seed}, "
           f"engine {args.engine}, backend {backend.name}): {scenario.run.jobs} jobs, "
           f"{scenario.run.workers} workers, {scenario.run.chaos:.1f} s of chaos",
@@ -294,6 +314,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "doctor":
             from .doctor import cmd_doctor
             return cmd_doctor(args)
+        if args.command == "merge":
+            from .merge import cmd_merge
+            return cmd_merge(args)
+        if args.command == "annotate":
+            from .annotate import cmd_annotate
+            return cmd_annotate(args)
         if args.command == "score":
             from .score import score
             return score(args)

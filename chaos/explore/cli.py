@@ -2,12 +2,15 @@
 
     ninelives explore SCENARIO [--engine E] [--budget 5m] [--seed N] [--corpus DIR]
                       [--out DIR] [--profile P] [--engine-set NAME=VALUE ...] [--no-swarm]
-                      [--shrink-budget K] [--quiet]
+                      [--shrink-budget K] [--shard I/N] [--quiet]
 
 Prints a line for each situation first reached (and every few seconds how far it got), stops
 at the first failure with its shrunk counterexample and the command that replays it (exit
 1), or at the end of the budget with the table of situations reached and not (exit 0). Exit
 2: the command could not run (an engine without the in_process capability among others).
+The campaign's record goes into --out (chaos.campaign: campaign.json, summary.md, junit.xml,
+report.html). `--shard I/N` explores 1/N of the budget with the seeds of shard I alone
+(chaos.shards); `ninelives merge` combines the shards' folders.
 """
 from __future__ import annotations
 
@@ -17,9 +20,12 @@ import random
 import re
 import shutil
 import sys
+import time
 
+from ..campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
 from ..console import Column, table
 from ..contract import has
+from ..shards import WHOLE, shard
 from ..sim.choices import ReplayChoices
 from ..sim.cli import shrink_and_tell
 from ..sim.output import run_dir_for, write_run
@@ -66,6 +72,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="fresh seeds run the scenario's faults as written, not a mix each")
     p.add_argument("--shrink-budget", type=at_least(1), default=300,
                    help="simulations the shrink of a failure may run (default 300)")
+    p.add_argument("--shard", type=shard, default=None,
+                   help="I/N: explore as shard I of N, for 1/N of the budget, drawing, "
+                        "replaying and mutating only the seeds s with (s - 1) %% N == I - 1; "
+                        "`ninelives merge` combines the N shards' folders")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -88,16 +98,25 @@ def cmd_explore(args: argparse.Namespace) -> int:
           f"{args.engine}): budget {args.budget:g} s, "
           f"{'swarm testing' if args.swarm else 'faults as written'}, explorer seed "
           f"{args.seed}, corpus {corpus.folder}", flush=True)
-    printer = _Printer(args.quiet)
+    printer, began = _Printer(args.quiet), time.time()
+    part = args.shard or WHOLE
     explorer = Explorer(scenario, engine, args.engine, seed=args.seed, swarm=args.swarm,
-                        corpus=corpus, listener=printer)
-    outcome = explorer.explore(args.budget)
+                        corpus=corpus, listener=printer, shard=part)
+    outcome = explorer.explore(args.budget / part.count)
     for warning in corpus.warnings:
         print(f"warning: corpus {warning}", file=sys.stderr)
     if outcome.failure is not None:
-        return _failed(outcome, corpus, args)
-    _summary(outcome, corpus)
-    return 2 if outcome.crashed else 0
+        code = _failed(outcome, corpus, args, printer.tally)
+    else:
+        _summary(outcome, corpus)
+        code = 2 if outcome.crashed else 0
+    key = campaign_key("explore", scenario, args.engine, swarm=bool(args.swarm),
+                       explorer_seed=args.seed, budget=args.budget)
+    record = campaign_record(key, printer.tally, [part], began,
+                             budget_per_shard=args.budget / part.count)
+    write_campaign(args.out, record)
+    print("\n".join(campaign_lines(record, args.out)))
+    return code
 
 
 class _Printer(Listener):
@@ -107,6 +126,7 @@ class _Printer(Listener):
     def __init__(self, quiet: bool) -> None:
         self.quiet, self.last = quiet, 0.0
         self.total = len(catalog())
+        self.tally = Tally(list_seeds=False)  # every schedule run, for campaign.json
 
     def _say(self, explorer: Explorer, text: str) -> None:
         self.last = explorer.elapsed
@@ -124,6 +144,7 @@ class _Printer(Listener):
             self._say(explorer, f"+{', '.join(fresh)} ({_origin(candidate)})")
 
     def ran(self, explorer: Explorer, result: SimResult) -> None:
+        _tally(self.tally, result)
         if explorer.elapsed - self.last >= QUIET_LINE_EVERY:
             self._say(explorer, f"{len(explorer.hits)} features, {len(explorer.kept)} kept")
 
@@ -143,9 +164,17 @@ def _origin(candidate: Candidate | None) -> str:
     return f"{candidate.origin} of seed {candidate.seed}"
 
 
-def _failed(outcome: Outcome, corpus: Corpus, args: argparse.Namespace) -> int:
+def _tally(tally: Tally, result: SimResult, **failing) -> None:
+    from ..situations import recognise
+    tally.add(result.spec.seed, [v.to_json() for v in result.verdicts],
+              recognise(result.history, result.snapshot) if result.history else {},
+              result.exit_code, **failing)
+
+
+def _failed(outcome: Outcome, corpus: Corpus, args: argparse.Namespace, tally: Tally) -> int:
     """Keep the failing run's folder, shrink it, print the counterexample and how to replay
-    it, and keep it in the corpus (so that the next exploration replays it first)."""
+    it, and keep it in the corpus (so that the next exploration replays it first); the
+    failing run goes to `tally` with its folder and the commands that rerun it."""
     failure = outcome.failure
     print(f"\nFAIL after {outcome.seconds:.1f} s and {outcome.runs} schedules "
           f"({_origin(outcome.candidate)}): {headline(failure.verdicts)}", flush=True)
@@ -154,6 +183,9 @@ def _failed(outcome: Outcome, corpus: Corpus, args: argparse.Namespace) -> int:
     result, run_dir = _write_failure(failure, args.out)
     print(f"run folder: {run_dir}\nreplay it: ninelives sim --replay "
           f"{os.path.join(run_dir, 'schedule.json')}", flush=True)
+    replay = f"ninelives sim --replay {os.path.join(run_dir, 'schedule.json')}"
+    _tally(tally, failure, run_dir=os.path.relpath(run_dir, args.out), rerun=replay,
+           replay=replay)
     shrunk = shrink_and_tell(result, run_dir, args.shrink_budget, args.quiet,
                              turns=_own_turns(outcome, result))
     corpus.keep(shrunk.result, [], target=shrunk.target)

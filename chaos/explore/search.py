@@ -19,6 +19,7 @@ from ..scenario import Scenario
 from ..sim.run import simulate
 from ..sim.spec import SimResult, SimSpec
 from ..sim.swarm import swarm_spec
+from ..shards import WHOLE, Shard
 from .corpus import Corpus
 from .coverage import Coverage, measure
 from .schedules import Candidate, Kept, mutate
@@ -58,7 +59,8 @@ class Outcome:
 class Explorer:
     """Explores `scenario` on `engine` (an adapter with in_process). `seed`: the explorer's
     own randomness; `swarm`: each fresh seed its own mix of faults; `corpus`: where kept
-    schedules go and are replayed from (None: kept in memory only)."""
+    schedules go and are replayed from (None: kept in memory only); `shard`: the seeds this
+    explorer draws, replays and mutates are its shard's alone (chaos.shards)."""
 
     scenario: Scenario
     engine: Any
@@ -68,9 +70,11 @@ class Explorer:
     corpus: Corpus | None = None
     clock: Callable[[], float] = time.monotonic
     listener: Listener = field(default_factory=Listener)
+    shard: Shard = WHOLE
 
     def __post_init__(self) -> None:
-        self.rng = random.Random(f"ninelives.explore:{self.seed}")
+        self.rng = random.Random(f"ninelives.explore:{self.seed}" + (
+            "" if self.shard == WHOLE else f":shard {self.shard}"))
         self.kept: list[Kept] = []
         self.hits: Counter = Counter()            # feature -> runs that reached it
         self.reaching: Counter = Counter()        # situation -> runs that reached it
@@ -94,7 +98,8 @@ class Explorer:
         spent = lambda: self.elapsed >= budget or (  # noqa: E731
             max_runs is not None and self.runs >= max_runs)
         replayed = 0
-        entries = self.corpus.entries() if self.corpus is not None else []
+        entries = [e for e in (self.corpus.entries() if self.corpus is not None else [])
+                   if self.shard.owns(e.seed)]
         if entries:
             self.listener.replaying(len(entries), self.corpus.folder)
         for entry in entries:
@@ -114,7 +119,7 @@ class Explorer:
 
     def _next(self) -> Candidate:
         if not self.kept or self.rng.random() < FRESH_SHARE:
-            return Candidate(self.rng.randrange(1, 1 << 31))
+            return Candidate(self.shard.draw(self.rng))
         weights = [sum(1.0 / self.hits[f] for f in k.features) / (1 + k.picked) ** 0.5
                    for k in self.kept]
         parent = self.rng.choices(self.kept, weights)[0]

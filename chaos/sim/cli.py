@@ -1,8 +1,12 @@
 """`ninelives sim`: explore seeds in simulation, shrink a failure, replay a saved schedule.
 
-    ninelives sim SCENARIO [--seed N | --seeds N|A..B] [--profile P] [--engine E] [--out DIR]
-                  [--engine-set NAME=VALUE ...] [--swarm] [--shrink] [--budget K]
+    ninelives sim SCENARIO [--seed N | --seeds N|A..B [--shard I/N]] [--profile P] [--engine E]
+                  [--out DIR] [--engine-set NAME=VALUE ...] [--swarm] [--shrink] [--budget K]
     ninelives sim --replay FILE [--out DIR]
+
+Over several seeds it writes the campaign's record into --out (chaos.campaign:
+campaign.json, summary.md, junit.xml, report.html); `--shard I/N` runs the seeds of shard I
+only (chaos.shards) and `ninelives merge` combines the shards' folders.
 
 Exit codes: 0 every explored schedule passed, 1 one failed, 2 the command could not run.
 """
@@ -16,9 +20,11 @@ import time
 from typing import Any
 
 from ..aim import summary_lines as aim_summary_lines
+from ..campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
 from ..console import Progress
 from ..flags import SEEDS_HELP, at_least, seeds, seeds_text
 from ..report import situations_lines, verdict_table
+from ..shards import SHARD_HELP, WHOLE, shard
 from .choices import SeededChoices
 from .output import run_dir_for, write_run
 from .run import simulate
@@ -57,6 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="shrink the first failing seed to a minimal schedule")
     p.add_argument("--budget", type=at_least(1), default=500,
                    help="simulations a shrink may run (default 500)")
+    p.add_argument("--shard", type=shard, default=None, help=SHARD_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.add_argument("--require-exercised", action="store_true",
                    help="with --seed or --replay: an invariant that passed without reaching "
@@ -65,6 +72,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
+    if args.shard is not None and (args.seed is not None or args.replay):
+        raise ValueError(f"--shard {args.shard} splits --seeds A..B among shards; "
+                         f"{'--seed N' if args.seed is not None else '--replay'} runs one")
     if args.replay:
         return _replay(args)
     if not args.scenario:
@@ -79,15 +89,18 @@ def cmd_sim(args: argparse.Namespace) -> int:
         raise ScenarioError(f"{scenario.path}: faults.{server[0]} {POSTGRES_FAULTS[server[0]]}"
                             "; run it with `ninelives run --backend postgres`, not sim")
     chosen = args.seeds if args.seed is None else range(args.seed, args.seed + 1)
+    mine = (args.shard or WHOLE).seeds(chosen)  # ValueError naming --shard: none of them
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr,
                                                                     flush=True))
     say(f"ninelives sim {scenario.name} (profile {scenario.profile}, engine {args.engine}): "
-        f"seeds {seeds_text(chosen)}, {scenario.run.jobs} jobs, "
+        f"seeds {seeds_text(chosen)}"
+        + (f", shard {args.shard}: {len(mine)} seeds" if args.shard else "")
+        + f", {scenario.run.jobs} jobs, "
         f"{scenario.run.workers} workers" + (f" x {scenario.engine['slots']} slots"
                                              if scenario.engine.get("slots", 1) > 1 else ""))
-    if len(chosen) == 1:
+    if len(chosen) == 1 and args.shard is None:
         return _one(_spec(scenario, chosen.start, engine, args), args)
-    return _explore(scenario, engine, chosen, args)
+    return _explore(scenario, engine, mine, args)
 
 
 def _one(spec: SimSpec, args: argparse.Namespace) -> int:
@@ -117,9 +130,12 @@ def _required(run_dir: str, code: int, args: argparse.Namespace) -> int:
 def _explore(scenario, engine, seeds: range, args: argparse.Namespace) -> int:
     """Run every seed's schedule, counting them on a progress line; a failing one is run
     again to keep its folder, and with --shrink the first is shrunk and ends the search."""
-    started = time.perf_counter()
+    started, began = time.perf_counter(), time.time()
+    tally = Tally()
     with Progress("sim", len(seeds), unit="schedules", enabled=not args.quiet) as shown:
-        failing, crashed, first_failure = _explore_seeds(scenario, engine, seeds, args, shown)
+        failing, crashed, first_failure = _explore_seeds(scenario, engine, seeds, args, shown,
+                                                         tally)
+    record = _campaign(scenario, args, tally, began, stopped=first_failure is not None)
     if first_failure is not None:
         _shrink(*first_failure, args)  # after the count's line: one progress line at a time
     took = time.perf_counter() - started
@@ -127,17 +143,41 @@ def _explore(scenario, engine, seeds: range, args: argparse.Namespace) -> int:
     print(f"{done} schedules in {took:.1f} s ({done / took * 60:.0f}/min): "
           + (f"{len(failing)} failed (seeds {', '.join(map(str, failing))})" if failing
              else "no invariant failed in any schedule"))
+    print("\n".join(campaign_lines(record, args.out)))
     return 1 if failing else (2 if crashed else 0)
 
 
-def _explore_seeds(scenario, engine, seeds: range, args: argparse.Namespace, shown: Progress
-                   ) -> tuple[list[int], list[int], tuple[SimResult, str] | None]:
+def _campaign(scenario, args: argparse.Namespace, tally: Tally, began: float,
+              stopped: bool) -> dict:
+    """Write the campaign's record and pages (chaos.campaign) into --out; returns it."""
+    key = campaign_key("sim", scenario, args.engine, seeds=seeds_text(args.seeds),
+                       swarm=bool(args.swarm))
+    extra = {"stopped_at_first_failure": True} if stopped else {}
+    record = campaign_record(key, tally, [args.shard or WHOLE], began, **extra)
+    write_campaign(args.out, record)
+    return record
+
+
+def _tally(tally: Tally, result: SimResult, run_dir: str | None, out: str) -> None:
+    """Add one seed's run to the campaign: a failing one with its folder and commands."""
+    from ..situations import recognise
+    from .output import sim_command
+    kept = {} if run_dir is None else {
+        "run_dir": os.path.relpath(run_dir, out), "rerun": sim_command(result),
+        "replay": f"ninelives sim --replay {os.path.join(run_dir, 'schedule.json')}"}
+    tally.add(result.spec.seed, [v.to_json() for v in result.verdicts],
+              recognise(result.history, result.snapshot) if result.history else {},
+              result.exit_code, **kept)
+
+
+def _explore_seeds(scenario, engine, seeds: range, args: argparse.Namespace, shown: Progress,
+                   tally: Tally) -> tuple[list[int], list[int], tuple[SimResult, str] | None]:
     """(failing seeds, seeds whose checker crashed, the first failure's result and folder
-    when --shrink asks for it, which stops the search)."""
+    when --shrink asks for it, which stops the search); each seed's run goes to `tally`."""
     failing, crashed = [], []
     for i, seed in enumerate(seeds, 1):
         spec = _spec(scenario, seed, engine, args)
-        result = simulate(spec, SeededChoices(seed))
+        result, run_dir = simulate(spec, SeededChoices(seed)), None
         if result.exit_code == 2:
             crashed.append(seed)
             print(f"seed {seed}: ERROR a checker crashed: "
@@ -153,8 +193,9 @@ def _explore_seeds(scenario, engine, seeds: range, args: argparse.Namespace, sho
             print(f"seed {seed}: FAIL {headline(result.verdicts)}\n  {run_dir}", flush=True)
             if spec.swarm is not None:
                 print(f"  {describe_swarm(spec.swarm)}", flush=True)
-            if args.shrink:
-                return failing, crashed, (result, run_dir)
+        _tally(tally, result, run_dir, args.out)
+        if result.failed and args.shrink:
+            return failing, crashed, (result, run_dir)
         shown.update(i, detail=f"{len(failing)} failed")
     return failing, crashed, None
 
