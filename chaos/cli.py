@@ -292,7 +292,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] == "engine":
         from .reference.adapter import engine_cli
         return engine_cli(argv[1:])
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)  # imports every command's parser
+    except KeyboardInterrupt as stop:
+        return interrupted(stop)
     from .adapter_guard import AdapterError
     from .runner import HarnessError
     from .scenario import ScenarioError

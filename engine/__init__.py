@@ -3,6 +3,10 @@
 The public surface: the state table and pipelines, the store, the worker and the outbox
 sender, settings, and the test hooks (crash points, clocks).
 """
+from .interrupts import quiet_when_a_command
+
+quiet_when_a_command("engine")  # first: `python -m engine` interrupted while it imports
+
 from .config import ConfigError, EngineConfig, load_config
 from .hooks import CRASHPOINTS, Clock, ManualClock, SkewedClock, SystemClock, crashpoint
 from .outbox import Sender

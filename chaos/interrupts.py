@@ -1,0 +1,80 @@
+"""How a harness command ends when Ctrl-C (or SIGTERM) stops it before, or outside, its own
+handling: one line and exit 130 (143 for SIGTERM), never a traceback, from its first
+import to its last line.
+
+The package installs this first thing when the process is one of its commands (`ninelives`,
+`python -m chaos...`), before any other import: a Ctrl-C during the imports had printed a
+traceback and died of the signal (exit -2 to its parent). The interrupt still unwinds as
+Python's KeyboardInterrupt does (every `finally` and `with` ends what it started); only its
+report changes. Imported as a library (tests, other programs), the package changes nothing.
+A signal that arrives before the interpreter runs any code at all ends the process by the
+signal's default action (a shell shows 130 too).
+
+The engine keeps its own copy (engine/interrupts.py): the engine never imports the harness.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+
+#: The exit code of a process whose main code an interrupt ended (None: none did).
+_ended_by: int | None = None
+
+
+def is_command(package: str, scripts: tuple[str, ...] = ()) -> bool:
+    """Whether this process was started as `python [options] -m <package>[.module]` or as
+    one of `scripts` (a console script's path), read from the interpreter's own argv."""
+    argv = list(getattr(sys, "orig_argv", []))[1:]
+    while argv:
+        arg = argv.pop(0)
+        if arg in ("-X", "-W"):  # an option that takes the next word
+            argv[:1] = []
+        elif arg.startswith("-m"):
+            module = arg[2:] or (argv[0] if argv else "")
+            return module == package or module.startswith(package + ".")
+        elif arg == "-c" or arg == "-":
+            return False
+        elif not arg.startswith("-"):
+            return os.path.basename(arg) in scripts
+    return False
+
+
+def quiet_when_a_command(package: str, scripts: tuple[str, ...] = ()) -> None:
+    """In a process that is one of the package's commands (see is_command): an interrupt
+    that no code caught prints one line and exits 128 + its signal. Call it before any
+    other import."""
+    if is_command(package, scripts):
+        report = sys.excepthook
+
+        def hook(kind, value, tb) -> None:
+            if issubclass(kind, KeyboardInterrupt):
+                ended(value)
+            else:
+                report(kind, value, tb)
+        sys.excepthook = hook
+        atexit.register(_exit_as_interrupted)  # registered first: it runs last
+
+
+def ended(interrupt: BaseException) -> None:
+    """Say in one line that `interrupt` stopped the command, and make its exit code 128 + the
+    signal once the interpreter has run its exit handlers."""
+    global _ended_by
+    _ended_by = 128 + getattr(interrupt, "signum", signal.SIGINT)
+    try:
+        sys.stderr.write(f"interrupted ({signal.Signals(_ended_by - 128).name}): stopped "
+                         "before it finished\n")
+    except (OSError, ValueError):
+        pass  # stderr is gone: the exit code says it
+
+
+def _exit_as_interrupted() -> None:
+    """The last exit handler: an interrupted command exits 130 (143), not by the signal."""
+    if _ended_by is not None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        os._exit(_ended_by)
