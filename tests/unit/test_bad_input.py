@@ -366,6 +366,11 @@ def harness_case(row: str, tmp: str) -> tuple[list[str], list[str]]:
             "after_call -> worker.after_call"]
     if row == "a `--seeds` that names no seed":
         return ["sweep", "--seeds", "0", "--out", out], ["--seeds", "names no seed"]
+    if row == "a `--shard` that is no shard of the seeds":
+        return ["sim", "smoke", "--seeds", "1..2", "--shard", "3/3", "--out", out], [
+            "--shard 3/3", "use at most 2 shards"]
+    if row == "folders that are not one campaign's shards":
+        return ["merge", tmp, "--out", out], [tmp, "no campaign.json"]
     if row == "a count below its floor":
         return ["replay", tmp, "--tries", "0"], ["--tries", ">= 1"]
     if row == "an engine file `score` cannot mutate":
