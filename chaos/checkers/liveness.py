@@ -324,8 +324,11 @@ def _is_poison(call: Event) -> bool:
 
 def _check_poison(verdict: Verdict, tl: Timeline) -> None:
     """After a worker observed poison and committed the failure, no later claim calls again."""
+    # Observed: answered definitely (the ledger's completion "fail", as _check_poison_in_hand
+    # reads it). A poison answer the fake finished after its caller had hung up ("info": on
+    # a loaded machine, after the caller's timeout) was never seen, and retrying is right.
     observed = [(pos, c, h) for entries in tl.calls.values() for pos, _, c, h in entries
-                if _is_poison(c)]
+                if _is_poison(c) and c.get("completion", "fail") == "fail"]
     observed += [(pos, s, holding) for pos, s, holding in tl.spends
                  if s.get("outcome") == "poison"]
     judged = set()
