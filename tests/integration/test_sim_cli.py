@@ -108,7 +108,10 @@ def test_exploring_seeds_prints_a_summary_and_exits_0_when_every_invariant_holds
                     "out", "--quiet")
     assert ran.returncode == 0, explain(ran)
     assert "3 schedules in" in ran.stdout and "no invariant failed" in ran.stdout
-    assert not (workdir / "out").exists()  # passing seeds of an exploration leave no folder
+    # passing seeds of an exploration leave no run folder, only the campaign's record
+    assert run_folders(workdir / "out") == []
+    assert sorted(p.name for p in (workdir / "out").iterdir()) == [
+        "campaign.json", "junit.xml", "report.html", "summary.md"]
 
 
 def test_one_seed_writes_a_run_folder_that_check_and_replay_agree_with(workdir):
