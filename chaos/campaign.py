@@ -6,8 +6,8 @@ beside `summary.md`, `junit.xml` and `report.html` rendered from it (chaos.rende
 It holds, per invariant, how many runs passed (exercised, or of an invariant that declares
 no situations), passed not exercised, failed, had no evidence (unknown) or whose checker
 crashed, the failing seeds and the first reason (of the lowest seed); the situations
-reached, summed over the runs; every failing seed with its run folder and the commands that
-rerun and replay it; the runs that ended in error. Every count is a sum, so the record of N
+reached, summed over the runs; every failing seed with its run folder (relative to the
+record's own folder) and the commands that rerun and replay it; the runs that ended in error. Every count is a sum, so the record of N
 shards merged (`Tally.absorb`) equals the record of the unsharded campaign.
 
 A campaign's verdict per invariant: fail when any run failed it; else pass when any run

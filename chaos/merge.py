@@ -39,7 +39,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     ValueError naming the folder for shards that cannot be merged."""
     records = [(folder, read_campaign(folder)) for folder in args.folders]
     check_shards(records)
-    record = merge_records(records)
+    record = merge_records(records, args.out)
     write_campaign(args.out, record)
     from .render.campaign import headline
     print(f"merged {len(records)} folder(s): {headline(record)}")
@@ -105,16 +105,17 @@ def check_shards(records: list[tuple[str, dict[str, Any]]]) -> None:
                          f"{', '.join(f'{i} ({owner[i]})' for i in sorted(owner))}")
 
 
-def merge_records(records: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    """One campaign record of the shards' records (checked by `check_shards`): every count
-    summed; a failing seed's folder is named under the shard's folder it came from."""
+def merge_records(records: list[tuple[str, dict[str, Any]]], out: str) -> dict[str, Any]:
+    """One campaign record of the shards' records (checked by `check_shards`), to be written
+    into `out`: every count summed; a failing seed's folder named, as in any campaign
+    record, relative to the record's own folder (`out`), under its shard's folder."""
     first = records[0][1]
     tally = Tally(list_seeds=all(r["seeds"] is not None for _, r in records))
     for folder, record in records:
         shard = Tally.from_json(record)
         for row in shard.failing + shard.errors:
             if row.get("run_dir"):
-                row["run_dir"] = os.path.join(folder, row["run_dir"])
+                row["run_dir"] = os.path.relpath(os.path.join(folder, row["run_dir"]), out)
             row.setdefault("shard_folder", folder)
         tally.absorb(shard)
     count = first["shards"]["count"]

@@ -30,6 +30,7 @@ from .fakes import FakeProvider, FakeReceiver, read_ledger
 from .nemesis import FaultPolicy, Nemesis
 from .plan import FaultPlan, documents_for, make_plan
 from .render import render_run
+from .capacity import capacity_warnings
 from .report import build_report, faults_applied, start_record, write_report
 from .runfiles import is_secret, scenario_record, secret_names, write_json
 from .aim_watch import AimWatch
@@ -427,9 +428,13 @@ def _run_on(scenario: Scenario, plan: FaultPlan, engine: Engine, out: str,
     seed = plan.seed
     run_dir = run_dir_for(out, scenario, seed)
     started = time.time()
+    # More engine processes than this machine's runs are judged reliably with: said before
+    # the run, and in its report (chaos.capacity).
+    for warning in capacity_warnings(scenario):
+        print(f"warning: {warning}", file=sys.stderr)
     # First of all, what runs and how to replay it: a run killed halfway stays usable.
-    start = start_record(scenario, plan, engine, engine_spec, run_dir, started,
-                         database.to_json())
+    start = with_capacity(start_record(scenario, plan, engine, engine_spec, run_dir, started,
+                                       database.to_json()), scenario)
     write_report(run_dir, start)
     try:
         # From here on the folder exists: an interrupt anywhere (the campaign, its checks,
@@ -468,11 +473,18 @@ def _carry_out(scenario: Scenario, plan: FaultPlan, engine: Engine, run_dir: str
         shown.update(detail=f"the invariants over {len(events)} events")
         verdicts = run_checkers(events, snapshot)
     applied = faults_applied(plan, events, campaign.nemesis.applied)
-    report = build_report(scenario, plan, engine, engine_spec, run_dir, verdicts, applied,
-                          events, snapshot, started, database.to_json())
+    report = with_capacity(build_report(scenario, plan, engine, engine_spec, run_dir,
+                                        verdicts, applied, events, snapshot, started,
+                                        database.to_json()), scenario)
     write_report(run_dir, report)
     render_reports(run_dir)
     return RunResult(run_dir, report)
+
+
+def with_capacity(report: dict[str, Any], scenario: Scenario) -> dict[str, Any]:
+    """`report` with `warnings` (a list, empty when none): what the run was warned of at
+    plan time, such as more workers than this machine's runs are judged reliably with."""
+    return {**report, "warnings": capacity_warnings(scenario)}
 
 
 def render_reports(run_dir: str) -> list[str]:

@@ -168,7 +168,8 @@ table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:4px 8px;
 border-bottom:1px solid #d8dee4;vertical-align:top}th{background:#f6f8fa;font-size:12px}
 .b{display:inline-block;padding:1px 9px;border-radius:10px;color:#fff;font-weight:700}
 .pass{background:#1b7f3b}.fail{background:#c62828}.unknown,.error,.unexercised{background:#a15c00}
-code{font-family:ui-monospace,monospace;font-size:12.5px}"""
+code{font-family:ui-monospace,monospace;font-size:12.5px}
+td:first-child,.b{white-space:nowrap}"""
 
 
 def render_html(record: dict[str, Any]) -> str:
@@ -189,7 +190,8 @@ def render_html(record: dict[str, Any]) -> str:
         f"<li>seed {f['seed']}: {e(', '.join(f['invariants']))}<br>rerun: "
         f"<code>{e(f.get('rerun', '?'))}</code>"
         + (f"<br>replay: <code>{e(f['replay'])}</code>" if f.get("replay") else "")
-        + (f"<br>run folder: <code>{e(f['run_dir'])}</code>" if f.get("run_dir") else "")
+        + (f"<br>run folder: <a href='{e(f['run_dir'])}/report.html'><code>{e(f['run_dir'])}"
+           "</code></a>" if f.get("run_dir") else "")
         + "</li>" for f in record["failing"])
     errors = "".join(f"<li>seed {x['seed']}: {e(x['why'])}</li>" for x in record["errors"])
     return (

@@ -49,8 +49,9 @@ def test_three_shards_merged_equal_the_unsharded_run(name, tmp_path, capsys):
     assert merged["shards"] == {**whole["shards"], "count": 3, "given": [1, 2, 3]}
     assert [(f["seed"], f["invariants"]) for f in merged["failing"]] == \
         [(f["seed"], f["invariants"]) for f in whole["failing"]]
-    for f in merged["failing"]:  # each failing seed's folder, found under its shard's folder
-        assert os.path.exists(os.path.join(f["run_dir"], "schedule.json"))
+    for f in merged["failing"]:  # each failing seed's folder, under its shard's folder
+        assert os.path.exists(tmp_path / "merged" / f["run_dir"] / "schedule.json")
+        assert f["run_dir"].startswith(f"..{os.sep}s")
         assert f["rerun"].startswith("ninelives sim ") and f"--seed {f['seed']}" in f["rerun"]
     assert sum(s["count"] for s in merged["situations"].values()) > 0
     for page in ("summary.md", "junit.xml", "report.html"):
