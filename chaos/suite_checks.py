@@ -184,7 +184,7 @@ def _sim_failure(outcome: Outcome, spec: Any, bank: RememberedSeeds, out: str,
     _failure_lines(outcome, result, run_dir, report)
     outcome.lines.append(f"shrink it: {report['run_command']} --shrink")
     if shrink_budget > 0 and result.failed:
-        outcome.lines += _shrunk_lines(result, run_dir, shrink_budget)
+        outcome.lines += shrunk_lines(result, run_dir, shrink_budget)
     if bank.folder and result.failed:
         outcome.lines.append(f"seed {spec.seed} is remembered in {bank.folder} and tried first "
                              "next time")
@@ -226,7 +226,7 @@ def _failure_lines(outcome: Outcome, result: Any, run_dir: str, report: dict) ->
                       f"rerun this seed: {report['run_command']}"]
 
 
-def _shrunk_lines(result: Any, run_dir: str, budget: int) -> list[str]:
+def shrunk_lines(result: Any, run_dir: str, budget: int) -> list[str]:
     """Shrink `result` within `budget` simulations: the shrinker's own account, which ends
     with the counterexample's replay command."""
     from .sim.cli import shrink_and_tell
