@@ -34,7 +34,12 @@ point and attributes such writes itself (`chaos.writers`); `store_settings(db) -
 backends: whose clock places leases, `lease_clock`; which claim order it keeps there);
 `point_roles`, with crash_points: role -> the engine's points that play it, for the roles
 of `chaos.crashpoints.ROLES` the engine has (a scenario names `role:after_call`; a role
-the adapter leaves out is one the engine lacks).
+the adapter leaves out is one the engine lacks); `durability(settings) -> (promised,
+setting)`: whether, with the scenario's `[engine]` table `settings`, every transaction the
+engine acknowledges survives a power cut (the data fsynced before the acknowledgement), and
+a short text naming the setting that decides it ("synchronous=FULL, journal_mode=WAL"):
+the `durable-commits` check fails on a lost acknowledged transaction only where it is
+promised, and otherwise reports what the cuts lost (chaos.powerloss).
 
 With in_process: `in_process`, the hooks `ninelives sim` runs the engine's own loops through
 (`chaos.sim.threads`), and `submit`, `operator` and `expire_leases` taking `now=` (the time to

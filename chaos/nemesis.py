@@ -21,6 +21,7 @@ from .history import Event, payload_hash
 from .plan import (FaultPlan, document_fault, documents_for, forced_provider_fault,
                    forced_receiver_fault, latency_fault, provider_fault, provider_form,
                    receiver_document_fault, receiver_fault)
+from .powerloss.fault import cut as power_cut
 from .scenario import Scenario
 from .supervisor import Supervisor
 
@@ -97,6 +98,7 @@ class Nemesis:
                  record: Callable[[Event], None], server: Any = None) -> None:
         self.scenario, self.plan, self.engine, self.db = scenario, plan, engine, db
         self.server = server  # the database server the run started (its own faults), or None
+        self.store = None  # the lost-fsync mount under the store (power_loss), or None
         self._server_lock = threading.Lock()  # one crash-and-restart at a time
         self._up = threading.Lock()  # held while the server is down (see `server_up`)
         self.supervisor, self.policy, self.record = supervisor, policy, record
@@ -349,6 +351,12 @@ class Nemesis:
         finally:  # its window closes in the history however this ends
             if target is not None:
                 self._log("row_lock_end", **target)
+
+    # -- the machine's (chaos.powerloss) ---------------------------------------------------
+
+    def _power_loss(self, event: dict) -> None:
+        """Cut the power under the store: see chaos.powerloss.fault."""
+        power_cut(self, event)
 
     def _engine_processes(self) -> dict[int, str]:
         """pid -> name of every live worker and sender."""

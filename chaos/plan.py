@@ -130,6 +130,11 @@ def make_plan(scenario: Scenario, seed: int, pipeline: Pipeline) -> FaultPlan:
         if getattr(f, fault):
             timeline += [{"at": at, "fault": fault, "pick": rng.randrange(1 << 30)}
                          for at in _arrivals(rng, getattr(f, fault), run.chaos)]
+    if f.power_loss:  # last, and only when configured: every other plan stays as it was
+        cuts = max(1, round(f.power_loss * run.chaos))
+        timeline += [{"at": round((i + rng.uniform(0.25, 0.75)) * run.chaos / cuts, 4),
+                      "fault": "power_loss", "pick": rng.randrange(1 << 30)}
+                     for i in range(cuts)]
     timeline.sort(key=lambda e: (e["at"], e["fault"], e["pick"]))
     return FaultPlan(seed=seed, scenario=scenario.name, profile=scenario.profile, jobs=jobs,
                      poison=poison, crash_loop=crash_loop, needs_review=needs_review,

@@ -29,6 +29,7 @@ from .expect import harness_snapshot, process_context, settled
 from .fakes import FakeProvider, FakeReceiver, read_ledger
 from .nemesis import FaultPolicy, Nemesis
 from .plan import FaultPlan, documents_for, make_plan
+from .powerloss.fault import refusal as power_loss_refusal, store_mount
 from .render import render_run
 from .capacity import capacity_warnings
 from .report import build_report, faults_applied, start_record, write_report
@@ -97,12 +98,14 @@ class Campaign:
 
     def __init__(self, scenario: Scenario, plan: FaultPlan, engine: Engine,
                  run_dir: str, *, progress: bool = True,
-                 database: RunDatabase | None = None) -> None:
+                 database: RunDatabase | None = None, store: Any = None) -> None:
         self.scenario, self.plan, self.engine, self.run_dir = scenario, plan, engine, run_dir
         self.progress = progress
-        # a SQLite file in the run folder, or the URL of the run's PostgreSQL database
+        # a SQLite file in the run folder (on the lost-fsync mount `store` when the power
+        # fails: chaos.powerloss), or the URL of the run's PostgreSQL database
+        self.store = store
         self.db = database.target if database and database.target else \
-            os.path.join(run_dir, SQLITE_FILE)
+            os.path.join(store.mountpoint if store else run_dir, SQLITE_FILE)
         self.record = Recorder(os.path.join(run_dir, "events.jsonl"))
         self.integrity: list[dict[str, Any]] = []
         self.phases: dict[str, Any] = {}
@@ -161,6 +164,7 @@ class Campaign:
         nemesis = Nemesis(self.scenario, self.plan, self.engine, self.db, sup, policy,
                           self.record, self.server)
         self.nemesis = nemesis
+        nemesis.store = self.store
         # the aimed faults' side of the probe's holds (chaos.aim_watch): its own role
         self.aims = AimWatch(aim.resolve(self.scenario.aims, self.engine), self.engine,
                              self.db, aim.hold_log(self.run_dir), lambda: list(sup.children),
@@ -238,7 +242,8 @@ class Campaign:
                             self.integrity.append({"t": time.time(),
                                                    "after": f"kill of {child.name}",
                                                    "result": self.engine.integrity(self.db)})
-                sup.keep(counts)
+                with self._server_up():  # no respawn while the power is cut
+                    sup.keep(counts)
                 if until_settled or (self.progress and time.time() - looked > LOOK):
                     with self._server_up():
                         looked, state = time.time(), self.engine.progress(self.db)
@@ -256,8 +261,8 @@ class Campaign:
     def _server_up(self):
         """While faults apply, a database server the nemesis crashes is held up for a read
         of ours (the nemesis's `server_up`); otherwise nothing to hold."""
-        return self.nemesis.server_up() if self.faulting and self.server is not None \
-            else contextlib.nullcontext()
+        return self.nemesis.server_up() if self.faulting and (
+            self.server is not None or self.store is not None) else contextlib.nullcontext()
 
     def _settled(self) -> bool:
         return settled(self.engine, self.engine.progress(self.db))
@@ -416,6 +421,9 @@ def run_campaign(scenario: Scenario, seed: int, engine: Engine, out: str, *,
                                 f"seed {seed}")
             plan = make_plan(scenario, seed, engine.pipeline)
     check_backend(engine, backend)
+    refused = power_loss_refusal(scenario, backend.name)
+    if refused:
+        raise HarnessError(refused)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
     # The database first: a server that cannot be started or reached fails the run before
     # it leaves a folder; a server started here stops when the run ends, however it ends.
@@ -461,14 +469,15 @@ def keep_adapter_error(exc: AdapterError, run_dir: str, start: dict[str, Any],
 def _carry_out(scenario: Scenario, plan: FaultPlan, engine: Engine, run_dir: str,
                engine_spec: str | None, progress: bool, database: RunDatabase,
                started: float) -> RunResult:
-    campaign = Campaign(scenario, plan, engine, run_dir, progress=progress, database=database)
-    try:
-        snapshot = campaign.run()
-    finally:
-        campaign.record.close()
-    with Progress("check", enabled=progress) as shown:
-        shown.update(detail="merging the history")
+    with store_mount(scenario, run_dir) as store:  # unmounted once the history is read
+        campaign = Campaign(scenario, plan, engine, run_dir, progress=progress,
+                            database=database, store=store)
+        try:
+            snapshot = campaign.run()
+        finally:
+            campaign.record.close()
         events = campaign.history()
+    with Progress("check", enabled=progress) as shown:
         hist.write_history(os.path.join(run_dir, "history.jsonl"), events)
         shown.update(detail=f"the invariants over {len(events)} events")
         verdicts = run_checkers(events, snapshot)

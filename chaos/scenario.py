@@ -118,6 +118,10 @@ class Faults:
     # --backend postgres, on any server: one job's row held locked (SELECT ... FOR UPDATE)
     row_lock: float = 0.0                 # holds per second, of a job a worker holds (or any)
     row_lock_seconds: float = 1.0         # how long another transaction holds the row
+    power_loss: float = 0.0               # power cuts per second, evenly spread (SQLite, FUSE):
+                                          # every engine process killed at once, the store's
+                                          # writes no fsync covered dropped (chaos.powerloss)
+    power_loss_mode: str = "mixed"        # all, torn-seq, torn-op, or mixed (cut by cut)
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,9 @@ SHARES = ("slow", "provider_429", "provider_5xx", "hang", "reset", "poison", "un
           "duplicate_same", "duplicate_different", "receiver_5xx", "receiver_timeout",
           "receiver_drop", "receiver_lost", "declined", "crash_point_probability")
 RATES = ("kill", "pause", "lease_expiry", "contention", "operator", "server_restart",
-         "connection_kill", "statement_timeout", "row_lock")
+         "connection_kill", "statement_timeout", "row_lock", "power_loss")
+#: How a power cut drops the unsynced writes (chaos.powerloss.journal), or "mixed": cut by cut.
+POWER_LOSS_MODES = ("mixed", "all", "torn-seq", "torn-op")
 #: The faults of a PostgreSQL server the run started itself (chaos.backends).
 SERVER_FAULTS = ("server_restart", "connection_kill", "statement_timeout")
 #: The faults only a PostgreSQL store can undergo (the server's, and a row's lock: SQLite
@@ -494,6 +500,9 @@ def _check(where: str, s: Scenario) -> None:
         if not 0 <= start < end <= r.chaos:
             raise ScenarioError(f"{where}: field 'faults.outages' window [{start}, {end}] must "
                                 f"lie inside the chaos phase [0, {r.chaos}]")
+    if f.power_loss_mode not in POWER_LOSS_MODES:
+        raise ScenarioError(f"{where}: field 'faults.power_loss_mode' must be one of "
+                            f"{', '.join(POWER_LOSS_MODES)}, got {f.power_loss_mode[:60]!r}")
     if f.heartbeat_off_workers > r.workers:
         raise ScenarioError(f"{where}: faults.heartbeat_off_workers ({f.heartbeat_off_workers})"
                             f" exceeds run.workers ({r.workers})")

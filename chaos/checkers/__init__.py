@@ -61,7 +61,7 @@ INVARIANTS = (
     "all-jobs-settle", "submissions-idempotent", "memo-consistent", "retry-discipline",
     "bounded-work", "lease-exclusive", "lease-kept", "deadlines-kept", "operator-moves",
     "fenced-writes", "cost-accounted", "db-intact",
-    "processes-survive", "claims-prompt",
+    "processes-survive", "claims-prompt", "durable-commits",
 )
 
 
@@ -69,7 +69,7 @@ def load() -> None:
     """Import every checker module, filling CHECKERS and READS."""
     import importlib
     for module in ("transitions", "billing", "outbox", "liveness", "leases", "deadlines",
-                   "operator", "integrity", "processes", "promptness"):
+                   "operator", "integrity", "processes", "promptness", "durable"):
         loaded = importlib.import_module(f"{__name__}.{module}")
         CHECKERS.update(loaded.CHECKS)
         READS.update(getattr(loaded, "READS", {}))

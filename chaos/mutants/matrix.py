@@ -51,7 +51,7 @@ SHORT = {"legal-transitions": "LT", "no-rebill-after-commit": "NR", "outbox-boun
          "lease-exclusive": "LE", "lease-kept": "LK", "deadlines-kept": "DK",
          "operator-moves": "OM",
          "fenced-writes": "FW", "cost-accounted": "CA", "db-intact": "DB",
-         "processes-survive": "PS", "claims-prompt": "CP"}
+         "processes-survive": "PS", "claims-prompt": "CP", "durable-commits": "DC"}
 #: What a cell of the matrix says.
 CELLS = {"X": "an expected invariant failed", "x": "another invariant failed",
          "o": "expected, but it held", ".": "neither expected nor failed"}

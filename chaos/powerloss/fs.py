@@ -2,23 +2,22 @@
 writes a power cut can take back (chaos.powerloss.journal keeps them).
 
 Run as its own process, a child of the harness (`python -m chaos.powerloss.fs BASE MOUNT
-SOCKET PARENT`): BASE/disk is what the mount shows, BASE/stash holds unlinked files until
-the cut decides. It answers on a Unix socket, one JSON line per request:
+NAME PARENT`): BASE/disk is what the mount shows, BASE/stash holds unlinked files until
+the cut decides. It answers on the abstract Unix socket NAME, one JSON line per request:
 `{"cmd": "pending"}`, `{"cmd": "drop", "mode": ..., "seed": ...}`, `{"cmd": "ping"}`.
 
-It never outlives the harness: the kernel sends it SIGTERM when its parent dies (libfuse
-then leaves its loop and unmounts), and a watcher thread unmounts lazily if the parent is
-gone anyway. The binding is mfusepy: it reaches libfuse3 through ctypes, so nothing is
+It never outlives the harness: a watcher thread unmounts it (lazily) once its parent is
+gone, and the loop then ends. Not PR_SET_PDEATHSIG: that fires when the *thread* that
+started the process ends, and a cut remounts from the nemesis's thread, which ends at the
+heal while the store must stay mounted. The binding is mfusepy: it reaches libfuse3 through ctypes, so nothing is
 compiled and the only system package needed is fuse3 (pyfuse3 would need libfuse3-dev, a
 compiler and trio).
 """
 from __future__ import annotations
 
-import ctypes
 import errno
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +31,11 @@ from mfusepy import FuseOSError
 from .journal import Journal
 
 
+#: The errors a file system answers every day (a lookup of a name that does not exist):
+#: not worth a line in its log.
+QUIET = (errno.ENOENT, errno.EEXIST, errno.ENOTEMPTY)
+
+
 def _oserror(fn):
     """Turn an OSError of the backing directory into the errno FUSE answers."""
     def wrapped(*args: Any, **kwargs: Any) -> Any:
@@ -40,8 +44,11 @@ def _oserror(fn):
                 raise OSError(errno.EIO, "the power is cut")
             return fn(*args, **kwargs)
         except OSError as exc:
+            if exc.errno not in QUIET:
+                print(f"{fn.__name__}{args[1:2]}: {exc}", file=sys.stderr, flush=True)
             raise FuseOSError(exc.errno or errno.EIO) from None
-        except KeyError:  # a handle from before the cut
+        except KeyError as exc:  # a handle from before the cut
+            print(f"{fn.__name__}{args[1:2]}: no handle {exc}", file=sys.stderr, flush=True)
             raise FuseOSError(errno.EIO) from None
     wrapped.__name__ = fn.__name__
     return wrapped
@@ -186,9 +193,10 @@ class LostFsync(mfusepy.Operations):
 
 
 def serve_control(ops: LostFsync, path: str) -> socket.socket:
-    """Answer control requests on the Unix socket `path` from a thread of its own."""
+    """Answer control requests on the abstract Unix socket named `path` from a thread of
+    its own."""
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(path)
+    server.bind("\0" + path)
     server.listen(4)
 
     def loop() -> None:
@@ -223,8 +231,6 @@ def watch_parent(parent: int, mount: str, fusermount: str) -> None:
 def main(argv: list[str]) -> int:
     base, mount, control, parent = argv[0], argv[1], argv[2], int(argv[3])
     fusermount = argv[4] if len(argv) > 4 else "fusermount3"
-    # SIGTERM when the harness dies: libfuse's handler ends the loop and unmounts
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
     if os.getppid() != parent:
         return 1
     journal = Journal(os.path.join(base, "disk"), os.path.join(base, "stash"))
@@ -232,7 +238,12 @@ def main(argv: list[str]) -> int:
     server = serve_control(ops, control)
     watch_parent(parent, mount, fusermount)
     try:
-        mfusepy.FUSE(ops, mount, foreground=True, nothreads=True, fsname="ninelives-powerloss")
+        # kernel_cache: an open() must not flush the kernel's cache of a file that others
+        # map (SQLite's wal-index is shared memory; flushed under a mapping, a write to it
+        # is lost); nothing else writes the backing files while mounted. hard_remove: an
+        # unlinked open file is unlinked (the journal keeps it), not renamed to .fuse_hidden.
+        mfusepy.FUSE(ops, mount, foreground=True, nothreads=True, fsname="ninelives-powerloss",
+                     kernel_cache=True, hard_remove=True)
     except RuntimeError:
         pass  # libfuse's own unmount failed: fusermount3 -u had unmounted it already
     finally:

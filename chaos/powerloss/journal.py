@@ -13,7 +13,7 @@ it durable. `drop` takes back what is not durable:
   some 512-byte sectors reached the disk (LazyFS's torn-op).
 
 Unsynced directory entries are always lost (create, unlink, rename not yet covered by an
-fsync of their directory). Modelled: file data per write call, sizes, entries in any
+fsync of their directory; a file's own fsync makes its creation durable, as on ext4). Modelled: file data per write call, sizes, entries in any
 directory. Not modelled: metadata (mode, times), mkdir/rmdir (durable at once), hard links,
 a disk reordering writes that an fsync did cover, and an fsync that lies.
 
@@ -145,11 +145,18 @@ class Journal:
         self.ops.append(Op("rename", fid, name=old, new=new, replaced=replaced))
 
     def fsync(self, fid: int) -> None:
-        """fsync or fdatasync of a file: its writes and truncations are durable."""
+        """fsync or fdatasync of a file: its writes and truncations are durable, and so is
+        the entry that created it, as ext4, XFS and btrfs make it (POSIX asks for an fsync
+        of the directory too), with every earlier change of that entry's name (the unlink of
+        a file it replaced: one name cannot hold both)."""
         os.fsync(self.fds[fid])
-        for op in self.ops:
+        for n, op in enumerate(self.ops):
             if op.fid == fid and op.kind in ("write", "truncate"):
                 op.durable = True
+            elif op.fid == fid and op.kind == "create" and not op.durable:
+                for earlier in self.ops[:n + 1]:
+                    if op.name in (earlier.name, earlier.new):
+                        earlier.durable = True
         self._forget_durable()
 
     def fsyncdir(self, name: str) -> None:

@@ -22,9 +22,9 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from typing import Any
 
-from ..supervisor import start_owned
 
 FUSERMOUNT_ENV = "NINELIVES_FUSERMOUNT"
 MOUNT_WAIT = 15.0
@@ -69,7 +69,8 @@ class Mount:
 
     def __init__(self, base: str, mountpoint: str, log: str | None = None) -> None:
         self.base, self.mountpoint, self.log = base, mountpoint, log
-        self.control = os.path.join(base, "control.sock")
+        # an abstract socket (Linux): no path to outgrow 108 bytes, no file to remove
+        self.control = f"ninelives-powerloss-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.proc: subprocess.Popen | None = None
         os.makedirs(os.path.join(base, "disk"), exist_ok=True)
         os.makedirs(mountpoint, exist_ok=True)
@@ -80,11 +81,11 @@ class Mount:
         reason = unavailable()
         if reason:
             raise MountError(f"cannot mount the lost-fsync file system: {reason}")
-        if os.path.exists(self.control):
-            os.unlink(self.control)
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL
         try:
-            self.proc = start_owned(
+            # not start_owned: its parent-death signal is bound to the starting thread
+            # (see chaos.powerloss.fs, which watches its parent itself)
+            self.proc = subprocess.Popen(
                 [sys.executable, "-m", "chaos.powerloss.fs", self.base, self.mountpoint,
                  self.control, str(os.getpid()), fusermount()],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out)
@@ -92,14 +93,20 @@ class Mount:
             if self.log:
                 out.close()
         deadline = time.monotonic() + MOUNT_WAIT
-        while not (mounted(self.mountpoint) and os.path.exists(self.control)):
+        while not (mounted(self.mountpoint) and self._answers()):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise MountError(f"the lost-fsync file system did not mount at "
                                  f"{self.mountpoint} (its log: {self.log})")
             time.sleep(0.02)
-        self.request({"cmd": "ping"})
         return self
+
+    def _answers(self) -> bool:
+        try:
+            self.request({"cmd": "ping"}, timeout=5.0)
+            return True
+        except OSError:  # not listening yet
+            return False
 
     def stop(self) -> None:
         """Unmount and end the file system's process; idempotent."""
@@ -134,7 +141,7 @@ class Mount:
     def request(self, request: dict[str, Any], timeout: float = 60.0) -> dict[str, Any]:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
-            sock.connect(self.control)
+            sock.connect("\0" + self.control)
             sock.sendall((json.dumps(request) + "\n").encode())
             reply = b""
             while not reply.endswith(b"\n"):

@@ -183,6 +183,13 @@ class ReferenceEngine:
         finally:
             conn.close()
 
+    def durability(self, table: dict[str, Any]) -> tuple[bool, str]:
+        """SQLite in WAL mode: synchronous=FULL fsyncs the log at every commit (durable);
+        NORMAL only at a checkpoint, so commits since the last one may be lost to a power
+        cut (the store stays consistent)."""
+        sync = str(table.get("synchronous", "FULL")).upper()
+        return sync in ("FULL", "EXTRA"), f"synchronous={sync}, journal_mode=WAL"
+
     def store_settings(self, db: str) -> dict[str, Any]:
         """The settings that depend on the store at `db` (see the contract). PostgreSQL: the
         server's clock places leases (lease_clock "store": a skewed worker can neither steal

@@ -70,13 +70,22 @@ def test_a_truncation_not_synced_is_undone(j):
     assert read(j, "f") == b"0123456789"
 
 
-def test_a_created_file_whose_directory_was_not_synced_is_gone(j):
+def test_a_created_file_neither_it_nor_its_directory_synced_is_gone(j):
     fid = j.create("new", 0o644)
     j.write(fid, 0, b"data")
-    j.fsync(fid)  # its data is durable, but no directory entry names it
     dropped = j.drop()
     assert not os.path.exists(j.real("new"))
-    assert dropped.entries == 1
+    assert (dropped.entries, dropped.writes) == (1, 1)
+
+
+def test_a_file_s_fsync_keeps_its_creation_and_the_unlink_of_the_name_before(j):
+    made(j, "log", b"old log")
+    j.unlink("log")
+    fid = j.create("log", 0o644)  # the same name, a new file
+    j.write(fid, 0, b"new")
+    j.fsync(fid)  # as on ext4: its entry is durable with it, so the unlink before it is
+    j.drop()
+    assert read(j, "log") == b"new"
 
 
 def test_an_unlink_not_synced_is_undone_with_the_file_as_it_was(j):
