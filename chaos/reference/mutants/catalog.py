@@ -140,6 +140,10 @@ CATALOG: tuple[Mutant, ...] = (
     Mutant("submit_replaces",
            "submit replaces an existing job (INSERT OR REPLACE) instead of keeping it",
            ("submissions-idempotent",), "duplicate-submit"),
+    Mutant("commit_not_durable",
+           "the store acknowledges a commit before it is durable (synchronous=OFF under a "
+           "setting that says FULL): a power cut loses acknowledged transactions",
+           ("durable-commits",), "power-loss"),
 )
 
 BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOG}
@@ -152,6 +156,8 @@ BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOG}
 SQLITE_ONLY: dict[str, str] = {
     "group_stale_fails_all": "group commit is SQLite's: on PostgreSQL each slot commits on its "
                              "own connection, the server grouping their flushes",
+    "commit_not_durable": "the power cut that shows it (faults.power_loss) runs on the SQLite "
+                          "store only",
 }
 #: The mutants that run on PostgreSQL too.
 ON_POSTGRES = frozenset(m.name for m in CATALOG if m.name not in SQLITE_ONLY)

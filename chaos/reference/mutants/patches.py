@@ -476,13 +476,27 @@ def heartbeat_one_slot() -> None:
     wrap(worker.Heartbeat, "watching", make)
 
 
+def commit_not_durable() -> None:
+    """The store acknowledges a commit before it is durable: its connections run
+    synchronous=OFF (no fsync of the log at a commit) while the engine's settings, and its
+    adapter, still say FULL. Only a power cut tells (faults.power_loss): a process killed
+    leaves its writes in the machine's cache."""
+    def make(original: Callable) -> Callable:
+        def connect(self, synchronous: str, busy_timeout: float):
+            conn = original(self, synchronous, busy_timeout)
+            conn.execute("PRAGMA synchronous=OFF")
+            return conn
+        return connect
+    wrap(SQLiteStore, "_connect", make)
+
+
 #: Patches of code both backends run (the worker, the sender, the retry policy, the client).
 PATCHES: dict[str, Callable[[], None]] = {f.__name__: f for f in (
     no_crash_loop_cap, memo_check_skipped, spend_unrecorded, poison_retried,
     retry_after_ignored, backoff_without_jitter, jitter_narrowed, no_call_deadline,
     operator_move_not_written, sender_without_key, mark_sent_before_send,
     dead_letter_at_first_failure, outbox_retry_at_once, client_fails_before_sending,
-    heartbeat_inverted, group_stale_fails_all, heartbeat_one_slot)}
+    heartbeat_inverted, group_stale_fails_all, heartbeat_one_slot, commit_not_durable)}
 
 #: Patches of the store: each takes the store class it breaks, SQLite's or PostgreSQL's.
 STORE_PATCHES: dict[str, Callable[[type], None]] = {f.__name__: f for f in (
