@@ -59,19 +59,23 @@ def runs(*, jobs: tuple[int, int] = (1, 12), workers: tuple[int, int] = (1, 3),
         heal=st.just(0.5), drain=st.just(60.0), needs_review=_share(0.1))
 
 
-@st.composite
-def faults(draw: Any, *, kinds: tuple[str, ...] | None = None,
-           crash_points: bool = True) -> Faults:
+def faults(*, kinds: tuple[str, ...] | None = None,
+           crash_points: bool = True) -> st.SearchStrategy[Faults]:
     """A scenario's [faults] table: each kind of `kinds` (default: every fault simulation
     applies, RATES and SHARES) left out or drawn within its bound, and crash points armed
     everywhere at a drawn probability. Faults only a PostgreSQL server undergoes are never
     drawn (the simulation has none). Leaving faults out is the simpler case Hypothesis
-    shrinks towards."""
+    shrinks towards. Raises ValueError at once for a kind it does not draw."""
     chosen = kinds if kinds is not None else tuple(RATES) + tuple(SHARES)
     unknown = [k for k in chosen if k not in RATES and k not in SHARES]
     if unknown:
         raise ValueError(f"faults(kinds=...): {unknown[0]!r} is not a fault this strategy "
                          f"draws (known: {', '.join([*RATES, *SHARES])})")
+    return _faults(tuple(chosen), crash_points)
+
+
+@st.composite
+def _faults(draw: Any, chosen: tuple[str, ...], crash_points: bool) -> Faults:
     values: dict[str, Any] = {}
     for kind in chosen:
         most = RATES.get(kind) or SHARES[kind]
@@ -87,16 +91,18 @@ def faults(draw: Any, *, kinds: tuple[str, ...] | None = None,
 
 @st.composite
 def scenarios(draw: Any, base: str = "smoke", *, profile: str = "ci", engine: Any = None,
+              engine_set: dict[str, Any] | None = None,
               run: st.SearchStrategy[Run] | None = None,
               fault_tables: st.SearchStrategy[Faults] | None = None) -> Scenario:
     """A scenario: the file (or name) `base` loaded for `engine` (an adapter or its spec;
-    default the reference) at `profile`, with its [run] and [faults] drawn from `run` and
+    default the reference) at `profile` with `engine_set` over its [engine] table (as
+    --engine-set gives it), with its [run] and [faults] drawn from `run` and
     `fault_tables` (default `runs()`, `faults()`), its [engine] table kept. Each drawn
     scenario passes the checks a scenario file passes (chaos.scenario.check_saved) and the
     engine's (its crash points)."""
     from .scenario import check_for_engine, check_saved
     engine = _engine(engine)[0]
-    loaded = _base(base, profile, engine)
+    loaded = _base(base, profile, engine, engine_set)
     table = draw(run if run is not None else runs())
     drawn = draw(fault_tables if fault_tables is not None else faults())
     drawn = dataclasses.replace(
@@ -221,11 +227,12 @@ def _engine(engine: Any) -> tuple[Any, str | None]:
     return engine, None
 
 
-def _base(base: str, profile: str, engine: Any) -> Scenario:
+def _base(base: str, profile: str, engine: Any, engine_set: dict[str, Any] | None) -> Scenario:
+    """The base scenario, loaded once per test session (a strategy draws many)."""
     from .scenario import load_scenario
-    key = (base, profile, id(engine))
+    key = (base, profile, id(engine), repr(sorted((engine_set or {}).items())))
     if key not in _BASES:
-        _BASES[key] = load_scenario(base, profile, engine)
+        _BASES[key] = load_scenario(base, profile, engine, engine_set)
     return _BASES[key]
 
 
