@@ -24,6 +24,7 @@ the test itself wins over all three:
     --ninelives-engine SPEC       ninelives_engine       the adapter (default reference)
     --ninelives-require-exercised ninelives_require_exercised
     --ninelives-shrink K          ninelives_shrink       shrink a failing sim (default 0: off)
+    --ninelives-shard I/N         ninelives_shard        one CI job's share of the seeds
     --ninelives-database DIR      ninelives_database     (default .ninelives; none: off)
 
 Installed with the package as the `ninelives` pytest11 entry point; `-p no:ninelives` turns
@@ -52,6 +53,9 @@ SETTINGS = (
     ("shrink", "K", "0",
      "simulations spent shrinking a failing simulated seed to a minimal schedule (default "
      "0: no shrink; the failure prints the command)"),
+    ("shard", "I/N", "",
+     "run only shard I of N of every check's seeds, split as `ninelives sim --shard I/N` "
+     "splits them, and explore only that shard's seeds (default: all seeds)"),
     ("database", "DIR", ".ninelives",
      "the folder of remembered failing seeds and explore corpora, relative to the rootdir "
      "(default .ninelives; 'none': off)"),
@@ -166,7 +170,7 @@ class NineLives:
             profile=self._profile(profile), engine_set=engine_set, swarm=swarm,
             require_exercised=self._require(require_exercised),
             database=self.settings.database(), out=self.settings.reports(),
-            shrink_budget=self._shrink()), check)
+            shrink_budget=self._shrink(), shard=self._shard()), check)
 
     def run(self, scenario: str, engine: str | None = None, *,
             seeds: int | str | Iterable[int] | None = None, profile: str | None = None,
@@ -182,7 +186,8 @@ class NineLives:
             check_run, scenario, self._engine(engine), seeds=chosen,
             profile=self._profile(profile), engine_set=engine_set,
             require_exercised=self._require(require_exercised),
-            database=self.settings.database(), out=self.settings.reports()), check)
+            database=self.settings.database(), out=self.settings.reports(),
+            shard=self._shard()), check)
 
     def explore(self, scenario: str, engine: str | None = None, *,
                 budget: float | str | None = None, profile: str | None = None,
@@ -195,7 +200,8 @@ class NineLives:
             check_explore, scenario, self._engine(engine), budget=self._budget(budget),
             profile=self._profile(profile), engine_set=engine_set, swarm=swarm, seed=seed,
             require_exercised=self._require(require_exercised),
-            database=self.settings.database(), out=self.settings.reports()), check)
+            database=self.settings.database(), out=self.settings.reports(),
+            shard=self._shard()), check)
 
     def check(self, outcome: Any) -> Any:
         """Fail the test with `outcome`'s evidence unless it passed; returns it."""
@@ -276,6 +282,18 @@ class NineLives:
             return parse_budget(str(budget))
         except argparse.ArgumentTypeError as exc:
             pytest.fail(f"ninelives {where}: {exc}", pytrace=False)
+
+    def _shard(self) -> Any:
+        """The shard of --ninelives-shard (chaos.shards, the parser `--shard` uses), None
+        for all the seeds."""
+        from .shards import parse_shard
+        text = self.settings.get("shard").strip()
+        if not text:
+            return None
+        try:
+            return parse_shard(text)
+        except ValueError as exc:
+            pytest.fail(f"ninelives {self.settings.source('shard')}: {exc}", pytrace=False)
 
     def _shrink(self) -> int:
         text = self.settings.get("shrink")

@@ -135,12 +135,13 @@ def _refuse_server_faults(scenario: Any, what: str) -> None:
 def check_sim(scenario: str, engine_spec: str, *, seeds: Iterable[int], profile: str | None,
               engine_set: dict[str, Any] | None = None, swarm: bool = False,
               require_exercised: bool = False, database: str | None = None,
-              out: str = "reports", shrink_budget: int = 0) -> Outcome:
+              out: str = "reports", shrink_budget: int = 0, shard: Any = None) -> Outcome:
     """Simulate `scenario` on the engine `engine_spec` (an adapter that declares in_process)
     at the remembered failing seeds, then at `seeds`, until one fails. A failing seed's run
     folder goes under `out`, with its schedule; with `shrink_budget` > 0 it is shrunk within
-    that many simulations. Raises ScenarioError, ValueError for a scenario or engine that
-    cannot run, as `ninelives sim` refuses them."""
+    that many simulations; with `shard` (chaos.shards.Shard) only that shard's seeds run.
+    Raises ScenarioError, ValueError for a scenario or engine that cannot run, as `ninelives
+    sim` refuses them."""
     from .contract import load_engine
     from .scenario import load_scenario
     from .sim.choices import SeededChoices
@@ -156,7 +157,7 @@ def check_sim(scenario: str, engine_spec: str, *, seeds: Iterable[int], profile:
     outcome = Outcome("sim", f"ninelives sim {loaded.name} (profile {loaded.profile}, engine "
                              f"{engine_spec}{', swarm' if swarm else ''})")
     tally = _Tally()
-    for seed, remembered in order(bank.seeds(), seeds):
+    for seed, remembered in _sharded(bank.seeds(), seeds, shard):
         spec = SimSpec(loaded, seed, engine, engine_spec)
         spec = swarm_spec(spec) if swarm else spec
         result = simulate(spec, SeededChoices(seed))
@@ -238,10 +239,12 @@ def shrunk_lines(result: Any, run_dir: str, budget: int) -> list[str]:
 
 def check_run(scenario: str, engine_spec: str, *, seeds: Iterable[int], profile: str | None,
               engine_set: dict[str, Any] | None = None, require_exercised: bool = False,
-              database: str | None = None, out: str = "reports") -> Outcome:
+              database: str | None = None, out: str = "reports",
+              shard: Any = None) -> Outcome:
     """Run `scenario` with real processes on the engine `engine_spec` at the remembered
     failing seeds, then at `seeds`, until one does not pass; each run's folder goes under
-    `out`. Raises ScenarioError, HarnessError as `ninelives run` would exit 2 on them."""
+    `out`; with `shard`, only that shard's seeds. Raises ScenarioError, HarnessError as
+    `ninelives run` would exit 2 on them."""
     from .contract import load_engine
     from .report import summary
     from .runner import run_campaign
@@ -253,7 +256,7 @@ def check_run(scenario: str, engine_spec: str, *, seeds: Iterable[int], profile:
     outcome = Outcome("run", f"ninelives run {loaded.name} (profile {loaded.profile}, engine "
                              f"{engine_spec})")
     tally = _Tally()
-    for seed, remembered in order(bank.seeds(), seeds):
+    for seed, remembered in _sharded(bank.seeds(), seeds, shard):
         run = run_campaign(loaded, seed, engine, out, engine_spec=engine_spec, progress=False)
         report = run.report
         outcome.tried.append((seed, remembered, report["result"]))
@@ -276,6 +279,17 @@ def check_run(scenario: str, engine_spec: str, *, seeds: Iterable[int], profile:
                    "--ninelives-require-exercised")
 
 
+def _sharded(remembered: list[int], seeds: Iterable[int],
+             shard: Any) -> list[tuple[int, bool]]:
+    """The seeds to try (chaos.remembered.order), only `shard`'s when one is given: of the
+    range, its own seeds (chaos.shards); of the remembered, those it would own in it."""
+    seeds = list(seeds)
+    if shard is None or not seeds:
+        return order(remembered, seeds)
+    mine = shard.seeds(seeds)
+    return order([s for s in remembered if shard.owns(s, seeds[0])], mine)
+
+
 def _reached(report: dict) -> dict[str, Any]:
     from .situations import Reached
     return {n: Reached.from_json(r) for n, r in (report.get("situations") or {}).items()}
@@ -284,7 +298,7 @@ def _reached(report: dict) -> dict[str, Any]:
 def check_explore(scenario: str, engine_spec: str, *, budget: float, profile: str | None,
                   engine_set: dict[str, Any] | None = None, swarm: bool = True, seed: int = 0,
                   require_exercised: bool = False, database: str | None = None,
-                  out: str = "reports") -> Outcome:
+                  out: str = "reports", shard: Any = None) -> Outcome:
     """Explore `scenario` on the engine `engine_spec` for `budget` seconds (chaos.explore),
     replaying the check's corpus first (`<database>/corpus/...`, failures first), until a
     schedule fails. A failing schedule is kept in the corpus and its run folder written
@@ -305,8 +319,9 @@ def check_explore(scenario: str, engine_spec: str, *, budget: float, profile: st
     corpus = Corpus(os.path.join(database, "corpus", slug(key))) if database else None
     outcome = Outcome("explore", f"ninelives explore {loaded.name} (profile {loaded.profile}, "
                                  f"engine {engine_spec}, budget {budget:g} s)")
-    found = Explorer(loaded, engine, engine_spec, seed=seed, swarm=swarm,
-                     corpus=corpus).explore(budget)
+    from .shards import WHOLE
+    found = Explorer(loaded, engine, engine_spec, seed=seed, swarm=swarm, corpus=corpus,
+                     shard=shard or WHOLE).explore(budget)
     if found.failure is not None:
         return _explore_failure(outcome, found, corpus, out)
     return _explored(outcome, found, corpus, require_exercised)

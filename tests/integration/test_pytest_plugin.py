@@ -156,7 +156,8 @@ def test_pytest_help_lists_the_options_and_no_ninelives_turns_the_plugin_off(
     shown = session(pytester, "--help").stdout.str()
     for option in ("--ninelives-seeds", "--ninelives-profile", "--ninelives-budget",
                    "--ninelives-engine", "--ninelives-require-exercised",
-                   "--ninelives-shrink", "--ninelives-database", "ninelives_database"):
+                   "--ninelives-shrink", "--ninelives-shard", "--ninelives-database",
+                   "ninelives_database"):
         assert option in shown, option
     assert "--ninelives-seeds" not in session(pytester, "-p", "no:ninelives", "--help").stdout.str()
     pytester.makepyfile(test_fixture="def test_it(ninelives):\n    pass\n")
