@@ -7,7 +7,8 @@ the operations the store showed just before the cut that it no longer shows afte
 (`lost_count`, `lost_by_type`, the first `lost`), and the adapter's declaration for the
 run's settings (`durability_promised`, `durability_setting`). What the cut cost beyond the
 store (a call billed again, an effect applied twice) is judged by the other invariants
-against the fakes' ledgers."""
+against the fakes' ledgers; the provider calls made again for a memo a cut lost are
+counted here apart (`rebilled_after_cut`)."""
 from __future__ import annotations
 
 from collections import Counter
@@ -53,11 +54,21 @@ def check_durable_commits(history: list[Event], snapshot: dict[str, Any]) -> Ver
                          f"{e.get('durability_setting')} promises durability; the first: "
                          f"{first.get('type')} of job {first.get('job')} at "
                          f"{_at(first, t0) if 't' in first else '?'}", e)
+    calls = [e for e in history if e.get("src") == "provider" and e.get("type") == "call"]
+    rebilled = 0
+    for e in cuts:
+        memos = {tuple(m) for m in e.get("lost_memos") or []}
+        rebilled += sum(1 for c in calls if (c.get("job"), c.get("step")) in memos
+                        and c["t"] > e["t"])
     verdict.metrics = {
         "cuts": len(cuts), "acknowledged": sum(e.get("acknowledged", 0) for e in cuts),
         "lost": sum(e.get("lost_count", 0) for e in cuts), "lost_by_type": dict(lost),
         "dropped_writes": sum(e.get("dropped_writes", 0) for e in cuts),
         "dropped_bytes": sum(e.get("dropped_bytes", 0) for e in cuts),
+        # a call billed again because the cut lost the memo of an earlier one: the cut's
+        # cost, counted apart from the engine's own waste
+        "rebilled_after_cut": rebilled,
+        "lost_sent_marks": sum(len(e.get("lost_sent") or []) for e in cuts),
         "promised": cuts[0].get("durability_promised"),
         "setting": cuts[0].get("durability_setting")}
     if verdict.valid is True and undeclared:

@@ -97,6 +97,14 @@ def cut(nemesis: Any, event: dict[str, Any]) -> None:
             **dropped, "files": dropped["files"][:LOST_LISTED], "acknowledged": len(before), "lost_count": len(lost),
             "lost_by_type": dict(Counter(e.get("type") for e in lost)),
             "lost": [_brief(e) for e in lost[:LOST_LISTED]],
+            "lost_jobs": len({e.get("job") for e in lost}),
+            # whole, for what the cut cost beyond the store: a call billed again, an
+            # effect whose sent mark is gone (bench/power_loss.py)
+            "lost_memos": [list(x) for x in sorted({(e["job"], e["step"]) for e in lost
+                                                    if e.get("type") == "memo"
+                                                    and "step" in e})],
+            "lost_sent": [list(x) for x in sorted({(e["job"], str(e.get("kind"))) for e in lost
+                                                   if e.get("type") == "effect_sent"})],
             **{f"durability_{k}": v for k, v in
                durability(nemesis.engine, nemesis.scenario.engine).items()},
             "seconds": round(time.time() - started, 3)})

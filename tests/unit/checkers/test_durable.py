@@ -31,9 +31,14 @@ def test_a_lost_acknowledged_commit_fails_naming_the_cut_where_durability_is_pro
 
 
 def test_what_a_setting_that_promises_nothing_lost_is_reported_not_failed():
-    v = check_durable_commits([cut(1, 3, False), cut(2, 1, False)], SNAP)
+    lost = cut(1, 3, False)
+    lost["lost_memos"] = [["doc-0", "fetch"]]
+    calls = [{"src": "provider", "type": "call", "job": "doc-0", "step": "fetch", "t": t}
+             for t in (102.0, 104.0, 105.0)]  # one before the cut, two after it
+    v = check_durable_commits([calls[0], lost, *calls[1:], cut(2, 1, False)], SNAP)
     assert v.valid is True
     assert v.metrics["lost"] == 4 and v.metrics["lost_by_type"] == {"memo": 4}
+    assert v.metrics["rebilled_after_cut"] == 2
     assert v.metrics["promised"] is False
 
 
