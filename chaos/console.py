@@ -6,6 +6,7 @@ bars, a long text shortened at a word.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence, TextIO
@@ -20,6 +21,8 @@ from rich.table import Table
 PLAIN_TEXT_LIMIT = 100
 #: Seconds between two plain progress lines of one step.
 PLAIN_EVERY = 2.0
+#: Seconds after a step starts by which its first plain line is out, whatever the step does.
+FIRST_LINE = 0.5
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,14 @@ def _rich(columns: Sequence[Column], rows: list[list[str]], console: Console) ->
 class Progress:
     """The progress of one long step, on stderr: on a terminal a rich bar (with an ETA when
     the total is known), elsewhere a plain line at most every `every` seconds and one when
-    the step ends. Use as a context manager, and `update` as the step goes on."""
+    the step ends. Use as a context manager, and `update` as the step goes on.
+
+    A plain step also says where it stands on its own: its first line is out FIRST_LINE
+    seconds after it starts, and the line again every `every` seconds without news, even
+    while the step is busy in one long call (a user never waits in silence for more than a
+    second at a step's start). A thread does this; `close` stops and joins it. With a clock
+    passed in (a test's), there is no such thread: the caller drives time.
+    """
 
     def __init__(self, what: str, total: float | None = None, *, unit: str = "",
                  stream: TextIO | None = None, every: float = PLAIN_EVERY,
@@ -119,6 +129,10 @@ class Progress:
         self._dirty = False
         self._bar: RichProgress | None = None
         self._task = None
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._ticker: threading.Thread | None = None
+        self._ticker_ran = False
         console = terminal(self.stream) if enabled else None
         if console is not None:
             counted = (BarColumn(), TextColumn("{task.fields[count]}"), TimeRemainingColumn()) \
@@ -132,7 +146,22 @@ class Progress:
             self._bar.start()
             self._task = self._bar.add_task(self.what, total=self.total, count=self.count(),
                                             detail="")
+        elif self.enabled and self.clock is time.monotonic:
+            self._ticker = threading.Thread(target=self._tick, name=f"progress {self.what}")
+            self._ticker.start()
         return self
+
+    def _tick(self) -> None:
+        """The plain line FIRST_LINE seconds in, and again whenever `every` seconds passed
+        without one."""
+        wait = FIRST_LINE
+        while not self._closed.wait(wait):
+            with self._lock:
+                since = None if self._printed_at is None else self.clock() - self._printed_at
+                if since is None or since >= self.every - 0.05:
+                    self._print()
+                    since = 0.0
+            wait = max(0.05, self.every - since)
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -152,7 +181,8 @@ class Progress:
 
     def line(self) -> str:
         """The plain line for the step as it stands."""
-        return f"  {self.what}: " + ", ".join(p for p in (self.count(), self.detail) if p)
+        return f"  {self.what}: " + (", ".join(p for p in (self.count(), self.detail) if p)
+                                     or "under way")
 
     def update(self, done: float | None = None, *, total: float | None = None,
                detail: str | None = None) -> None:
@@ -171,9 +201,10 @@ class Progress:
             self._bar.update(self._task, completed=self.done, total=self.total,
                              count=self.count(), detail=self.detail)
             return
-        now = self.clock()
-        if self._printed_at is None or now - self._printed_at >= self.every:
-            self._print()
+        with self._lock:
+            now = self.clock()
+            if self._printed_at is None or now - self._printed_at >= self.every:
+                self._print()
 
     def say(self, text: str) -> None:
         """A line of its own (a finished run, a warning), above the bar on a terminal."""
@@ -182,15 +213,26 @@ class Progress:
         if self._bar is not None:
             self._bar.console.print(text, highlight=False, markup=False)
         else:
-            print(text, file=self.stream, flush=True)
+            with self._lock:
+                print(text, file=self.stream, flush=True)
 
     def close(self) -> None:
         """End the step: the bar stays as it ended; a plain log gets the last state."""
+        self._closed.set()
+        if self._ticker is not None:
+            self._ticker.join()
+            self._ticker, self._ticker_ran = None, True
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
-        elif self.enabled and self._dirty:
-            self._print()
+        elif self.enabled and (self._dirty or self._quiet_for(FIRST_LINE)):
+            self._print()  # as it ended: the next step's first line is timed from here
+
+    def _quiet_for(self, seconds: float) -> bool:
+        """Whether the step, kept by the thread that says where it stands, has printed
+        nothing for `seconds` (so its last line is older than its end)."""
+        return self._ticker_ran and self._printed_at is not None and \
+            self.clock() - self._printed_at >= seconds
 
     def _print(self) -> None:
         print(self.line(), file=self.stream, flush=True)

@@ -136,7 +136,6 @@ class Campaign:
         """Carry out every phase; returns the snapshot the checkers need."""
         self._write_json("scenario.json", scenario_record(self.scenario, self.engine))
         self._write_json("plan.json", self.plan.to_json())
-        self.engine.install(self.db)
         self._submit_all()
         policy = FaultPolicy(self.scenario, self.plan, self.settings.send_timeout or 1.0)
         with FakeProvider(os.path.join(self.run_dir, "provider.jsonl"), faults=policy) as p, \
@@ -153,11 +152,16 @@ class Campaign:
                 self._stop_nemesis()  # no fault may land on a process being stopped
                 raise
             finally:
-                watch.stop()
-                sup.close()
-                self.phases["processes_ended"] = time.time()
+                with Progress("stopping", enabled=self.progress) as shown:
+                    shown.update(detail="the engine's processes")
+                    watch.stop()
+                    sup.close()
+                    self.phases["processes_ended"] = time.time()
+                    shown.update(detail="the fakes")
             applied = r.applied()
-        return self._snapshot(applied)
+        with Progress("stopping", enabled=self.progress) as shown:
+            shown.update(detail="the final snapshot of the store")
+            return self._snapshot(applied)
 
     def _phases(self, sup: Supervisor, policy: FaultPolicy) -> None:
         counts = {"worker": self.scenario.run.workers, "sender": self.scenario.run.senders}
@@ -170,8 +174,7 @@ class Campaign:
                              self.db, aim.hold_log(self.run_dir), lambda: list(sup.children),
                              self.record, self.plan)
         self.chaos_on = True
-        sup.keep(counts)
-        self._wait_for_first_claim(sup)
+        self._wait_for_first_claim(sup, counts)
         self._phase("chaos")
         nemesis.start(self.phases["chaos_start"])
         if self.aims.targets:
@@ -198,27 +201,31 @@ class Campaign:
             self.aims.heal()
             self.nemesis.heal()
 
-    def _wait_for_first_claim(self, sup: Supervisor, timeout: float = 60.0) -> None:
-        """Start the chaos clock once the workers work: on a loaded machine, starting the
-        interpreters can take longer than a short chaos phase."""
+    def _wait_for_first_claim(self, sup: Supervisor, counts: dict[str, int],
+                              timeout: float = 60.0) -> None:
+        """Start the engine's processes (`counts` per role), and the chaos clock once the
+        workers work: on a loaded machine, starting the interpreters can take longer than a
+        short chaos phase. The progress line says so from the start of both."""
         initial = self.engine.pipeline.initial
-        deadline, looked = time.time() + timeout, 0.0
+        workers = (f"{plural(self.scenario.run.workers, 'worker')} and "
+                   f"{plural(self.scenario.run.senders, 'sender')}")
         with Progress("starting", enabled=self.progress) as shown:
-            shown.update(detail=f"{plural(self.scenario.run.workers, 'worker')} and "
-                                f"{plural(self.scenario.run.senders, 'sender')} started, "
-                                "waiting for the first claim")
-        while time.time() < deadline:
-            states = self.engine.progress(self.db)["states"]
-            if set(states) - {initial}:
-                return
-            if time.time() - looked > 0.2:  # an engine whose claim leaves the state as it was
-                looked = time.time()
-                if any(e["type"] == "claimed" for e in self.engine.operations(self.db)):
+            shown.update(detail=f"starting {workers}")
+            sup.keep(counts)
+            shown.update(detail=f"{workers} started, waiting for the first claim")
+            deadline, looked = time.time() + timeout, 0.0
+            while time.time() < deadline:
+                states = self.engine.progress(self.db)["states"]
+                if set(states) - {initial}:
                     return
-            if not sup.alive("worker"):
-                sup.reap()
-                sup.keep({"worker": self.scenario.run.workers})
-            time.sleep(POLL)
+                if time.time() - looked > 0.2:  # a claim that leaves the state as it was
+                    looked = time.time()
+                    if any(e["type"] == "claimed" for e in self.engine.operations(self.db)):
+                        return
+                if not sup.alive("worker"):
+                    sup.reap()
+                    sup.keep({"worker": self.scenario.run.workers})
+                time.sleep(POLL)
         raise HarnessError(f"no worker claimed a job within {timeout:.0f} s; see the worker "
                            f"logs in {self.run_dir}")
 
@@ -289,6 +296,8 @@ class Campaign:
     def _submit_all(self) -> None:
         with Progress("starting", len(self.plan.jobs), unit="jobs submitted",
                       enabled=self.progress) as shown:
+            shown.update(0, detail="the engine's database and its audit")
+            self.engine.install(self.db)
             shown.update(0, detail=f"making {plural(len(self.plan.jobs), 'document')}")
             submit = submitter(self.engine, self.scenario.engine)
             for n, (job_id, payload) in enumerate(documents_for(self.plan), 1):
@@ -476,17 +485,22 @@ def _carry_out(scenario: Scenario, plan: FaultPlan, engine: Engine, run_dir: str
             snapshot = campaign.run()
         finally:
             campaign.record.close()
-        events = campaign.history()
+        with Progress("check", enabled=progress) as shown:
+            shown.update(detail="reading the history")
+            events = campaign.history()
     with Progress("check", enabled=progress) as shown:
+        shown.update(detail=f"writing the history of {len(events)} events")
         hist.write_history(os.path.join(run_dir, "history.jsonl"), events)
         shown.update(detail=f"the invariants over {len(events)} events")
         verdicts = run_checkers(events, snapshot)
-    applied = faults_applied(plan, events, campaign.nemesis.applied)
-    report = with_capacity(build_report(scenario, plan, engine, engine_spec, run_dir,
-                                        verdicts, applied, events, snapshot, started,
-                                        database.to_json()), scenario)
-    write_report(run_dir, report)
-    render_reports(run_dir)
+        shown.update(detail="writing the report")
+        applied = faults_applied(plan, events, campaign.nemesis.applied)
+        report = with_capacity(build_report(scenario, plan, engine, engine_spec, run_dir,
+                                            verdicts, applied, events, snapshot, started,
+                                            database.to_json()), scenario)
+        write_report(run_dir, report)
+        shown.update(detail="rendering report.html, junit.xml, summary.md")
+        render_reports(run_dir)
     return RunResult(run_dir, report)
 
 

@@ -7,6 +7,7 @@ then prints the operator queries and what the ledgers saw.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from datetime import datetime, timezone
 
@@ -27,9 +28,15 @@ def run_demo(jobs: int = 300, workers: int = 2, seed: int = 1, out: str = "repor
     run_dir = os.path.join(out, datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
     os.makedirs(run_dir, exist_ok=True)
     db = os.path.join(run_dir, "engine.db")
+    processes = plural(workers, "worker process", "worker processes")
+    print(f"ninelives demo: {plural(jobs, 'job')}, {processes} and 1 sender, in {run_dir}",
+          file=sys.stderr, flush=True)
     store = open_store(db)
     with Progress("submitting", jobs, unit="jobs") as shown:
-        for n, (job_id, payload) in enumerate(make_documents(jobs, seed), 1):
+        shown.update(0, detail=f"making {plural(jobs, 'document')}")
+        documents = make_documents(jobs, seed)
+        shown.update(0, detail="")
+        for n, (job_id, payload) in enumerate(documents, 1):
             store.submit(job_id, DOCUMENT, payload, time.time())
             shown.update(n)
     with evidence_in(run_dir), \

@@ -24,7 +24,7 @@ def test_run_and_replay_show_every_phase_with_its_counts_and_what_the_drain_wait
     lines = done.stderr.splitlines()
     phases = [line.split(":")[0].strip() for line in lines if line.startswith("  ")]
     assert [p for i, p in enumerate(phases) if p not in phases[:i]] == [
-        "planning", "starting", "chaos", "heal", "drain", "check"], done.stderr
+        "planning", "starting", "chaos", "heal", "drain", "stopping", "check"], done.stderr
     assert "  starting: 15/15 jobs submitted" in lines
     drain = [line for line in lines if line.startswith("  drain: ")]
     assert re.fullmatch(r"  drain: 15/15 jobs settled, all settled", drain[-1]), drain
@@ -45,3 +45,42 @@ def test_demo_counts_the_jobs_it_delivers(tmp_path):
     assert "  submitting: 12/12 jobs" in lines
     assert lines[-1] == "  delivering: 12/12 jobs done, all done", done.stderr
     assert not ANSI.search(done.stdout + done.stderr)
+
+
+def test_each_phase_of_a_big_demo_says_where_it_stands_within_a_second_of_its_start(
+        tmp_path):
+    """Read as a user reads a CI log, with the time each line came: the first line of each
+    phase comes within a second of the line before it (a bound of 1.5 s for a loaded
+    machine), and the lines within a phase at a steady rate. Making 3,000 documents had kept
+    `demo` silent for seconds before its first line. Interrupted once it delivers."""
+    import signal
+    import time
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "chaos.cli", "demo", "--jobs", "3000", "--out", str(tmp_path)],
+        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    seen: list[tuple[float, str]] = []
+    try:
+        for line in proc.stderr:
+            seen.append((time.monotonic(), line.rstrip("\n")))
+            if sum(text.startswith("  delivering:") for _, text in seen) >= 2 \
+                    or seen[-1][0] - seen[0][0] > 60:
+                break
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stderr.read()
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log = "\n".join(f"{t - seen[0][0]:6.2f} {text}" for t, text in seen) + "\n" + rest
+    assert seen[0][1].startswith("ninelives demo: 3000 jobs"), log
+    phases = [text.split(":")[0].strip() for _, text in seen[1:]]
+    assert phases[0] == "submitting" and "delivering" in phases, log
+    before = "demo"
+    for (t0, _), (t1, text) in zip(seen, seen[1:]):
+        phase = text.split(":")[0].strip()
+        bound = 1.5 if phase != before else 3.0  # a phase's first line; then every 2 s
+        assert t1 - t0 <= bound, f"{t1 - t0:.2f} s before {text!r}:\n{log}"
+        before = phase
+    assert proc.returncode == 130 and "Traceback" not in rest, log

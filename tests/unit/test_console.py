@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 
 from rich.console import Console
 
@@ -114,3 +115,39 @@ def test_on_a_terminal_progress_is_a_bar_with_an_eta_and_lines_go_above_it():
     assert ANSI.search(text) and "━" in text  # drawn by rich
     assert "20/40 schedules" in text and re.search(r"\d:\d\d:\d\d", text)  # the ETA
     assert "seed 3: FAIL lease-kept" in text
+
+
+class Timed(io.StringIO):
+    """A stream that notes when each line was written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+
+    def write(self, text: str) -> int:
+        self.times += [time.monotonic()] * text.count("\n")
+        return super().write(text)
+
+
+def wait_until(condition, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
+
+
+def test_a_plain_step_busy_in_one_long_call_says_where_it_stands_within_a_second():
+    """No update at all (a step blocked in one call, as making 5,000 documents was): the
+    first line is out FIRST_LINE seconds in, then again every `every` seconds, and the
+    step's end is said when its last line is older than that."""
+    out = Timed()
+    started = time.monotonic()
+    with Progress("submitting", 5000, unit="jobs", stream=out, every=0.6) as shown:
+        assert wait_until(lambda: len(out.times) >= 3, 10), out.getvalue()
+        shown.update(detail="still making documents")
+    first, second, third = out.times[:3]
+    assert first - started < 1.0 and 0.4 <= second - first < 1.2 and 0.4 <= third - second < 1.2
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "  submitting: 0/5000 jobs" and lines[-1].endswith("still making documents")
