@@ -37,6 +37,11 @@ SHARES = {"provider_429": 0.2, "provider_5xx": 0.2, "hang": 0.1, "slow": 0.2, "r
           "receiver_5xx": 0.2, "receiver_timeout": 0.1, "receiver_drop": 0.1,
           "receiver_lost": 0.1, "duplicate_same": 0.2, "duplicate_different": 0.2,
           "declined": 0.1, "poison": 0.2, "crash_loop": 0.15, "unavailable": 0.1}
+#: Faults that make a correct engine pay for a call twice by design (a call outlives its
+#: timeout or its lease): a drawn scenario with any of them allows that duplicate spend, as
+#: scenarios/everything.toml does, so that lease-exclusive judges overlap, not the fault.
+SPENDTHRIFT = ("slow", "pause", "lease_expiry")
+SPENDTHRIFT_ALLOWANCE = 1.0
 #: Durations drawn, in seconds: (least, most).
 SECONDS = {"pause_seconds": (0.1, 4.0), "hang_seconds": (0.1, 4.0),
            "slow_seconds": (0.1, 4.0), "contention_seconds": (0.05, 1.0)}
@@ -97,8 +102,9 @@ def scenarios(draw: Any, base: str = "smoke", *, profile: str = "ci", engine: An
     """A scenario: the file (or name) `base` loaded for `engine` (an adapter or its spec;
     default the reference) at `profile` with `engine_set` over its [engine] table (as
     --engine-set gives it), with its [run] and [faults] drawn from `run` and
-    `fault_tables` (default `runs()`, `faults()`), its [engine] table kept. Each drawn
-    scenario passes the checks a scenario file passes (chaos.scenario.check_saved) and the
+    `fault_tables` (default `runs()`, `faults()`), its [engine] table kept (its duplicate
+    spend allowance raised to SPENDTHRIFT_ALLOWANCE when a SPENDTHRIFT fault is drawn). Each
+    drawn scenario passes the checks a scenario file passes (chaos.scenario.check_saved) and the
     engine's (its crash points)."""
     from .scenario import check_for_engine, check_saved
     engine = _engine(engine)[0]
@@ -109,7 +115,11 @@ def scenarios(draw: Any, base: str = "smoke", *, profile: str = "ci", engine: An
         drawn, heartbeat_off_workers=min(drawn.heartbeat_off_workers, table.workers),
         skewed_workers=min(drawn.skewed_workers, table.workers),
         kill=drawn.kill if table.workers + table.senders else 0.0)
-    scenario = dataclasses.replace(loaded, run=table, faults=drawn)
+    expect = loaded.expect
+    if any(getattr(drawn, name) for name in SPENDTHRIFT):
+        expect = dataclasses.replace(expect, duplicate_spend_allowance=max(
+            expect.duplicate_spend_allowance, SPENDTHRIFT_ALLOWANCE))
+    scenario = dataclasses.replace(loaded, run=table, faults=drawn, expect=expect)
     check_saved(scenario, f"a scenario drawn from {loaded.name}")
     check_for_engine(scenario, engine)
     return scenario
