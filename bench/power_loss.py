@@ -87,13 +87,19 @@ def main(argv: list[str] | None = None) -> int:
     for sync, journal in rows:
         engine = validate(StoreSettingsEngine(sync, journal))
         total: Counter = Counter()
+        stopped = []
         for seed in range(1, args.seeds + 1):
-            result = run_campaign(scenario, seed, engine, os.path.join(out, f"{sync}-{journal}"),
-                                  progress=False)
+            try:
+                result = run_campaign(scenario, seed, engine,
+                                      os.path.join(out, f"{sync}-{journal}"), progress=False)
+            except Exception as exc:  # a store the cut corrupted stops the run: say so
+                stopped.append(f"seed {seed} stopped: {str(exc).splitlines()[0][:120]}")
+                continue
             total.update(measure(result.run_dir, result.report))
         others = sorted(k[5:] for k in total if k.startswith("fail:"))
         verdict = ("durable-commits FAIL" if total["durable_fail"] else "durable-commits pass")
         verdict += f"; also failed: {', '.join(others)}" if others else ""
+        verdict = "; ".join(stopped) if stopped and not total["cuts"] else verdict
         print(f"{sync:<12}{journal:<9}{'yes' if engine.durability({})[0] else 'no':<9}"
               f"{total['cuts']:>5}{total['acknowledged']:>13}{total['lost']:>9}"
               f"{total['jobs']:>6}{total['memos']:>6}{total['sent']:>11}{total['rebilled']:>10}"
