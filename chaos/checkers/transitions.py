@@ -200,7 +200,8 @@ def check_submissions_idempotent(history: list[Event], snapshot: dict[str, Any])
       none carries another payload_hash than the submission's;
     - runner submits of a known id: same payload_hash as the first submit -> result
       "exists"; another payload_hash -> "rejected", and the stored job (snapshot.jobs)
-      keeps the first submit's payload_hash;
+      keeps the first submit's payload_hash (where the engine keeps one: a stored
+      payload_hash of None is no evidence, counted in metrics.original_unjudged);
     - a duplicate submit never raises (the harness logs an error for one that did).
     """
     verdict = Verdict("submissions-idempotent")
@@ -218,9 +219,12 @@ def check_submissions_idempotent(history: list[Event], snapshot: dict[str, Any])
             verdict.checked += 1
             verdict.fail("submit-raised", f"a duplicate submit at {at(e['t'])} raised instead "
                          f"of answering exists or rejected: {e.get('error')}", e)
+    unjudged = 0
     for job, first in original.items():
         row = stored.get(job)
-        if row is not None and row.get("payload_hash") != first["payload_hash"]:
+        if row is not None and row.get("payload_hash") is None:
+            unjudged += 1  # the engine keeps no hash ("may be None"): no evidence either way
+        elif row is not None and row.get("payload_hash") != first["payload_hash"]:
             verdict.fail("original-overwritten", f"job {job}: the stored payload hash is "
                          f"{row.get('payload_hash')!r}, the first submit's was "
                          f"{first['payload_hash']!r}", first)
@@ -237,6 +241,8 @@ def check_submissions_idempotent(history: list[Event], snapshot: dict[str, Any])
         "results": dict(Counter(e["result"] for e in submits)),
         "duplicates": sum(1 for e in submits if e.get("duplicate")),
         "jobs_inserted": len(inserts),
+        # jobs whose stored payload could not be compared with the first submit's
+        "original_unjudged": unjudged,
     }
     return verdict
 

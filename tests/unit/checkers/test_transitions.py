@@ -182,6 +182,17 @@ def test_a_stored_job_overwritten_by_a_mismatched_duplicate_fails():
     assert_fails(idempotent(history, jobs=stored), "original-overwritten", history[0])
 
 
+def test_an_engine_that_keeps_no_payload_hash_is_not_judged_to_have_overwritten_it():
+    # the snapshot documents payload_hash as "may be None": None is the engine's word that
+    # it keeps none, no evidence that the stored job changed
+    history = delivered_job(DOC) + [submit(9.0, DOC, "rejected", payload_hash="h2", duplicate=True)]
+    stored = snapshot_of(history)["jobs"]
+    stored[DOC]["payload_hash"] = None
+    verdict = idempotent(history, jobs=stored)
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["original_unjudged"] == 1
+
+
 def test_a_job_nobody_submitted_must_not_exist():
     history = delivered_job(DOC)
     assert_fails(idempotent(history, submitted=[]), "unsubmitted-job", history[1])
