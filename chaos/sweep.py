@@ -12,14 +12,13 @@ import json
 import math
 import multiprocessing as mp
 import os
-import sys
 from datetime import datetime, timezone
 from typing import Any
 
 from rich.console import Console
 
 from .backends import Backend
-from .console import AUTO, Column
+from .console import AUTO, Column, Progress
 from .console import table as table_of
 from .contract import load_engine
 from .flags import seeds_text
@@ -197,10 +196,14 @@ def run_sweep(base: Scenario, leases: list[float], heartbeats: list[bool], laten
     workers = jobs or max(1, min(os.cpu_count() or 1, len(tasks)))
     results: dict[Cell, list[dict]] = {cell: [] for cell in cells}
     with evidence_in(folder), OwnedPool(workers, mp.get_context("fork")) as pool:
-        for done, (cell, seed, figures) in enumerate(pool.map(_run_cell, tasks), 1):
-            results[cell].append(figures)
-            print(f"  [{done}/{len(tasks)}] {cell.label}, seed {seed}: duplicate spend "
-                  f"{figures['duplicate_spend']:.6f}", file=sys.stderr, flush=True)
+        finished = pool.map(_run_cell, tasks)  # forks every worker: before the line's thread
+        with Progress("sweep", len(tasks), unit="runs") as shown:
+            shown.update(0, detail=f"{min(workers, len(tasks))} at a time")
+            for done, (cell, seed, figures) in enumerate(finished, 1):
+                results[cell].append(figures)
+                shown.say(f"  [{done}/{len(tasks)}] {cell.label}, seed {seed}: duplicate "
+                          f"spend {figures['duplicate_spend']:.6f}")
+                shown.update(done)
     rows = [summarize(cell, results[cell]) for cell in cells]
     used = tasks[0][0].faults.latency
     sweep = {"schema": "ninelives.sweep/1", "id": sweep_id, "scenario": base.name,

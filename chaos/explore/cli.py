@@ -102,7 +102,13 @@ def cmd_explore(args: argparse.Namespace) -> int:
     part = args.shard or WHOLE
     explorer = Explorer(scenario, engine, args.engine, seed=args.seed, swarm=args.swarm,
                         corpus=corpus, listener=printer, shard=part)
-    outcome = explorer.explore(args.budget / part.count)
+    from ..console import Progress
+    # where it stands on stderr at a steady rate, however long one schedule takes; the lines
+    # of news (a situation first reached) stay on stdout
+    with Progress("explore", args.budget / part.count, unit="s",
+                  enabled=not args.quiet) as printer.shown:
+        printer.shown.update(0, detail="the first schedule")
+        outcome = explorer.explore(args.budget / part.count)
     for warning in corpus.warnings:
         print(f"warning: corpus {warning}", file=sys.stderr)
     if outcome.failure is not None:
@@ -125,6 +131,7 @@ class _Printer(Listener):
 
     def __init__(self, quiet: bool) -> None:
         self.quiet, self.last = quiet, 0.0
+        self.shown = None  # the command's Progress line, while it explores
         self.total = len(catalog())
         self.tally = Tally(list_seeds=False)  # every schedule run, for campaign.json
 
@@ -145,6 +152,10 @@ class _Printer(Listener):
 
     def ran(self, explorer: Explorer, result: SimResult) -> None:
         _tally(self.tally, result)
+        if self.shown is not None:
+            self.shown.update(min(explorer.elapsed, self.shown.total),
+                              detail=f"{explorer.runs} schedules, {len(explorer.first)}/"
+                                     f"{self.total} situations")
         if explorer.elapsed - self.last >= QUIET_LINE_EVERY:
             self._say(explorer, f"{len(explorer.hits)} features, {len(explorer.kept)} kept")
 

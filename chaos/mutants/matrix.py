@@ -30,13 +30,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from rich.console import Console
 
 from ..backends import Backend, add_backend_flags, check_backend, command_backend
 from ..checkers import INVARIANTS
-from ..console import AUTO, Column, table
+from ..console import AUTO, Column, Progress, plural, table
 from ..flags import SEEDS_HELP, at_least, seeds, seeds_text
 from ..reference.mutants.catalog import BY_NAME, CATALOG, Mutant
 from ..supervisor import OwnedPool, evidence_in
@@ -148,10 +148,10 @@ def caught_by(mutant: Mutant, run: dict[str, Any]) -> list[str]:
 
 
 def run_matrix(mutants: list[Mutant], seeds: range, profile: str | None, out: str, *,
-               parallel: int = 2, note: Callable[[str], None] = lambda line: None,
+               parallel: int = 2, progress: bool = False,
                backend: Backend = Backend()) -> dict[str, Any]:
     """Run the matrix (see the module docstring) on `backend` and return matrix.json's
-    content.
+    content. With `progress`, a line per finished run and where the round stands, on stderr.
 
     Round k runs the k-th of `seeds` for every mutant not caught yet, and that seed of the
     reference on each of their scenarios; a mutant caught in round k runs no more seeds.
@@ -170,12 +170,17 @@ def run_matrix(mutants: list[Mutant], seeds: range, profile: str | None, out: st
                           runs_dir, backend) for r in open_rows]
             scenarios = sorted({(t.scenario, t.profile) for t in tasks})
             tasks += [Task(REFERENCE, s, p, seed, runs_dir, backend) for s, p in scenarios]
-            for run in pool.map(run_task, tasks):
-                if run["engine"] == REFERENCE:
-                    reference.append(run)
-                else:
-                    rows[run["engine"]].runs.append(run)
-                note(describe_run(run, rows.get(run["engine"])))
+            with Progress(f"seed {seed}", len(tasks), unit="runs",
+                          enabled=progress) as shown:
+                shown.update(0, detail=f"{plural(len(open_rows), 'mutant')} not caught yet "
+                                       f"and the reference, {max(1, parallel)} at a time")
+                for done, run in enumerate(pool.map(run_task, tasks), 1):
+                    if run["engine"] == REFERENCE:
+                        reference.append(run)
+                    else:
+                        rows[run["engine"]].runs.append(run)
+                    shown.say(describe_run(run, rows.get(run["engine"])))
+                    shown.update(done)
     mutant_rows = [rows[m.name].to_json() for m in mutants]
     clean = all(r["result"] == "pass" for r in reference)
     return {"schema": SCHEMA, "created": started, "seconds": round(time.time() - started, 1),
@@ -414,7 +419,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
               f"{seeds_text(args.seeds)}, profile {args.profile or 'per mutant'}, "
               f"{args.parallel} at a time -> {out}", file=sys.stderr, flush=True)
         matrix = run_matrix(mutants, args.seeds, args.profile, out, parallel=args.parallel,
-                            note=lambda line: print(line, file=sys.stderr, flush=True),
+                            progress=True,
                             backend=shared)
     matrix["id"] = os.path.basename(out)
     paths = write_outputs(matrix, out)

@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ANSI = re.compile(r"\x1b\[")
 
@@ -83,4 +85,48 @@ def test_each_phase_of_a_big_demo_says_where_it_stands_within_a_second_of_its_st
         bound = 1.5 if phase != before else 3.0  # a phase's first line; then every 2 s
         assert t1 - t0 <= bound, f"{t1 - t0:.2f} s before {text!r}:\n{log}"
         before = phase
+    assert proc.returncode == 130 and "Traceback" not in rest, log
+
+
+@pytest.mark.parametrize("args,banner,first", [
+    (["sweep", "--lease", "1,2", "--heartbeat", "on", "--profile", "smoke"], None,
+     "  sweep: 0/2 runs"),
+    (["mutants", "--only", "retry_after_ignored"], "ninelives mutants:", "  seed 1: 0/2 runs"),
+    (["explore", "smoke", "--budget", "30"], None, "  explore: 0/30 s"),  # banner: stdout
+], ids=["sweep", "mutants", "explore"])
+def test_a_command_of_many_runs_says_where_it_stands_before_the_first_run_ends(
+        tmp_path, args, banner, first):
+    """sweep had said nothing until its first run ended (15 s), mutants nothing between its
+    banner and its first finished run, explore nothing until a schedule ended (on stdout,
+    every 10 s). Each now has a line within a second of its start (1.5 s after its banner,
+    or 4 s after the process started where there is none), on stderr; then it is stopped."""
+    import signal
+    import time
+    out = ["--out", str(tmp_path)] + (["--corpus", str(tmp_path / "corpus")]
+                                      if args[0] == "explore" else [])
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", *args, *out], cwd=ROOT,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    seen: list[tuple[float, str]] = []
+    try:
+        for line in proc.stderr:
+            seen.append((time.monotonic(), line.rstrip("\n")))
+            if line.startswith("  ") or len(seen) > 5:
+                break
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stderr.read()
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log = "\n".join(f"{t - started:6.2f} {text}" for t, text in seen) + "\n" + rest
+    at, line = seen[-1]
+    assert line.startswith(first), log
+    if banner is None:
+        assert len(seen) == 1 and at - started <= 4.0, log
+    else:
+        assert seen[0][1].startswith(banner) and at - seen[0][0] <= 1.5, log
     assert proc.returncode == 130 and "Traceback" not in rest, log
