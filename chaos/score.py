@@ -47,7 +47,7 @@ from collections import Counter, defaultdict
 from contextlib import closing
 from typing import Any
 
-from .console import Column
+from .console import Column, Progress, plural
 from .console import table as table_of
 from .flags import SEEDS_HELP, at_least, seeds, seeds_text
 from .flags import seconds as flag_seconds
@@ -274,19 +274,22 @@ def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: 
     # The engine as the campaign found it, kept aside: the mutants' positions are in this
     # text, and a copy left mutated by a campaign that was killed mid-mutant is put back.
     pristine = os.path.join(workdir, "engine")
-    if not os.path.isdir(pristine):
-        copy_checkout(workdir, ("engine",))
-    elif args.again:
-        refresh_engine(workdir, modules)
-    for copy in copies:
-        if not os.path.isdir(copy):
-            copy_checkout(copy, COPIED)
+    with Progress("preparing", len(copies), unit="copies") as shown:
+        shown.update(0, detail="the checkout, one copy per worker")
+        if not os.path.isdir(pristine):
+            copy_checkout(workdir, ("engine",))
         elif args.again:
-            copy_checkout(copy, HARNESS)
-        write_sitecustomize(copy)
-        shutil.rmtree(os.path.join(copy, "engine"))
-        shutil.copytree(pristine, os.path.join(copy, "engine"),
-                        ignore=shutil.ignore_patterns("__pycache__"))
+            refresh_engine(workdir, modules)
+        for n, copy in enumerate(copies, 1):
+            if not os.path.isdir(copy):
+                copy_checkout(copy, COPIED)
+            elif args.again:
+                copy_checkout(copy, HARNESS)
+            write_sitecustomize(copy)
+            shutil.rmtree(os.path.join(copy, "engine"))
+            shutil.copytree(pristine, os.path.join(copy, "engine"),
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            shown.update(n)
     ports = [_free_port() for _ in copies]
     urls = [f"http://127.0.0.1:{port}" for port in ports]
     config = write_config(workdir, modules, test_command(args.seeds, args.deep,
@@ -299,20 +302,22 @@ def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: 
               flush=True)
     workers = []
     try:
-        for copy, port in zip(copies, ports):
-            env = {**os.environ, "PYTHONPATH": copy}  # the copy's engine, in every process
-            workers.append(start_owned(
-                [sys.executable, "-m", "chaos.score", "worker", "--port", str(port)], cwd=copy,
-                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        for port, proc in zip(ports, workers):
-            _wait_listening(port, proc, time.monotonic() + 60)
-        steps = []
-        if fresh:  # init reads the modules of the first copy; every copy holds the same text
-            steps += [[os.path.join(tools, "cosmic-ray"), "init", config, session],
-                      [os.path.join(tools, "cr-filter-operators"), session, config]]
-        for argv in steps:
-            run_owned(argv, cwd=copies[0], env={**os.environ, "PYTHONPATH": copies[0]},
-                      check=True)
+        with Progress("preparing") as shown:
+            shown.update(detail=f"starting {plural(len(copies), 'cosmic-ray worker')}")
+            for copy, port in zip(copies, ports):
+                env = {**os.environ, "PYTHONPATH": copy}  # the copy's engine, everywhere
+                workers.append(start_owned(
+                    [sys.executable, "-m", "chaos.score", "worker", "--port", str(port)],
+                    cwd=copy, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            for port, proc in zip(ports, workers):
+                _wait_listening(port, proc, time.monotonic() + 60)
+        if fresh:  # init reads the modules of the first copy; each copy holds that text
+            with Progress("preparing") as shown:
+                shown.update(detail=f"listing the mutants of {', '.join(modules)}")
+                for argv in ([os.path.join(tools, "cosmic-ray"), "init", config, session],
+                             [os.path.join(tools, "cr-filter-operators"), session, config]):
+                    run_owned(argv, cwd=copies[0],
+                              env={**os.environ, "PYTHONPATH": copies[0]}, check=True)
         execute = start_owned([os.path.join(tools, "cosmic-ray"), "exec", config, session],
                               cwd=copies[0], env={**os.environ, "PYTHONPATH": copies[0]})
         try:
@@ -338,7 +343,6 @@ def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: 
 def _show_progress(execute: subprocess.Popen, session: str) -> None:
     """Until `execute` (cosmic-ray exec) ends: the mutants judged of the session's total, and
     how many survived the tests so far, read from its session database."""
-    from .console import Progress
     seen = None
     with Progress("judging mutants", unit="mutants") as shown:
         while True:

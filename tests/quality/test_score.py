@@ -293,3 +293,38 @@ def test_a_campaign_that_judges_no_mutant_is_exit_2_not_a_missed_target(tmp_path
     [error] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert "engine/__main__.py" in error and "Traceback" not in done.stderr
     assert not processes_in(str(work))
+
+
+def test_a_campaign_says_where_it_stands_while_it_prepares_and_stops_on_ctrl_c(tmp_path):
+    """Copying the checkout, starting the workers and listing the mutants of the store (over
+    10 s) had been silent: a line within a second of each step's start (1.5 s measured from
+    the line before), one every 2 s after; Ctrl-C then ends it with 130 and nothing left."""
+    import signal
+    import time
+    work = str(tmp_path / "campaign")
+    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "score", "--modules",
+                             "engine/store/sqlite.py", "--jobs", "2", "--workdir", work],
+                            cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    seen: list[tuple[float, str]] = []
+    try:
+        for line in proc.stdout:
+            seen.append((time.monotonic(), line.rstrip("\n")))
+            if "listing the mutants" in line or len(seen) > 8:
+                break
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stdout.read()
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log = "\n".join(f"{t - seen[0][0]:6.2f} {text}" for t, text in seen) + "\n" + rest
+    assert seen[0][1].startswith("mutation campaign in"), log
+    assert [text.split(":")[0] for _, text in seen[1:]] == ["  preparing"] * (len(seen) - 1)
+    for (t0, before), (t1, text) in zip(seen, seen[1:]):  # a new step, or the same again
+        assert t1 - t0 <= (3.0 if text.split(",")[-1] == before.split(",")[-1] else 1.5), log
+    assert "listing the mutants of engine/store/sqlite.py" in seen[-1][1], log
+    assert proc.returncode == 130 and "Traceback" not in rest, log
+    assert "interrupted (SIGINT)" in rest and not processes_in(work), log
