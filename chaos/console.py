@@ -159,7 +159,10 @@ class Progress:
             with self._lock:
                 since = None if self._printed_at is None else self.clock() - self._printed_at
                 if since is None or since >= self.every - 0.05:
-                    self._print()
+                    try:
+                        self._print()
+                    except (OSError, ValueError):  # no stream to say it on: nothing to do
+                        return
                     since = 0.0
             wait = max(0.05, self.every - since)
 
