@@ -16,8 +16,10 @@ what a field left out is read as, and which checks go unknown without it, are da
 what an adapter's `operations(db)` returns is checked against it as it is read.
 src "provider": the fake model provider's ledger, one per request, t = t_start:
   call           job, step, worker, n, t_start, t_end, status, outcome ("ok" | "error" |
-                 "hang" | "reset" | "garbage" | "bad_content" | "schema"), billed, fault,
-                 retry_after, retry_at, retry_after_header, trickle, client_gone_at,
+                 "hang" | "reset" | "garbage" | "bad_content" | "schema" | "cut"), billed,
+                 fault, retry_after, retry_at, retry_after_header, trickle, client_gone_at,
+                 stream, chunks, chunks_sent (a streamed answer: its pieces, and those sent
+                 and billed before it ended or was cut),
                  completion ("info" when the caller cannot have had the answer)
                  a refusal's Retry-After: `retry_after` the seconds it asks for (None: no
                  guidance, also for a header no client can parse), `retry_at` the epoch time

@@ -129,6 +129,7 @@ class Campaign:
         if hasattr(engine, "store_settings"):  # what this store changes (whose clock, ...)
             self.settings = replace(self.settings, **engine.store_settings(self.db))
         self.urls = ("", "")
+        self.fakes: dict[str, Any] = {}
 
     # -- the phases ------------------------------------------------------------------------
 
@@ -141,6 +142,7 @@ class Campaign:
         with FakeProvider(os.path.join(self.run_dir, "provider.jsonl"), faults=policy) as p, \
                 FakeReceiver(os.path.join(self.run_dir, "receiver.jsonl"), faults=policy) as r:
             self.urls = (p.url, r.url)
+            self.fakes = {"provider": p, "receiver": r}
             sup = Supervisor(self._command, log_dir=self.run_dir, record=self.record)
             # What the machine did to the engine's processes (chaos.runqueue): the timing
             # checks excuse a process only its own stalls.
@@ -159,6 +161,7 @@ class Campaign:
                     self.phases["processes_ended"] = time.time()
                     shown.update(detail="the fakes")
             applied = r.applied()
+        self._check_ledgers()  # a line lost in the drain's last requests
         with Progress("stopping", enabled=self.progress) as shown:
             shown.update(detail="the final snapshot of the store")
             return self._snapshot(applied)
@@ -192,6 +195,18 @@ class Campaign:
         self.phases["drained"] = self._loop(sup, counts, deadline, "drain", until_settled=True)
         self._phase("check")
         self.phases["drain_end"] = self.phases["check_start"]
+
+    def _check_ledgers(self) -> None:
+        """Raise HarnessError once a fake could not write its ledger (a full disk): the run's
+        record would lack requests it answered, so it can have no verdict. The fake kept the
+        error (chaos.fakes.server); this is the one place it is said."""
+        for name, fake in self.fakes.items():
+            failure = fake.ledger_failure
+            if failure is not None:
+                raise HarnessError(f"the fake {name} could not write its ledger "
+                                   f"{failure.filename}: {failure.strerror} (after "
+                                   f"{plural(failure.written, 'line')}); a run without the "
+                                   "record of every request has no verdict")
 
     def _stop_nemesis(self) -> None:
         """On the way out of an interrupted run: stop applying faults, undo those in force
@@ -251,6 +266,7 @@ class Campaign:
                                                    "result": self.engine.integrity(self.db)})
                 with self._server_up():  # no respawn while the power is cut
                     sup.keep(counts)
+                self._check_ledgers()
                 if until_settled or (self.progress and time.time() - looked > LOOK):
                     with self._server_up():
                         looked, state = time.time(), self.engine.progress(self.db)

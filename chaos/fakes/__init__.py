@@ -1,13 +1,19 @@
 """Fakes of the outside world (a model provider and a side-effect receiver) as real HTTP servers on
-127.0.0.1 that ledger every request, and the scripted fault policies tests drive them with."""
+127.0.0.1 that ledger every request, and the scripted fault policies tests drive them with.
+
+The provider answers any chat-completions request, plain or streamed, so a user's own pipeline
+and the official `openai` client can be driven through it (chaos.fakes.provider); `python -m
+chaos.fakes` runs one fake by hand (chaos.fakes.__main__). A fake whose ledger cannot be written
+keeps the error (`ledger_failure`, a LedgerWriteError) for whoever runs it to report.
+"""
 
 import threading
 
-from .ledger import Ledger, read_ledger
+from .ledger import Ledger, LedgerWriteError, read_ledger
 from .provider import PROVIDER_FAULTS, FakeProvider
 from .receiver import RECEIVER_FAULTS, FakeReceiver
 
-__all__ = ["Ledger", "read_ledger", "FakeProvider", "FakeReceiver", "ScriptedFaults"]
+__all__ = ["Ledger", "LedgerWriteError", "read_ledger", "FakeProvider", "FakeReceiver", "ScriptedFaults"]
 
 _NEEDS = {"status": "status", "hang": "seconds", "slow": "seconds", "timeout": "seconds",
           "lost": "seconds"}
@@ -18,7 +24,8 @@ class ScriptedFaults:
 
     Takes `provider` = {(job, step, n): fault} and `receiver` = {(job, kind, n): fault}, n being the
     1-based call count the fake keeps per (job, step) / (job, kind). Raises ValueError for a fault
-    of unknown kind or without its parameter (status code, seconds).
+    of unknown kind or without its parameter (status code, seconds; a provider "cut" may
+    say `after` how many streamed pieces, a whole number >= 0).
     """
 
     def __init__(self, provider: dict | None = None, receiver: dict | None = None):
@@ -58,4 +65,7 @@ def _checked(fault: dict, kinds: frozenset) -> dict:
         raise ValueError(f"unknown fault {fault!r}; kinds are {sorted(kinds)}")
     if kind in _NEEDS and not isinstance(fault.get(_NEEDS[kind]), (int, float)):
         raise ValueError(f"fault {fault!r} needs a numeric {_NEEDS[kind]!r}")
+    after = fault.get("after", 0)
+    if kind == "cut" and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
+        raise ValueError(f"fault {fault!r}: 'after' is a whole number of pieces >= 0")
     return dict(fault)

@@ -1,22 +1,34 @@
-"""A fake OpenAI-compatible model provider on 127.0.0.1: deterministic answers for any step of
-any pipeline, billing, injected faults, a ledger line per call.
+"""A fake OpenAI-compatible model provider on 127.0.0.1: a deterministic answer to any
+chat-completions request (plain or streamed), billing, injected faults, a ledger line per call.
 
-Answers. The document pipeline's steps keep their own outputs, whose schema the reference engine
-checks: `fetch`, `extract` and `verify` take a JSON object. Any other step name is answered
-with {"step": NAME, "digest": the first 16 hex digits of the SHA-256 of the input's canonical
-JSON (sorted keys, no spaces, UTF-8), "summary": the first 12 words of the input's string values,
-"words": how many words they hold}; its input is the last user message as JSON, or that text
-itself when it is not JSON. The same input always gets the same answer.
+Answers (chaos.fakes.answers): the document pipeline's steps keep their own outputs, whose
+schema the reference engine checks; any other named step gets a digest and summary of its
+input; any other prompt (an unmodified client's: no step named, or a document step asked in
+prose) gets a free-form answer drawn from a hash of its model and messages. The same request
+always gets the same answer. A body that is no JSON object, or has no messages, is refused (400).
+
+Streaming. A request with `stream: true` is answered as server-sent events in OpenAI's
+`chat.completion.chunk` format ending with `data: [DONE]` (chaos.fakes.stream), billed for
+the pieces streamed. Faults apply to it as to any call: a refusal, reset or garbage is sent
+instead of the stream; a hang or slow answer sends nothing until its seconds pass (a
+trickling hang sends its headers at once, then a comment line per interval); "cut" ends the
+stream after `after` pieces (default: half) by closing the connection before [DONE], and
+bills only those. (A completion not streamed is cut after its headers and half its body,
+billed whole.)
 
 Attribution (chaos.fakes.attribution): job, step and worker come from the X-Ninelives headers,
 else from the body's `metadata` ({"job", "step", "worker"}) and `user` (the job), the step last
-from the system prompt's first line "step: NAME". A request naming no step is refused (400).
+from the system prompt's first line "step: NAME". None of them is required.
 
 Ledger. Each entry holds job, step, worker, `attributed` ("headers" | "body" | "none"),
-`caller_pid` (the process that sent it, from its socket: chaos.fakes.peer), n, the fault, `outcome` (what the fake did), billing, and `completion` (what the caller can know):
-"ok" a 200 completion delivered; "fail" a definite answer it cannot use (429, 5xx, 4xx, garbage,
-bad content, schema-breaking content); "info" it cannot have had the answer (a hang, a reset,
-or a client that had already gone when the answer was ready).
+`caller_pid` (the process that sent it, from its socket: chaos.fakes.peer), n, the fault,
+`outcome` (what the fake did), billing (`billed`, `prompt_tokens`, `completion_tokens`), and
+`completion` (what the caller can know): "ok" a 200 completion delivered; "fail" a definite
+answer it cannot use (429, 5xx, 4xx, garbage, bad content, schema-breaking content); "info"
+it cannot have had the answer (a hang, a reset, a cut, or a client that had already gone
+when the answer was ready). A streamed call's entry also holds `stream` true, `chunks` (the
+answer's pieces), `chunks_sent` (those sent before a cut or the client's leaving) and
+`client_gone_at`. The ledger never holds the API key: `auth` says whether a bearer was sent.
 
 A refusal's Retry-After. `retry_after` is the wait it asks for, in seconds (None: no
 guidance). A fault's `retry_after_form` says how the header carries it, as real providers
@@ -34,18 +46,20 @@ hang ended, as for any hang.
 """
 
 import email.utils
-import hashlib
 import json
 import math
-import string
 import threading
 import time
 from functools import partial
 
+from . import stream
+from .answers import parse_json, reply, step_from_prompt, tokens
 from .attribution import call_attribution
 from .server import FAIL, INFO, OK, BadRequest, Deliver, FakeServer, JsonHandler
+from .stream import Chunks, EventStream, wants_usage
 
-PROVIDER_FAULTS = frozenset({"status", "hang", "slow", "reset", "garbage", "bad_content", "schema"})
+PROVIDER_FAULTS = frozenset({"status", "hang", "slow", "reset", "garbage", "bad_content", "schema",
+                             "cut"})
 _COMPLETION_PATHS = ("/v1/chat/completions", "/chat/completions")
 _MODELS = {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}
 _GARBAGE = b"<html>upstream garbage"
@@ -55,87 +69,16 @@ JUNK_RETRY_AFTER = "soon"
 TRICKLE_INTERVAL = 0.2
 
 
-# --- the pipeline's steps, answered deterministically -------------------------------------------
-
 #: Prices per 1,000 prompt and completion tokens, a small model's as real providers list
 #: them: not round multiples of 1e-6, so that an engine that rounds or truncates a cost is
 #: seen by cost-accounted.
 PRICE_PER_1K = (0.00015, 0.0006)
 
-def _text(value) -> str:
-    return "" if value is None else value if isinstance(value, str) else str(value)
-
-
-def _fetch(job: dict) -> dict:
-    text = " ".join(_text(job.get("body")).split())
-    return {"title": _text(job.get("title")), "text": text, "chars": len(text)}
-
-
-def _extract(fetched: dict) -> dict:
-    text = _text(fetched.get("text"))
-    entities = []
-    for token in text.split():
-        word = token.strip(string.punctuation)
-        if word[:1].isupper() and word not in entities and len(entities) < 5:
-            entities.append(word)
-    return {"title": _text(fetched.get("title")), "words": len(text.split()), "entities": entities,
-            "amount_cents": sum(map(ord, text)) % 100000}
-
-
-def _verify(extracted: dict) -> dict:
-    flagged = "[[needs-review]]" in _text(extracted.get("title"))
-    return {"ok": not flagged, "reason": "flagged for review" if flagged else "ok"}
-
-
-_STEPS = {"fetch": _fetch, "extract": _extract, "verify": _verify}
-_SUMMARY_WORDS = 12
-
-
-def step_output(step: str, step_input) -> dict:
-    """Return the correct output of `step` for `step_input` (the oracle the fake answers with).
-
-    `fetch`, `extract` and `verify` take a JSON object; any other step takes any JSON value and
-    is answered by `any_step_output`. Raises BadRequest (a ValueError) for a missing step name
-    or a document step whose input is not a JSON object.
-    """
-    if not isinstance(step, str) or not step:
-        raise BadRequest("no step named: send X-Ninelives-Step, metadata.step, "
-                         "or a system prompt whose first line is 'step: NAME'")
-    if step not in _STEPS:
-        return any_step_output(step, step_input)
-    if not isinstance(step_input, dict):
-        raise BadRequest("step input is not a JSON object")
-    return _STEPS[step](step_input)
-
-
-def any_step_output(step: str, step_input) -> dict:
-    """Return the deterministic answer to a step the fake has no oracle for.
-
-    {"step", "digest" (16 hex digits of the SHA-256 of the canonical JSON of `step_input`),
-    "summary" (its string values' first words), "words" (how many words they hold)}.
-    """
-    canonical = json.dumps(step_input, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    words = " ".join(_strings(step_input)).split()
-    return {"step": step, "digest": hashlib.sha256(canonical.encode()).hexdigest()[:16],
-            "summary": " ".join(words[:_SUMMARY_WORDS]), "words": len(words)}
-
-
-def _strings(value):
-    """Yield the string values inside a JSON value, objects in key order (as canonical JSON)."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for key in sorted(value):
-            yield from _strings(value[key])
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
-
 
 # --- the provider ---------------------------------------------------------------------------------
 
 class FakeProvider(FakeServer):
-    """A fake OpenAI chat-completions API answering any pipeline's steps (see the module docstring).
+    """A fake OpenAI chat-completions API answering any request (see the module docstring).
 
     Takes the ledger path, an optional fault policy (`provider_fault(job, step, n) -> dict | None`),
     `price_per_1k` = (prompt, completion) dollars per 1000 tokens, host and port. `url` is the
@@ -157,19 +100,21 @@ class FakeProvider(FakeServer):
     def serve_completion(self, http: JsonHandler) -> None:
         """Answer one completion request (or misbehave as the fault policy says) and ledger it."""
         t_start = http.received
-        request = _parse_json(http.read_body())
-        who = call_attribution(http.headers, request, _step_from_prompt(request))
+        request = parse_json(http.read_body())
+        who = call_attribution(http.headers, request, step_from_prompt(request))
         job, step = who["job"], who["step"]
         n = self.count_call((job, step))
         fault = self.faults.provider_fault(job, step, n) if self.faults else None
         result, deliver = self._answer(http, request, step, fault)
         completion = INFO if http.client_gone() else _completion(result["outcome"])
-        self.ledger.append({
+        self.settle(http, {
             "server": "provider", "t_start": t_start, "t_end": time.time(), **who, "n": n,
             "caller_pid": http.caller_pid(),
             "auth": _has_bearer(http.headers), "fault": fault["kind"] if fault else None,
-            **result, "completion": completion})
-        deliver()  # after the ledger line: whatever a client saw, its entry can already be read
+            **result, "completion": completion}, deliver)
+
+    def unrecorded_body(self, message: str) -> dict:
+        return _error_body(message, "server_error", "ledger_unwritable")
 
     def _answer(self, http: JsonHandler, request, step, fault) -> tuple[dict, Deliver]:
         """Decide the call: return (ledger fields, the action that answers the client)."""
@@ -184,15 +129,20 @@ class FakeProvider(FakeServer):
         if kind == "garbage":
             return _unbilled(200, "garbage"), partial(http.send_bytes, 200, _GARBAGE, "text/html")
         try:
-            completion, usage = self._complete(request, step, kind)
+            content, prompt_tokens = reply(request, step, kind)
         except BadRequest as exc:
             return _refusal(http, 400, None, str(exc))
+        if request.get("stream") is True:
+            return self._stream(http, request, content, prompt_tokens, fault)
+        completion, usage = self._complete(request, content, prompt_tokens)
+        if kind == "cut":
+            return self._cut(http, completion, usage)
         if kind == "hang" and fault.get("trickle"):
             return self._trickle(http, completion, usage, fault)
         if kind in ("hang", "slow"):
             self.pause(fault["seconds"])  # the work is done and billed; only the answer is late
-        outcome = kind if kind in ("hang", "bad_content", "schema") else "ok"
-        return {"status": 200, "outcome": outcome, **usage}, partial(http.send_json, 200, completion)
+        return {"status": 200, "outcome": _outcome(kind), **usage}, \
+            partial(http.send_json, 200, completion)
 
     def _trickle(self, http: JsonHandler, completion: dict, usage: dict, fault: dict
                  ) -> tuple[dict, Deliver]:
@@ -207,21 +157,61 @@ class FakeProvider(FakeServer):
         return ({"status": 200, "outcome": "hang", **usage, "trickle": True,
                  "client_gone_at": gone_at}, deliver)
 
-    def _complete(self, request, step, kind) -> tuple[dict, dict]:
-        system, user = _messages(request)
-        content = _content(step_output(step, _step_input(step, user)), kind)
-        prompt_tokens, completion_tokens = math.ceil(len(system + user) / 4), math.ceil(len(content) / 4)
-        cost = round(prompt_tokens / 1000 * self.price_in + completion_tokens / 1000 * self.price_out, 8)
+    def _cut(self, http: JsonHandler, completion: dict, usage: dict) -> tuple[dict, Deliver]:
+        """A completion cut in transit: its head and half its body, then the connection
+        closes. Billed whole: the provider made all of it."""
+        body = json.dumps(completion).encode()
+        if http.send_head(200, {"Content-Type": "application/json",
+                                "Content-Length": str(len(body))}):
+            http.send_rest(body[: len(body) // 2])
+        http.close_connection = True
+        return {"status": 200, "outcome": "cut", **usage}, lambda: None
+
+    def _stream(self, http: JsonHandler, request: dict, content: str, prompt_tokens: int,
+                fault: dict | None) -> tuple[dict, Deliver]:
+        """Stream the answer as server-sent events (chaos.fakes.stream), all but its end; a
+        "cut" fault ends it after `after` pieces (default: half). Billed for what was sent."""
+        kind = fault["kind"] if fault else None
         completion_id = f"chatcmpl-{self._next_completion()}"
+        chunks = Chunks(completion_id, request.get("model") or "fake-model", int(time.time()))
+        parts = stream.pieces(content)
+        stop = min(len(parts), int(fault.get("after", len(parts) // 2))) if kind == "cut" \
+            else len(parts)
+        trickle = kind == "hang" and bool(fault.get("trickle"))
+        if kind in ("hang", "slow") and not trickle:
+            self.pause(fault["seconds"])  # nothing sent until the hang ends
+        out = EventStream(http)
+        if out.open() and trickle:
+            out.wait(fault["seconds"], fault.get("interval", TRICKLE_INTERVAL), self.pause)
+        sent = out.send_all(map(chunks.piece, parts[:stop])) if out.event(chunks.role()) else 0
+        usage = self._usage(prompt_tokens, tokens("".join(parts[:sent])), completion_id)
+        fields = {"status": 200, "outcome": "cut" if kind == "cut" else _outcome(kind),
+                  **usage, "stream": True, "chunks": len(parts), "chunks_sent": sent,
+                  "client_gone_at": out.gone_at}
+        if trickle:
+            fields["trickle"] = True
+        if kind == "cut":
+            return fields, out.cut
+        last = [chunks.finish()] + ([chunks.usage(_usage_document(usage))]
+                                    if wants_usage(request) else [])
+        return fields, partial(out.end, last)
+
+    def _complete(self, request, content: str, prompt_tokens: int) -> tuple[dict, dict]:
+        completion_id = f"chatcmpl-{self._next_completion()}"
+        usage = self._usage(prompt_tokens, tokens(content), completion_id)
         completion = {
             "id": completion_id, "object": "chat.completion", "created": int(time.time()),
             "model": request.get("model") or "fake-model",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                          "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens, "cost": cost}}
-        return completion, {"billed": cost, "prompt_tokens": prompt_tokens,
-                            "completion_tokens": completion_tokens, "completion_id": completion_id}
+            "usage": _usage_document(usage)}
+        return completion, usage
+
+    def _usage(self, prompt_tokens: int, completion_tokens: int, completion_id: str) -> dict:
+        """The ledger's billing fields for one completion."""
+        cost = round(prompt_tokens / 1000 * self.price_in + completion_tokens / 1000 * self.price_out, 8)
+        return {"billed": cost, "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens, "completion_id": completion_id}
 
     def _next_completion(self) -> int:
         with self._counts_lock:
@@ -280,86 +270,23 @@ class _ProviderHandler(JsonHandler):
 FakeProvider.handler_class = _ProviderHandler
 
 
-def _parse_json(raw: bytes):
-    try:
-        return json.loads(raw)
-    except ValueError:  # includes UnicodeDecodeError
-        return None
+def _outcome(kind: str | None) -> str:
+    """The outcome of a completion that was made: the fault that shaped it, or ok."""
+    return kind if kind in ("hang", "bad_content", "schema") else "ok"
 
 
-def _text_content(content) -> str | None:
-    """A message's text: a string, or the text parts of a list of content parts joined."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = [part.get("text") for part in content
-                 if isinstance(part, dict) and part.get("type") == "text"]
-        if texts and all(isinstance(text, str) for text in texts):
-            return "".join(texts)
-    return None
-
-
-def _system_prompt(request) -> str:
-    messages = request.get("messages") if isinstance(request, dict) else None
-    for message in messages if isinstance(messages, list) else []:
-        if isinstance(message, dict) and message.get("role") == "system":
-            return _text_content(message.get("content")) or ""
-    return ""
-
-
-def _step_from_prompt(request) -> str | None:
-    first_line = _system_prompt(request).split("\n", 1)[0].strip()
-    if not first_line.startswith("step:"):
-        return None
-    return first_line[len("step:"):].strip() or None
-
-
-def _messages(request) -> tuple[str, str]:
-    """Return (system prompt, last user message). Raises BadRequest."""
-    if not isinstance(request, dict):
-        raise BadRequest("request body is not a JSON object")
-    messages = request.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty list")
-    users = [_text_content(m.get("content")) for m in messages
-             if isinstance(m, dict) and m.get("role") == "user"]
-    if not users or not isinstance(users[-1], str):
-        raise BadRequest("no user message with string content")
-    return _system_prompt(request), users[-1]
-
-
-def _parse_input(user: str):
-    step_input = _parse_json(user.encode())
-    if not isinstance(step_input, dict):
-        raise BadRequest("user message is not a JSON object")
-    return step_input
-
-
-def _step_input(step: str | None, user: str):
-    """The step's input: a JSON object for the document steps; any JSON, else the text, for others."""
-    if step in _STEPS:
-        return _parse_input(user)
-    try:
-        return json.loads(user)
-    except ValueError:
-        return user  # a prompt in prose is an input too
-
-
-def _content(output: dict, kind: str | None) -> str:
-    if kind == "schema":
-        return json.dumps({"unexpected": True})
-    content = json.dumps(output, sort_keys=True)
-    if kind == "bad_content":
-        # Prose around half an object: nothing a lenient parser could salvage.
-        return "Sure! Here is the JSON you asked for:\n" + content[: len(content) // 2]
-    return content
+def _usage_document(usage: dict) -> dict:
+    """The `usage` object of a completion (or of a stream's last chunk) from its billing."""
+    prompt, completion = usage["prompt_tokens"], usage["completion_tokens"]
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion, "cost": usage["billed"]}
 
 
 def _completion(outcome: str) -> str:
     """What a caller that got the answer can know: ok, fail (definite but unusable), or info."""
     if outcome == "ok":
         return OK
-    if outcome in ("hang", "reset"):  # a hang outlasts the client's timeout by design
+    if outcome in ("hang", "reset", "cut"):  # a hang outlasts the client's timeout by design
         return INFO
     return FAIL  # an error status, garbage, bad content, schema-breaking content
 

@@ -89,11 +89,10 @@ class FakeReceiver(FakeServer):
         fault = self.faults.receiver_fault(job, kind, n) if self.faults else None
         result, deliver = self._answer(http, effect, (key, job, kind, worker, n), fault)
         completion = INFO if http.client_gone() else _completion(result["outcome"], fault)
-        self.ledger.append({
+        self.settle(http, {
             "server": "receiver", "t_start": t_start, "t_end": time.time(), **who, "n": n,
             "caller_pid": http.caller_pid(),
-            "fault": fault["kind"] if fault else None, **result, "completion": completion})
-        deliver()  # after the ledger line: whatever a client saw, its entry can already be read
+            "fault": fault["kind"] if fault else None, **result, "completion": completion}, deliver)
 
     def _answer(self, http: JsonHandler, effect, who: tuple, fault) -> tuple[dict, Deliver]:
         """Decide the request: return (ledger fields, the action that answers the client)."""

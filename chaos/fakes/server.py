@@ -1,5 +1,11 @@
 """The plumbing both fakes share: a threaded HTTP server bound to 127.0.0.1 with a ledger,
-call counting, injected pauses, and a JSON request handler that can answer, hang or reset."""
+call counting, injected pauses, and a JSON request handler that can answer, hang or reset.
+
+A request whose ledger line cannot be written (a full disk) prints no traceback: the fake
+keeps the error (`FakeServer.ledger_failure`) for whoever runs it to report once, and the
+client gets a 500 (or, when its answer had begun, a closed connection) instead of an answer
+with no record.
+"""
 
 import json
 import select
@@ -14,7 +20,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .ledger import Ledger
+from .ledger import Ledger, LedgerWriteError
 from .peer import PeerFinder
 
 #: A ledger entry's `completion`, Jepsen's three outcomes from the caller's point of view: it got
@@ -155,6 +161,36 @@ class FakeServer:
         """Return the ledger's entries (see Ledger.entries)."""
         return self.ledger.entries()
 
+    @property
+    def ledger_failure(self) -> LedgerWriteError | None:
+        """The error of the first ledger line this fake could not write (None: none). From
+        then on it answers no request: its ledger would not hold the answer."""
+        return self.ledger.failure
+
+    def record(self, entry: dict) -> bool:
+        """Append one request's ledger entry; return False if it could not be written (the
+        error is kept in `ledger_failure`, never raised into the request's thread)."""
+        try:
+            self.ledger.append(entry)
+            return True
+        except LedgerWriteError:
+            return False
+
+    def unrecorded_body(self, message: str) -> dict:
+        """The JSON body of the 500 a request whose ledger line failed gets (the fake's own
+        error shape: subclasses override)."""
+        return {"error": message}
+
+    def settle(self, http: "JsonHandler", entry: dict, deliver: "Deliver") -> None:
+        """Ledger a decided request, then carry out its answer; a request whose line cannot
+        be written is answered 500 instead (a closed connection if its answer had begun)."""
+        if self.record(entry):
+            deliver()  # after the ledger line: whatever a client saw, its entry can be read
+            return
+        failure = self.ledger_failure
+        http.refuse_unrecorded(self.unrecorded_body(
+            f"the fake could not write its ledger: {failure.strerror}"))
+
     def pause(self, seconds: float) -> bool:
         """Sleep for an injected delay; cut short when the fake closes so close() never waits it
         out. Return True if it was cut short."""
@@ -245,6 +281,7 @@ class JsonHandler(BaseHTTPRequestHandler):
         # before the lookup below: the ledger's t_start, when the request reached this
         # machine (the kernel's word), not when a busy fake got to it
         self.received = arrived(self.connection, time.time())
+        self.head_sent = False
         self.caller_pid()  # now, while the caller is surely alive and connected
         try:
             with self.fake.in_flight():
@@ -261,20 +298,27 @@ class JsonHandler(BaseHTTPRequestHandler):
             return b""
         return self.rfile.read(length) if length > 0 else b""
 
-    def send_bytes(self, status: int, body: bytes, content_type="application/json", headers=None) -> bool:
-        """Write a complete response; return False if the client had already gone."""
+    def send_response(self, code, message=None):
+        self.head_sent = True  # from here on, a refusal can only close the connection
+        super().send_response(code, message)
+
+    def send_head(self, status: int, headers: dict) -> bool:
+        """Write a response's status line and `headers`; return False if the client had
+        already gone. The body follows with send_rest."""
         try:
             self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            for name, value in (headers or {}).items():
+            for name, value in headers.items():
                 self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(body)
             return True
         except _DISCONNECTS:
             self.close_connection = True
             return False
+
+    def send_bytes(self, status: int, body: bytes, content_type="application/json", headers=None) -> bool:
+        """Write a complete response; return False if the client had already gone."""
+        head = {"Content-Type": content_type, "Content-Length": str(len(body)), **(headers or {})}
+        return self.send_head(status, head) and self.send_rest(body)
 
     def trickle(self, status: int, body: bytes, seconds: float, interval: float,
                 pause: Callable[[float], bool], content_type="application/json"
@@ -285,13 +329,9 @@ class JsonHandler(BaseHTTPRequestHandler):
         write found the client gone or None); send_rest writes the remainder."""
         written, gone_at = 0, None
         deadline = time.monotonic() + seconds
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-        except _DISCONNECTS:
-            self.close_connection, gone_at = True, time.time()
+        if not self.send_head(status, {"Content-Type": content_type,
+                                       "Content-Length": str(len(body))}):
+            gone_at = time.time()
         while (left := deadline - time.monotonic()) > 0:
             if pause(min(interval, left)):
                 break  # the fake is closing
@@ -304,7 +344,7 @@ class JsonHandler(BaseHTTPRequestHandler):
         return written, gone_at
 
     def send_rest(self, rest: bytes) -> bool:
-        """Write the rest of a trickled response; return False if the client had already gone."""
+        """Write more of a response whose head is sent; return False if the client had already gone."""
         try:
             self.wfile.write(rest)
             return True
@@ -315,6 +355,13 @@ class JsonHandler(BaseHTTPRequestHandler):
     def send_json(self, status: int, document, headers=None) -> bool:
         """Write `document` as a JSON response; return False if the client had already gone."""
         return self.send_bytes(status, json.dumps(document).encode(), headers=headers)
+
+    def refuse_unrecorded(self, body: dict) -> None:
+        """Answer a request the fake could not ledger: 500 with `body`, or when its answer had
+        begun, a connection closed before that answer ends."""
+        self.close_connection = True
+        if not self.head_sent:
+            self.send_json(500, body)
 
     def client_gone(self) -> bool:
         """Return True if the client has already closed or reset its end of the connection.

@@ -11,14 +11,13 @@ during which other actors run. Ledgers record virtual times.
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
 from typing import Any, Protocol
 
 
 from ..fakes.attribution import call_attribution, effect_attribution
-from ..fakes.provider import (PRICE_PER_1K, _content, _error_body, _messages, _parse_input,
-                              _step_from_prompt, retry_after_header, step_output)
+from ..fakes.answers import reply, step_from_prompt, tokens
+from ..fakes.provider import PRICE_PER_1K, _error_body, retry_after_header
 from ..fakes.receiver import apply_status
 from ..fakes.server import BadRequest
 from .scheduler import Scheduler
@@ -59,7 +58,7 @@ class SimProvider:
 
     def post(self, url: str, request: Any, headers: dict, timeout: float) -> tuple[int, Any]:
         """One completion request: ledger it, take its virtual time, answer or raise."""
-        who = call_attribution(headers, request, _step_from_prompt(request))
+        who = call_attribution(headers, request, step_from_prompt(request))
         job, step = who["job"], who["step"]
         self.calls[(job, step)] += 1
         n = self.calls[(job, step)]
@@ -102,11 +101,10 @@ class SimProvider:
             entry.update(_unbilled(200, "garbage"))
             return 200, "<html>upstream garbage"
         try:
-            system, user = _messages(request)
-            content = _content(step_output(step, _parse_input(user)), kind)
+            content, prompt = reply(request, step, kind)
         except BadRequest as exc:
             return self._refusal(url, entry, 400, None, answered, str(exc))
-        prompt, completion = math.ceil(len(system + user) / 4), math.ceil(len(content) / 4)
+        completion = tokens(content)
         cost = round(prompt / 1000 * PRICE_PER_1K[0] + completion / 1000 * PRICE_PER_1K[1], 8)
         self._completions += 1
         completion_id = f"chatcmpl-{self._completions}"

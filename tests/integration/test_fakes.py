@@ -240,8 +240,8 @@ def test_ledger_counts_calls_per_job_and_step(start):
 @pytest.mark.parametrize("raw, step", [
     (b"{not json", "fetch"),
     (json.dumps({"model": "m", "messages": []}).encode(), "fetch"),
-    (json.dumps({"model": "m", "messages": [{"role": "user", "content": "plain words"}]}).encode(), "fetch"),
-    (json.dumps(chat_request("summarize", {"title": "t"}, system="Summarize.")).encode(), None),
+    (json.dumps({"model": "m"}).encode(), None),
+    (json.dumps([{"role": "user", "content": "a list, not a request"}]).encode(), None),
 ])
 def test_bad_requests_are_refused_with_400_and_not_billed(start, raw, step):
     provider = start(FakeProvider)
@@ -252,6 +252,22 @@ def test_bad_requests_are_refused_with_400_and_not_billed(start, raw, step):
     [entry] = provider.entries()
     assert (entry["outcome"], entry["status"], entry["billed"]) == ("error", 400, 0.0)
     assert entry["completion"] == "fail"
+
+
+@pytest.mark.parametrize("document, step", [
+    ({"model": "m", "messages": [{"role": "user", "content": "plain words"}]}, "fetch"),
+    (chat_request("summarize", {"title": "t"}, system="Summarize."), None),
+])
+def test_a_prompt_naming_no_step_or_a_document_step_in_prose_is_answered_and_billed(start, document,
+                                                                                   step):
+    provider = start(FakeProvider)
+    first, again = (call(provider.url + "/chat/completions", document=document,
+                         headers={"X-Ninelives-Step": step}) for _ in range(2))
+    assert (first.status, again.status) == (200, 200)
+    assert content_of(first) == content_of(again)  # from a hash of model and messages
+    assert [(e["step"], e["outcome"], e["completion"]) for e in provider.entries()] == [
+        (step, "ok", "ok")] * 2
+    assert all(e["billed"] > 0 and e["completion_tokens"] > 0 for e in provider.entries())
 
 
 # --- provider: any other step ----------------------------------------------------------------------
@@ -488,6 +504,18 @@ def test_reset_is_seen_by_the_client_as_a_connection_reset(start):
     assert entry["completion"] == "info"
 
 
+def test_a_cut_completion_ends_midway_through_its_body_and_is_billed_whole(start):
+    provider = start(FakeProvider, ScriptedFaults(provider={("j", "fetch", 1): {"kind": "cut"}}))
+    with pytest.raises(http.client.IncompleteRead):
+        chat(provider, "fetch", {"title": "t"}, job="j")
+    whole = chat(provider, "fetch", {"title": "t"}, job="j")
+    cut, answered = provider.entries()
+    assert (cut["status"], cut["outcome"], cut["completion"]) == (200, "cut", "info")
+    assert (cut["billed"], cut["completion_tokens"]) == (answered["billed"],
+                                                         answered["completion_tokens"])
+    assert json.loads(content_of(whole))["title"] == "t"
+
+
 def test_garbage_is_a_200_that_is_not_json_and_not_billed(start):
     provider = start(FakeProvider, ScriptedFaults(provider={("j", "fetch", 1): {"kind": "garbage"}}))
     reply = chat(provider, "fetch", {"title": "t"}, job="j")
@@ -522,6 +550,11 @@ def test_scripted_faults_reject_malformed_faults_and_report_unfired_ones():
         ScriptedFaults(provider={("j", "fetch", 1): {"kind": "explode"}})
     with pytest.raises(ValueError):
         ScriptedFaults(receiver={("j", "payment", 1): {"kind": "timeout"}})
+    for after in (-1, 1.5, "2", True):
+        with pytest.raises(ValueError, match="after"):
+            ScriptedFaults(provider={("j", "fetch", 1): {"kind": "cut", "after": after}})
+    ScriptedFaults(provider={("j", "fetch", 1): {"kind": "cut"},
+                             ("j", "fetch", 2): {"kind": "cut", "after": 0}})
     faults = ScriptedFaults(provider={("j", "fetch", 1): {"kind": "reset"}},
                             receiver={("j", "payment", 2): {"kind": "drop"}})
     assert faults.provider_fault("j", "fetch", 1) == {"kind": "reset"}

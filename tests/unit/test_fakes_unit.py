@@ -1,5 +1,5 @@
-"""The fakes' pure parts, without a server: the answer to any step, the attribution order, and the
-completion each outcome maps to."""
+"""The fakes' pure parts, without a server: the answer to any step and to any prompt, the pieces
+a stream is cut into, the attribution order, and the completion each outcome maps to."""
 
 import hashlib
 import json
@@ -10,8 +10,9 @@ import time
 import pytest
 
 from chaos.fakes.attribution import call_attribution, effect_attribution
+from chaos.fakes.answers import any_step_output, free_form, reply, step_output, tokens
 from chaos.fakes.provider import _completion as call_completion
-from chaos.fakes.provider import any_step_output, step_output
+from chaos.fakes.stream import pieces
 from chaos.fakes.receiver import _completion as effect_completion
 from chaos.fakes.server import BadRequest
 
@@ -54,6 +55,57 @@ def test_a_request_naming_no_step_is_refused(step):
         step_output(step, {"title": "t"})
 
 
+# --- any prompt ------------------------------------------------------------------------------------
+
+def prompt(*texts, model="gpt-test", **fields) -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": t} for t in texts], **fields}
+
+
+def test_a_document_step_asked_in_json_keeps_its_own_output_and_its_prompt_tokens():
+    request = {"model": "m", "messages": [{"role": "system", "content": "step: verify"},
+                                          {"role": "user", "content": '{"title": "t"}'}]}
+    content, prompt_tokens = reply(request, "verify", None)
+    assert json.loads(content) == {"ok": True, "reason": "ok"}
+    assert prompt_tokens == math.ceil(len("step: verify" + '{"title": "t"}') / 4)
+
+
+@pytest.mark.parametrize("step", [None, "fetch", "extract", "verify"])
+def test_a_prompt_in_prose_is_answered_from_a_hash_of_model_and_messages(step):
+    content, prompt_tokens = reply(prompt("Write a haiku about durable queues."), step, None)
+    assert content == free_form(prompt("Write a haiku about durable queues."))
+    assert content.startswith("Fake answer ") and '"Write a haiku about durable queues."' in content
+    assert prompt_tokens == tokens("Write a haiku about durable queues.")
+    assert reply(prompt("Write a haiku about durable queues."), step, None)[0] == content
+    assert reply(prompt("Write a haiku about durable queues.", model="other"), step, None)[0] != content
+    assert reply(prompt("Write a haiku about durable queues!"), step, None)[0] != content
+
+
+def test_a_free_form_answer_is_json_when_the_request_asks_for_json():
+    request = prompt("one two three", response_format={"type": "json_object"})
+    answer = json.loads(reply(request, None, None)[0])
+    assert answer == {"digest": digest({"model": "gpt-test", "messages": request["messages"]}),
+                      "summary": "one two three", "words": 3}
+
+
+def test_content_faults_apply_to_a_free_form_answer():
+    assert json.loads(reply(prompt("hi"), None, "schema")[0]) == {"unexpected": True}
+    assert reply(prompt("hi"), None, "bad_content")[0].startswith("Sure! Here is the JSON")
+
+
+@pytest.mark.parametrize("request_body", [None, [], "text", {"model": "m"}, {"messages": []},
+                                          {"messages": "hi"}])
+def test_a_body_that_is_no_chat_request_is_refused(request_body):
+    with pytest.raises(BadRequest):
+        reply(request_body, None, None)
+
+
+@pytest.mark.parametrize("content", ["", "one", "  lead and trail  ", "a\nb\n\nc", '{"k": "v w"}'])
+def test_a_stream_is_cut_in_pieces_that_join_back_to_the_content(content):
+    parts = pieces(content)
+    assert "".join(parts) == content and all(parts)
+    assert len(parts) == len(content.split()) or not content.strip()
+
+
 # --- attribution -----------------------------------------------------------------------------------
 
 def test_call_attribution_prefers_headers_then_metadata_then_user_then_the_prompt():
@@ -89,7 +141,7 @@ def test_effect_attribution_prefers_headers_then_the_body_field_by_field():
 
 @pytest.mark.parametrize("outcome, completion", [
     ("ok", "ok"), ("error", "fail"), ("garbage", "fail"), ("bad_content", "fail"), ("schema", "fail"),
-    ("hang", "info"), ("reset", "info"),
+    ("hang", "info"), ("reset", "info"), ("cut", "info"),
 ])
 def test_provider_outcomes_map_to_completions(outcome, completion):
     assert call_completion(outcome) == completion
