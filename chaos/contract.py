@@ -68,6 +68,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+import os
+import sys
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ContextManager, Protocol
 
@@ -307,7 +309,7 @@ def import_adapter(spec: str | None) -> tuple[str, Any]:
     if not attr:
         raise ContractError(f"--engine must be 'reference' or module:object, got {spec!r}")
     try:
-        target = getattr(importlib.import_module(module), attr)
+        target = getattr(_import_module(module), attr)
     except (ImportError, AttributeError) as exc:
         raise ContractError(f"--engine {spec!r}: cannot load it: {exc}") from None
     except Exception:
@@ -317,6 +319,28 @@ def import_adapter(spec: str | None) -> tuple[str, Any]:
     except Exception:
         raise_adapter_error(given, "constructor")
     return given, engine
+
+
+def _import_module(name: str) -> Any:
+    """`importlib.import_module(name)`, looking in the current folder last when the module is
+    nowhere else: `python -m` puts that folder on the path, the `ninelives` script does not,
+    and an adapter beside the user's project (`--engine myengine.adapter:ENGINE`) is found
+    either way. Appended, never first: it shadows no installed module."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        here = os.getcwd()
+        top = name.split(".")[0]
+        if exc.name != top or here in sys.path or "" in sys.path:
+            raise
+        sys.path.append(here)
+        return importlib.import_module(name)
+
+
+def process_counts(run: Any, engine: Any) -> dict[str, int]:
+    """The processes of each role a run starts: the scenario's workers, and its senders only
+    for an engine that declares an outbox (one without has no sender to start)."""
+    return {"worker": run.workers, "sender": run.senders if has(engine, "outbox") else 0}
 
 
 def has(engine: Any, capability: str) -> bool:

@@ -24,7 +24,7 @@ from .backends import (SQLITE_FILE, Backend, RunDatabase, check_backend, databas
                        run_database)
 from .checkers import run_checkers
 from .console import Progress, plural
-from .contract import Command, Engine, ProcessContext, has, submitter
+from .contract import Command, Engine, ProcessContext, has, process_counts, submitter
 from .expect import harness_snapshot, process_context, settled
 from .fakes import FakeProvider, FakeReceiver, read_ledger
 from .nemesis import FaultPolicy, Nemesis
@@ -167,7 +167,7 @@ class Campaign:
             return self._snapshot(applied)
 
     def _phases(self, sup: Supervisor, policy: FaultPolicy) -> None:
-        counts = {"worker": self.scenario.run.workers, "sender": self.scenario.run.senders}
+        counts = process_counts(self.scenario.run, self.engine)
         nemesis = Nemesis(self.scenario, self.plan, self.engine, self.db, sup, policy,
                           self.record, self.server)
         self.nemesis = nemesis
@@ -222,8 +222,7 @@ class Campaign:
         workers work: on a loaded machine, starting the interpreters can take longer than a
         short chaos phase. The progress line says so from the start of both."""
         initial = self.engine.pipeline.initial
-        workers = (f"{plural(self.scenario.run.workers, 'worker')} and "
-                   f"{plural(self.scenario.run.senders, 'sender')}")
+        workers = f"{plural(counts['worker'], 'worker')} and {plural(counts['sender'], 'sender')}"
         with Progress("starting", enabled=self.progress) as shown:
             shown.update(detail=f"starting {workers}")
             sup.keep(counts)

@@ -25,7 +25,7 @@ from .. import aim as aims
 from .. import crashpoints
 from .. import history as hist
 from ..checkers import run_checkers
-from ..contract import EngineSettings, ProcessContext
+from ..contract import EngineSettings, ProcessContext, process_counts
 from ..expect import harness_snapshot, process_context
 from ..nemesis import FaultPolicy
 from .aim import SimAims
@@ -132,8 +132,8 @@ class Simulation:
         self.job_ids = [job for job, _ in jobs]
         run = self.scenario.run
         self.worker_slots = [s for s in range(run.workers) if keep()] or [0]
-        self.sender_slots = [s for s in range(run.senders) if keep()] or (
-            [0] if run.senders else [])
+        senders = process_counts(run, self.engine)["sender"]  # none for an engine without outbox
+        self.sender_slots = [s for s in range(senders) if keep()] or ([0] if senders else [])
         self.timeline = [e for e in self.plan.timeline
                          if e.get("job", self.job_ids[0]) in self.documents and keep()]
         self.shape_choices = len(self.choices.record)
