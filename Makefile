@@ -35,7 +35,7 @@ docs: $(STAMP)
 browser:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
 	  && { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
-	  || echo "note: no chromium; the browser check of report.html will be skipped"; }
+	  || echo "note: no chromium; the browser check of report.html will fail until it is installed"; }
 
 # The store's contract tests start a real PostgreSQL server of their own (initdb, pg_ctl) and
 # never skip: install its binaries where we may (root, apt), else say what is missing. No

@@ -413,8 +413,8 @@ def test_a_soak_sized_history_renders_to_a_few_megabytes(failing):
 def test_the_page_loads_in_headless_chromium_without_script_errors(failing, tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
-        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium): the "
-                    "page was not opened in a real browser")
+        pytest.fail("chromium is not installed (`make test` installs it as root with apt; "
+                    "Debian: apt-get install -y chromium): the page must open in a real browser")
     proc = subprocess.Popen(
         [browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--disable-background-networking", "--disable-component-update",
