@@ -136,8 +136,9 @@ def reference_page(reads: dict[str, tuple[str, ...]] | None = None) -> str:
         out.append("")
     out += ["## The snapshot", "",
             "`snapshot(db)` returns the store's final rows, table by table, checked as it is "
-            "read: every table present, every field present in each row (None where the "
-            "engine does not keep it), each of its type. A table the engine does not keep "
+            "read: every table present, each field of its type; a field that may be None "
+            "and is left out of a row is read as None (the engine does not keep it), any "
+            "other missing field stops the run (exit 2). A table the engine does not keep "
             "(`spend` without `spend_records`) is None.", ""]
     for table, (doc, spec) in SNAPSHOT.items():
         out += [f"### `{table}`", "", doc[0].upper() + doc[1:] + ".", ""]

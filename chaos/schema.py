@@ -425,7 +425,8 @@ SNAPSHOT: dict[str, tuple[str, tuple[Field, ...]]] = {
 
 
 def read_snapshot(snap: Any, method: str = "snapshot(db)") -> dict[str, Any]:
-    """The snapshot an adapter returned, checked against SNAPSHOT; raises OperationError
+    """The snapshot an adapter returned, checked against SNAPSHOT, a field that may be None
+    and is left out read as None (the engine does not keep it); raises OperationError
     naming the table, the row and the field at fault, and the method."""
     def fault(text: str) -> OperationError:
         return OperationError(f"{method}: {text} (see docs/history.md, \"The snapshot\")")
@@ -452,9 +453,12 @@ def read_snapshot(snap: Any, method: str = "snapshot(db)") -> dict[str, Any]:
             if not isinstance(row, dict):
                 raise fault(f"{where} is {type(row).__name__}, not an object")
             for f in spec:
+                if f.name not in row and f.nullable:
+                    row[f.name] = None  # left out: the engine keeps no such value, as None says
+                    continue
                 if f.name not in row:
-                    raise fault(f"{where} lacks {f.name!r} (required: {KINDS[f.kind]}, None "
-                                "if the engine does not keep it): " + _excerpt(row, 120))
+                    raise fault(f"{where} lacks {f.name!r} (required: {KINDS[f.kind]}): "
+                                + _excerpt(row, 120))
                 why = check_value(f, row[f.name])
                 if why:
                     raise fault(f"{where}'s {f.name!r} {why}")

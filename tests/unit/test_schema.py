@@ -103,6 +103,17 @@ def test_the_fixture_snapshot_reads_and_a_broken_one_is_named():
         schema.read_snapshot({k: v for k, v in snap.items() if k != "orphans"})
 
 
+def test_a_snapshot_field_that_may_be_none_is_read_as_none_when_left_out():
+    with open(os.path.join(FIXTURE, "snapshot.json"), encoding="utf-8") as fh:
+        snap = json.load(fh)
+    job = next(iter(snap["jobs"].values()))
+    for name in ("attempts", "claims", "payload_hash", "cause"):
+        del job[name]  # an engine that keeps none of them need not write four Nones
+    read = schema.read_snapshot(snap)
+    assert [next(iter(read["jobs"].values()))[n] for n in ("attempts", "claims",
+                                                         "payload_hash", "cause")] == [None] * 4
+
+
 # -- evidence left out: exactly the checks that read it -----------------------------------
 
 def fixture():
