@@ -48,17 +48,18 @@ def page() -> str:
 
 def _capacity() -> list[str]:
     """How many workers a real run is judged reliably with (chaos.capacity)."""
-    from ..capacity import CALLERS_PER_CPU
+    from ..capacity import SLOTS_PER_CPU
     return ["## How many workers a machine judges", "",
-            f"A real run is judged reliably with up to {CALLERS_PER_CPU} engine callers per "
-            "CPU: worker processes × `slots`, plus `senders` (on 2 CPUs, "
-            f"{2 * CALLERS_PER_CPU}). Past that the fakes, threads of the runner's one "
-            "process, fall behind the calls: a ledger stamps a call when the fake gets to it, "
-            "seconds after the worker sent it and gave it up, and the checks that place a call "
-            "in a lease (fenced-writes, lease-exclusive, cost-accounted, retry-discipline) may "
-            "fail an engine that did nothing wrong. `ninelives run` warns at plan time, on "
-            "stderr and in report.json's `warnings`, and runs anyway; `ninelives sim` has no "
-            "such limit (its time is virtual). The figures: README, \"Limits\".", ""]
+            f"A real run is judged reliably with up to {SLOTS_PER_CPU} worker job slots "
+            "(`workers` × `slots`) per CPU: on 2 CPUs, "
+            f"{2 * SLOTS_PER_CPU}. Past that the fakes, threads of the runner's one process, "
+            "and the workers themselves are not run in time: a worker reads an answer after "
+            "its own deadline, a heartbeat renews late, and the checks that judge timing "
+            "(fenced-writes, lease-exclusive, lease-kept, cost-accounted, retry-discipline, "
+            "claims-prompt) may fail an engine that did nothing wrong. `ninelives run` warns "
+            "at plan time, on stderr and in report.json's `warnings`, and runs anyway; "
+            "`ninelives sim` has no such limit (its time is virtual). The measurements: "
+            "README, \"Limits\".", ""]
 
 
 def _bounds(limits: Any, shares: tuple[str, ...], rates: tuple[str, ...]) -> dict[str, str]:
