@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Any
+from typing import Any, Callable
 
 from ..history import Event
 from ..schema import reads
@@ -62,11 +62,14 @@ def check_lease_exclusive(history: list[Event], snapshot: dict[str, Any]) -> Ver
                              f"both called the provider for {key[1]!r}: "
                              f"{at(a['t_start'])}..{at(a['t_end'])} and "
                              f"{at(b['t_start'])}..{at(b['t_end'])}", a, b)
-        for c in duplicate_calls(group, memos.periods.get(key, ())):
+        def wasted(c: Event, job: str = key[0]) -> bool:
+            """A call whose worker died before it could write: a crash's waste."""
+            return bool(c["worker"]) and index.died_before_writing(c["worker"], job,
+                                                                   c["t_start"], c.get("pid"))
+        for c in duplicate_calls(group, memos.periods.get(key, ()), wasted):
             if c["worker"] is None and _a_process_died(index, key[0], c["t_start"]):
                 untold.append(c)  # perhaps a killed caller's waste: no one can say whose
-            elif not (c["worker"] and index.died_before_writing(
-                    c["worker"], key[0], c["t_start"], c.get("pid"))):
+            elif not wasted(c):
                 duplicates.append(c)
     spend = sum(c["billed"] or 0.0 for c in duplicates)
     untold_spend = sum(c["billed"] or 0.0 for c in untold)
@@ -151,13 +154,17 @@ def overlapping_pairs(group: list[Event], end_of) -> list[tuple[Event, Event]]:
     return pairs
 
 
-def duplicate_calls(group: list[Event], periods) -> list[Event]:
-    """The calls that paid again for a good answer to a step (see check_lease_exclusive)."""
+def duplicate_calls(group: list[Event], periods,
+                    wasted: Callable[[Event], bool] = lambda c: False) -> list[Event]:
+    """The calls that paid again for a good answer to a step (see check_lease_exclusive): all
+    good calls but the one the step kept, its memo's; with no memo (a step that memoizes
+    nothing), the first good call of a caller that lived to write (`wasted` says which
+    did not: a killed caller's call is a crash's waste, the finisher's is the step's own)."""
     good = [c for c in group if c["outcome"] == "ok"]
     final = periods[-1][0] if periods and periods[-1][1] is None else None
     kept = memoized_call(final, group) if final is not None and is_worker(final) else None
     if kept not in good:
-        kept = good[0] if good else None
+        kept = next((c for c in good if not wasted(c)), good[0] if good else None)
     return [c for c in good if c is not kept]
 
 

@@ -99,6 +99,20 @@ def test_a_call_of_a_slot_worker_is_excused_by_the_death_of_the_process_that_mad
     assert verdict.status == "fail", verdict.reason
 
 
+def test_without_a_memo_the_kept_call_is_the_finishers_not_a_dead_callers():
+    # A step that memoizes nothing (memo=False): its first good call was made by a worker
+    # killed before it wrote (a crash's waste), and the worker that finished the step paid
+    # for its own. That call is the step's, not a duplicate of the dead one's.
+    history = [e for e in delivered_job(DOC)
+               if not (e.get("type") == "memo" and e.get("step") == "extract")]
+    dead = {**call(1.15, 1.19, DOC, "extract", W2, billed=0.02), "pid": 102}
+    killed = process(1.195, "exit", "worker-1.2", 102, signal="SIGKILL")
+    verdict = run(check_lease_exclusive, history + [dead, killed],
+                  plan=plan(exclusive=False, allowance=0.0))
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["duplicate_calls"] == 0
+
+
 def test_failed_answers_are_retries_not_duplicates():
     refused = [call(1.0, 1.01, DOC, "fetch", W2, outcome="error", status=500, billed=0.0),
                call(1.02, 1.03, DOC, "fetch", W2, outcome="schema", billed=0.01)]
