@@ -73,9 +73,10 @@ def test_the_toy_engine_holds_every_claim_it_gives_evidence_for(scenario):
         assert not failed, (scenario, seed, failed)
         unknown = {v.name for v in result.verdicts if v.valid is None}
         # no spend record, no heartbeat, no declared claim rules; no deadline put to the
-        # test without a hang
+        # test without a hang; no power cut
         assert unknown <= {"cost-accounted", "lease-exclusive", "lease-kept",
-                           "deadlines-kept", "operator-moves", "claims-prompt"}, unknown
+                           "deadlines-kept", "operator-moves", "claims-prompt",
+                           "durable-commits"}, unknown
         assert result.applied, "the scenario's faults fired"
 
 

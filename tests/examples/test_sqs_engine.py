@@ -28,9 +28,9 @@ def test_the_sqs_engine_holds_every_claim_it_gives_evidence_for(scenario):
         assert not failed, (scenario, seed, failed)
         unknown = {v.name for v in result.verdicts if v.valid is None}
         # no spend record, no declared claim rules, no operator action in these scenarios,
-        # no deadline put to the test without a hang
+        # no deadline put to the test without a hang, no power cut
         assert unknown <= {"cost-accounted", "claims-prompt", "operator-moves",
-                           "deadlines-kept"}, unknown
+                           "deadlines-kept", "durable-commits"}, unknown
 
 
 def test_receipts_fence_and_one_receive_count_caps():

@@ -223,6 +223,8 @@ def without_evidence(scen, result) -> set[str]:
     if not result.applied.get("operator_cancel") and not result.applied.get("operator_requeue") \
             and not result.applied.get("operator_resolve"):
         idle.add("operator-moves")
+    if not result.applied.get("power_loss"):  # the simulation has no power cut
+        idle.add("durable-commits")
     return idle
 
 
