@@ -14,7 +14,7 @@ stamp a request when the kernel received it (chaos.fakes.server.arrived), which 
 of that, but not all: a worker not run in time to read an answer the fake gave looks like
 one that threw it away, and a heartbeat not run like a lease let lapse. The run goes
 on (the simulation has no such limit: its time is virtual); the warning says its failures
-of those checks may be the machine's. The figures: README, "Limits".
+of those checks may be the machine's. The figures: docs/explanation/harness.md, "Limits".
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import os
 from typing import Any
 
 #: Worker job slots (worker processes x slots) per CPU up to which real runs are judged
-#: reliably: measured on 2 CPUs (README, "Limits").
+#: reliably: measured on 2 CPUs (docs/explanation/harness.md, "Limits").
 SLOTS_PER_CPU = 12
 
 

@@ -59,7 +59,8 @@ def _capacity() -> list[str]:
             "claims-prompt) may fail an engine that did nothing wrong. `ninelives run` warns "
             "at plan time, on stderr and in report.json's `warnings`, and runs anyway; "
             "`ninelives sim` has no such limit (its time is virtual). The measurements: "
-            "README, \"Limits\".", ""]
+            "[how the harness judges](explanation/harness.md#limits-how-many-workers-a-"
+            "machine-judges).", ""]
 
 
 def _bounds(limits: Any, shares: tuple[str, ...], rates: tuple[str, ...]) -> dict[str, str]:

@@ -108,7 +108,7 @@ def test_the_shell_recipe_runs_the_smoke_campaign_of_real_processes(tmp_path):
 
 def test_the_readme_shows_the_workflow_as_it_is_and_links_both_recipes():
     readme = (ROOT / "README.md").read_text()
-    section = readme.split("### In CI", 1)[1].split("\n### ", 1)[0]
+    section = readme.split("## In CI", 1)[1].split("\n## ", 1)[0]
     assert "(docs/ci/github-actions.yml)" in section and "(docs/ci/other-ci.sh)" in section
     excerpt = section.split("```yaml", 1)[1].split("```", 1)[0]
     workflow = WORKFLOW.read_text()

@@ -1,5 +1,5 @@
-"""The README's exit-code table, row by row, with real processes: each row's code from a
-harness command and from an engine command (see README, "Exit codes")."""
+"""The exit-code table (docs/explanation/harness.md), row by row, with real processes: each
+row's code from a harness command and from an engine command."""
 from __future__ import annotations
 
 import json
@@ -90,7 +90,7 @@ def engine_bad_payload(tmp_path):
                      "--payload", "{not json")
 
 
-#: (row, case) -> (what to run, the exit code the README's table gives it)
+#: (row, case) -> (what to run, the exit code the table gives it)
 ROWS = {
     ("0", "harness: every invariant with evidence holds"): (harness_pass, 0),
     ("0", "engine: done"): (engine_done, 0),

@@ -56,3 +56,26 @@ def test_a_broken_link_fails_the_build(tmp_path):
                             str(tmp_path / "site")], cwd=tmp_path, capture_output=True,
                            text=True, timeout=120)
     assert built.returncode != 0 and "nowhere.md" in built.stderr, built.stderr
+
+
+def fenced_after(path: str, marker: str) -> str:
+    """The first fenced block after the line that starts with `marker` in `path`."""
+    with open(os.path.join(ROOT, path), encoding="utf-8") as fh:
+        text = fh.read()
+    return text[text.index(marker):].split("```", 2)[1]
+
+
+def test_the_readme_and_the_durability_page_show_the_same_settings_table():
+    # the bench prints one table; the README shows it, the how-to explains it: never two
+    marker = "What each setting lost"
+    assert fenced_after("README.md", marker) == fenced_after("docs/how-to/durability.md", marker)
+
+
+def test_the_readme_stays_short_and_links_only_pages_that_exist():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        text = fh.read()
+    assert len(text.splitlines()) < 250
+    import re
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+        if not target.startswith("http"):
+            assert os.path.exists(os.path.join(ROOT, target)), target

@@ -47,7 +47,7 @@ PG_DEFAULT = frozenset({
 
 #: Mutants that run on PostgreSQL but that its checks do not catch on their catalog
 #: scenario (3 seeds, `ninelives mutants --backend postgres --seeds 3`), and why. They are
-#: not run there by these tests; the README's mutants section says the same.
+#: not run there by these tests; docs/explanation/proof.md says the same.
 NOT_CAUGHT_ON_POSTGRES: dict[str, str] = {
     "claims_newest_first": (
         "claims-prompt judges no claim order on PostgreSQL (the adapter's claim_order is "
@@ -248,7 +248,7 @@ def test_what_keeps_a_mutant_uncaught_on_postgres_still_holds():
 #: PostgreSQL by the test of every scenario (tests/integration/test_postgres_campaign.py, at
 #: the smoke profile), so here, at each mutant's profile, they are soak; and so is
 #: torn-steps, whose 0.3 s lease the reference did not keep once on PostgreSQL at a load of
-#: 28 (a renewal 16 ms late, the server's processes stalled: see the README).
+#: 28 (a renewal 16 ms late, the server's processes stalled: see docs/explanation/proof.md).
 PG_DEFAULT_SCENARIOS = frozenset(BY_NAME[n].scenario for n in PG_DEFAULT
                                  if BY_NAME[n].scenario.startswith("mutants/")) - {
     "mutants/torn-steps"}

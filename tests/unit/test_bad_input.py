@@ -173,17 +173,22 @@ def test_a_payload_that_is_not_json_is_refused_and_creates_no_row(store, pipelin
     assert store.query("SELECT COUNT(*) AS n FROM job") == [{"n": 0}]
 
 
-# -- the README's bad-input tables, a case per row ---------------------------------------------
-# Each row of the two tables in the README ("Bad input gets exit code 2") is a case below, run
-# through the command's own entry point: exit 2, one message naming what the row says.
+# -- the documented bad-input tables, a case per row -----------------------------------------
+# Each row of the two tables in the docs ("Bad input gets exit code 2": the harness's in how
+# the harness judges, the engine's in operating it) is a case below, run through the
+# command's own entry point: exit 2, one message naming what the row says.
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "README.md")
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "docs")
+PAGES = [os.path.join(DOCS, "explanation", "harness.md"),
+         os.path.join(DOCS, "how-to", "operate-engine.md")]
 
 
 def readme_table(after: str) -> list[str]:
     """The first column of the first table after the line starting with `after`."""
-    with open(README, encoding="utf-8") as fh:
-        lines = fh.read().splitlines()
+    lines = []
+    for page in PAGES:
+        with open(page, encoding="utf-8") as fh:
+            lines += fh.read().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(after))
     rows = []
     for line in lines[start + 1:]:
