@@ -32,7 +32,6 @@ again of only what survived; or give the survivors of engine/http.py real proces
 from __future__ import annotations
 
 import argparse
-import filecmp
 import json
 import os
 import shutil
@@ -42,18 +41,17 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
-from collections import Counter, defaultdict
 from contextlib import closing
 from typing import Any
 
-from .console import Column, Progress, plural
-from .console import table as table_of
-from .flags import SEEDS_HELP, at_least, seeds, seeds_text
-from .flags import seconds as flag_seconds
-from .limits import MAX_WORKERS, excerpt
+from ..console import Progress, plural
+from ..flags import SEEDS_HELP, at_least, seeds, seeds_text
+from ..flags import seconds as flag_seconds
+from ..limits import MAX_WORKERS, excerpt
+from .checkout import (COPIED, HARNESS, ROOT, StaleCampaign, copy_checkout, refresh_engine,
+                       write_sitecustomize)
+from .report import TARGET, argued, equivalents, print_report, results, summarize
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: The engine's safety code, the modules the issue names.
 MODULES = ("engine/store/sqlite.py", "engine/worker.py", "engine/outbox.py", "engine/retry.py",
            "engine/http.py", "engine/store/operator.py", "engine/slots.py")
@@ -69,12 +67,6 @@ EXCLUDED_OPERATORS = (
     r"core/ReplaceBinaryOperator_.*_(BitOr|BitAnd|BitXor|LShift|RShift|Pow|FloorDiv|Mod)$",
     r"core/ReplaceBinaryOperator_(BitOr|BitAnd|BitXor|LShift|RShift|Pow|FloorDiv|Mod)_.*",
 )
-EQUIVALENT = os.path.join(ROOT, "mutation", "equivalent.toml")
-TARGET = 0.90
-#: The copy cosmic-ray mutates: what the harness needs to run an engine, nothing else.
-COPIED = ("engine", "chaos", "scenarios", "examples", "pyproject.toml")
-#: What `--again` refreshes in a copy: all of it but the engine, which holds the mutants.
-HARNESS = ("chaos", "scenarios", "examples")
 
 
 # -- the test command: is this mutant caught? ------------------------------------------------
@@ -82,9 +74,9 @@ HARNESS = ("chaos", "scenarios", "examples")
 def kill(seeds: range, deep: int, run: range, out: str) -> int:
     """Exit 1 when any invariant fails for the engine as it is on disk now (the mutant is
     killed), 0 when every stage passed. Prints which stage, scenario and seed caught it."""
-    from .scenario import load_scenario
-    from .sim import SeededChoices, SimSpec, simulate
-    from .supervisor import run_owned
+    from ..scenario import load_scenario
+    from ..sim import SeededChoices, SimSpec, simulate
+    from ..supervisor import run_owned
     stages = [("smoke", SIM_SCENARIOS, seeds), ("ci", DEEP_SCENARIOS, range(1, deep + 1))]
     for profile, names, chosen in stages:
         for name in names:
@@ -114,18 +106,6 @@ def kill(seeds: range, deep: int, run: range, out: str) -> int:
 
 
 # -- the campaign -----------------------------------------------------------------------------
-
-def copy_checkout(dst: str, names: tuple[str, ...] = COPIED) -> None:
-    """Copy `names` of the checkout into `dst`, replacing what is there."""
-    for name in names:
-        src, target = os.path.join(ROOT, name), os.path.join(dst, name)
-        if os.path.isdir(target):
-            shutil.rmtree(target)
-        if os.path.isdir(src):
-            shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(src, target)
-
 
 def test_command(seeds: range, deep: int, run: range | None) -> str:
     """The command cosmic-ray runs for each mutant (`run`: the real-process seeds, if any)."""
@@ -193,46 +173,6 @@ def argued_jobs(session: str, engine_root: str, entries: list[dict[str, Any]]) -
     return kept
 
 
-#: Imported at start-up by every Python process whose path has the copy first (the test
-#: command, the simulation, and the real workers and senders of `--run`).
-SITECUSTOMIZE = """\
-# Written by chaos.score into a campaign's copy, never into the checkout. cosmic-ray's
-# ExceptionReplacer names CosmicRayTestingException in the mutated code without defining it
-# anywhere the mutant's process can see: an except clause that names it would raise
-# NameError when evaluated, so that a tuple like (CosmicRayTestingException, ValueError)
-# stopped catching the ValueError it still names. Defined here, the mutant means what it
-# says: an exception type nothing raises.
-import builtins
-
-from cosmic_ray.exceptions import CosmicRayTestingException
-
-builtins.CosmicRayTestingException = CosmicRayTestingException
-"""
-
-
-def write_sitecustomize(copy: str) -> None:
-    with open(os.path.join(copy, "sitecustomize.py"), "w", encoding="utf-8") as fh:
-        fh.write(SITECUSTOMIZE)
-
-
-class StaleCampaign(Exception):
-    """--again on a module whose text changed since its campaign: its mutants are elsewhere."""
-
-
-def refresh_engine(workdir: str, modules: list[str]) -> None:
-    """--again: the engine the survivors meet is the checkout's as it is now (a fix elsewhere
-    in the engine would otherwise go unseen, and a check it needs would kill every mutant),
-    but for the modules under judgment, whose text the mutants' positions are in: one that
-    changed since the campaign is refused."""
-    changed = [m for m in modules if not filecmp.cmp(os.path.join(ROOT, m),
-                                                      os.path.join(workdir, m), shallow=False)]
-    if changed:
-        raise StaleCampaign(f"{', '.join(changed)} changed since the campaign in {workdir}: its "
-                            "mutants are at the old text; start a fresh campaign for "
-                            f"{'them' if len(changed) > 1 else 'it'}")
-    copy_checkout(workdir, ("engine",))
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -267,7 +207,7 @@ def serve_worker(port: int) -> None:
 def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: bool) -> str:
     """Initialise (unless resuming), filter and execute the session over `args.jobs`
     workers; returns its path. Every worker and test command dies with this one."""
-    from .supervisor import run_owned, start_owned
+    from ..supervisor import run_owned, start_owned
     tools = os.path.dirname(sys.executable)
     session = os.path.join(workdir, "session.sqlite")
     copies = [os.path.join(workdir, f"worker-{i + 1}") for i in range(args.jobs)]
@@ -368,179 +308,6 @@ def _show_progress(execute: subprocess.Popen, session: str) -> None:
                 pass
 
 
-# -- the report -------------------------------------------------------------------------------
-
-#: The two kinds of entry in mutation/equivalent.toml, and the outcome each gives a survivor.
-LISTS = {"equivalent": "equivalent", "out_of_scope": "out-of-scope"}
-
-
-def equivalents(path: str = EQUIVALENT) -> list[dict[str, Any]]:
-    """The hand-argued entries of mutation/equivalent.toml: `equivalent` (no run can tell
-    the mutant from the engine) and `out_of_scope` (a line of the safety modules that is not
-    safety code: a statistic, a message's wording, a path no worker or sender takes). Each
-    names its module and the source line as written (`line`), optionally the function that
-    holds it (`function`, where the line occurs twice) and the operators it covers
-    (`operators`: names, families such as "NumberReplacer", or beginnings ending in "_" such
-    as "ReplaceComparisonOperator_Lt_"), optionally the mutated lines it covers (`to`: the
-    line as the mutant writes it, where one operator makes several mutants of a line and
-    only some are argued), and its reason.
-    Raises ValueError naming the entry that lacks a field."""
-    if not os.path.exists(path):
-        return []
-    with open(path, "rb") as fh:
-        data = tomllib.load(fh)
-    entries = []
-    for table, outcome in LISTS.items():
-        for i, e in enumerate(data.get(table, [])):
-            missing = [k for k in ("module", "line", "reason") if not e.get(k)]
-            if missing:
-                raise ValueError(f"{os.path.relpath(path)}: [[{table}]] entry {i + 1} has no "
-                                 f"{', '.join(missing)}")
-            entries.append({"kind": outcome, "module": e["module"], "line": e["line"].strip(),
-                            "function": e.get("function"),
-                            "operators": tuple(e.get("operators", ())),
-                            "to": tuple(" ".join(t.split()) for t in e.get("to", ())),
-                            "reason": " ".join(e["reason"].split())})
-    return entries
-
-
-def source_line(row: dict[str, Any], mark: str = "-") -> str:
-    """The line a mutant changed, as written in the engine (from its diff); with mark "+",
-    the line as the mutant writes it, its spaces collapsed."""
-    for text in row["diff"].splitlines():
-        # Blank lines a mutation drops around it (a decorator removed) are not the line.
-        if text.startswith(mark) and not text.startswith(mark * 3) and text[1:].strip():
-            return text[1:].strip() if mark == "-" else " ".join(text[1:].split())
-    return ""
-
-
-def _covers(op: str, name: str) -> bool:
-    """An entry's operator covers a mutant's: the same name, a family ("NumberReplacer"),
-    or a beginning that ends in "_" ("ReplaceComparisonOperator_Lt_")."""
-    if op == name:
-        return True
-    if op.endswith("_"):
-        return name.startswith(op)
-    return "_" not in op and name.split("_")[0] == op
-
-
-def argued(row: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The entry that covers this mutant, if any."""
-    name = row["operator"].split("/")[-1]
-    line = source_line(row)
-    for e in entries:
-        if e["module"] == row["module"] and e["line"] == line and (
-                e["function"] in (None, row.get("function"))) and (
-                not e["operators"] or any(_covers(op, name) for op in e["operators"])) and (
-                not e.get("to") or source_line(row, "+") in e["to"]):
-            return e
-    return None
-
-
-def results(session: str) -> list[dict[str, Any]]:
-    """One dict per mutant of the session: module, operator, occurrence, line, outcome
-    ("killed" | "survived" | "timeout" | "incompetent" | "pending" | "filtered"), diff,
-    output. Filtered mutants (operators left out) are not returned."""
-    dump = subprocess.run([os.path.join(os.path.dirname(sys.executable), "cosmic-ray"), "dump",
-                           session], capture_output=True, text=True, check=True)
-    rows = []
-    for line in dump.stdout.splitlines():
-        item, result = json.loads(line)
-        mutation = item["mutations"][0]
-        rows.append({"module": mutation["module_path"], "operator": mutation["operator_name"],
-                     "occurrence": mutation["occurrence"],
-                     "line": mutation.get("start_pos", [None])[0],
-                     "function": mutation.get("definition_name"),
-                     "outcome": _outcome(result), "diff": (result or {}).get("diff") or "",
-                     "output": ((result or {}).get("output") or "").strip()[-300:]})
-    return [r for r in rows if r["outcome"] != "filtered"]
-
-
-def _outcome(result: dict | None) -> str:
-    if result is None:
-        return "pending"
-    status, outcome = result.get("worker_outcome"), result.get("test_outcome")
-    if status == "skipped":
-        return "filtered"  # an operator the configuration leaves out
-    # cosmic-ray's http distributor reports a test command past its timeout as killed, with
-    # the output "timeout": that is no invariant's verdict.
-    if status == "timeout" or outcome == "timeout" or (
-            outcome == "killed" and (result.get("output") or "").strip() == "timeout"):
-        return "timeout"
-    if status != "normal":
-        return "incompetent"  # the mutation could not be applied or run
-    return "killed" if outcome == "killed" else "survived"
-
-
-def summarize(rows: list[dict[str, Any]], entries: list[dict[str, Any]]) -> dict:
-    """Counts per module and per operator, the score, the survivors, and any argued entry
-    that a killed mutant contradicts (an argument to fix, or a false alarm to find)."""
-    contradicted = []
-    for row in rows:
-        entry = argued(row, entries)
-        if entry is None:
-            continue
-        if row["outcome"] == "survived":
-            row["outcome"], row["reason"] = entry["kind"], entry["reason"]
-        elif row["outcome"] == "killed":
-            contradicted.append(row)
-    by_module: dict[str, Counter] = defaultdict(Counter)
-    by_operator: dict[str, Counter] = defaultdict(Counter)
-    for row in rows:
-        by_module[row["module"]][row["outcome"]] += 1
-        by_operator[row["operator"].split("/")[-1].split("_")[0]][row["outcome"]] += 1
-    total = Counter(row["outcome"] for row in rows)
-    judged = total["killed"] + total["survived"] + total["timeout"]
-    # A mutant that hangs the engine past the timeout is caught: the run could not finish.
-    score = (total["killed"] + total["timeout"]) / judged if judged else None
-    strict = ((total["killed"] + total["timeout"]) / (judged + total["out-of-scope"])
-              if judged + total["out-of-scope"] else None)
-    return {"total": dict(total), "score": score, "strict": strict, "by_module": by_module,
-            "by_operator": by_operator,
-            "survivors": [r for r in rows if r["outcome"] == "survived"],
-            "equivalent": [r for r in rows if r["outcome"] == "equivalent"],
-            "out_of_scope": [r for r in rows if r["outcome"] == "out-of-scope"],
-            "contradicted": contradicted}
-
-
-def print_report(summary: dict, session: str) -> None:
-    columns = ("killed", "survived", "equivalent", "out-of-scope", "timeout", "incompetent",
-               "pending")
-
-    def table(title: str, groups: dict[str, Counter]) -> None:
-        rows = []
-        for name, counts in sorted(groups.items()):
-            judged = counts["killed"] + counts["survived"] + counts["timeout"]
-            score = f"{(counts['killed'] + counts['timeout']) / judged:.1%}" if judged else "-"
-            rows.append([name, *(counts[c] for c in columns), score])
-        print(table_of([Column(title), *(Column(c, "right") for c in columns),
-                        Column("score", "right")], rows))
-
-    table("module", summary["by_module"])
-    print()
-    table("operator", summary["by_operator"])
-    print()
-    for row in summary["survivors"]:
-        print(f"survived: {row['module']}:{row['line']} {row['operator']} "
-              f"(occurrence {row['occurrence']})")
-        print("  " + "\n  ".join(row["diff"].splitlines()[2:]))
-    for row in summary["contradicted"]:
-        said = row["output"].splitlines()[-1] if row["output"] else "?"
-        print(f"warning: {row['module']}:{row['line']} {row['operator']} is argued in "
-              f"{os.path.relpath(EQUIVALENT, ROOT)} but was killed ({said}): fix the "
-              "argument, or find the false alarm")
-    score = summary["score"]
-    if score is None:
-        print(f"\nmutation score: none, no mutant judged; session {session}")
-    else:
-        print(f"\nmutation score: {score:.1%} of {summary['total']} non-equivalent mutants "
-              f"judged ({'meets' if score >= TARGET else 'misses'} the {TARGET:.0%} target); "
-              f"session {session}")
-    strict = summary.get("strict")
-    if strict is not None:
-        print(f"strict score, the out-of-scope mutants counted as survivors: {strict:.1%}")
-
-
 #: The environment variable that tells a test command which cosmic-ray worker started it.
 WORKER_PID = "NINELIVES_SCORE_WORKER_PID"
 
@@ -550,7 +317,7 @@ def die_with_worker() -> None:
     it with no parent-death signal, and the worker dies with the campaign; a worker that
     died before this request (the campaign SIGKILLed while the command started) makes it
     exit at once, rather than judge its mutant for minutes with no one to tell."""
-    from .supervisor import die_with_parent
+    from ..supervisor import die_with_parent
     owner = os.environ.pop(WORKER_PID, "")
     die_with_parent(int(owner) if owner.isdigit() else None)
 
@@ -673,7 +440,7 @@ def score(args: argparse.Namespace) -> int:
         [f"then real runs, seeds {seeds_text(args.run_seeds)}"] if args.run else [])
     print(f"mutation campaign in {workdir} ({'new' if fresh else 'resumed'}, {args.jobs} "
           f"workers): {', '.join(modules)}; {', '.join(stages)}", flush=True)
-    from .supervisor import evidence_in
+    from ..supervisor import evidence_in
     try:
         with evidence_in(workdir):  # an interrupted campaign resumes from its workdir
             session = campaign(workdir, modules, args, fresh)
@@ -688,7 +455,3 @@ def score(args: argparse.Namespace) -> int:
               f"out): no score; session {session}", file=sys.stderr)
         return 2
     return 0 if summary["score"] >= TARGET else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

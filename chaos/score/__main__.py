@@ -1,0 +1,7 @@
+"""`python -m chaos.score`: the score's command line (`kill` is the test command cosmic-ray
+runs in each mutated copy)."""
+import sys
+
+from . import main
+
+sys.exit(main())
