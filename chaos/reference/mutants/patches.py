@@ -254,8 +254,8 @@ def spend_unrecorded() -> None:
     is invisible in the cost report."""
     def make(original: Callable) -> Callable:
         def _fail(self: Worker, claim: Claim, exc: Exception, started: float,
-                  billed: bool = True) -> None:
-            original(self, claim, exc, started, billed=False)
+                  billed: bool = True, **keywords: Any) -> None:
+            original(self, claim, exc, started, billed=False, **keywords)
         return _fail
     wrap(Worker, "_fail", make)
 
