@@ -188,7 +188,11 @@ class Hold:
                 self._note(name, job, "reach")
             if self._due(name, job):
                 self._note(name, job, "hold")
-                os.kill(os.getpid(), signal.SIGSTOP)  # every thread stops here, as a pause
+                # Every thread stops, as a pause; sent to this thread, which stops first:
+                # sent to the process, another thread (the main one, by preference) takes
+                # the stop, and this one ran on meanwhile, into the write transaction
+                # after a heartbeat's point, stopped holding the write lock.
+                signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
         if self.then is not None:
             self.then(name, job)
 

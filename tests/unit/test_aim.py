@@ -192,6 +192,45 @@ def test_the_probe_stops_its_process_at_the_aimed_point_until_continued(tmp_path
             child.wait()
 
 
+THREAD_CHILD = """
+import socket, sys, threading
+from chaos import probe
+probe.arm_from_env(["w.heartbeat"])
+a, b = socket.socketpair()
+
+def beat():
+    probe.point("w.heartbeat", "doc-1")
+    open(sys.argv[1], "w").close()  # a heartbeat's write, which must wait for the continue
+    b.send(b"x")
+
+threading.Thread(target=beat).start()
+a.recv(1)  # the main thread waits in a call, as a worker's does while its heartbeat beats
+print("went on", flush=True)
+"""
+
+
+def test_a_hold_on_another_thread_stops_that_thread_at_the_point(tmp_path):
+    """Held from a thread other than the main one (a heartbeat's), the thread that reached
+    the point stops there: it does not run on into its write while the stop reaches it."""
+    log, wrote = tmp_path / "holds.jsonl", tmp_path / "wrote"
+    env = {**os.environ, "PYTHONPATH": ROOT, "NINELIVES_HOLD_LOG": str(log),
+           "NINELIVES_HOLD_AT": "w.heartbeat"}
+    child = subprocess.Popen([sys.executable, "-c", THREAD_CHILD, str(wrote)], env=env,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert _wait(lambda: log.exists() and '"hold"' in log.read_text())
+        assert _wait(lambda: _stopped_or_gone(child.pid))
+        time.sleep(0.2)  # what the thread would write, it would have written by now
+        assert child.poll() is None and not wrote.exists()
+        os.kill(child.pid, signal.SIGCONT)
+        out, _ = child.communicate(timeout=10)
+        assert out.strip() == "went on" and wrote.exists()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
 def test_the_probe_is_disarmed_by_the_off_file(tmp_path):
     log = tmp_path / "holds.jsonl"
     open(aims.off_file(str(log)), "w").close()
