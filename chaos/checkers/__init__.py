@@ -68,8 +68,8 @@ INVARIANTS = (
 def load() -> None:
     """Import every checker module, filling CHECKERS and READS."""
     import importlib
-    for module in ("transitions", "billing", "outbox", "liveness", "leases", "deadlines",
-                   "operator", "integrity", "processes", "promptness", "durable"):
+    for module in ("transitions", "billing", "outbox", "liveness", "retries", "leases",
+                   "deadlines", "operator", "integrity", "processes", "promptness", "durable"):
         loaded = importlib.import_module(f"{__name__}.{module}")
         CHECKERS.update(loaded.CHECKS)
         READS.update(getattr(loaded, "READS", {}))

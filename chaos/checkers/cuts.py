@@ -1,7 +1,7 @@
 """What each kill cut: the steps a process held when the harness killed it (a SIGKILL of the
 nemesis, or an armed crash point that one of its jobs reached). A process that runs several
 jobs at once (job slots) loses every one of them in the one death, so a kill is reported
-with the steps it cut, read from the holdings (chaos.checkers.liveness), never assumed; and
+with the steps it cut, read from the holdings (chaos.checkers.timeline), never assumed; and
 with the jobs it lost: those whose last holder it was and that never settled
 (chaos.checkers.lost), which an engine that recovers nothing may lose more of than the steps
 it counted as cut (a job taken just before the kill, its lease not yet written).

@@ -21,7 +21,7 @@ class Readings:
 
     @cached_property
     def calls(self):
-        from .billing import provider_calls
+        from .calls import provider_calls
         return provider_calls(self.history)
 
     @cached_property
@@ -36,7 +36,7 @@ class Readings:
 
     @cached_property
     def spends(self):
-        from .billing import match_spends
+        from .calls import match_spends
         return match_spends(self.history, self.calls)
 
     @cached_property
@@ -122,11 +122,11 @@ class Readings:
 
     @cached_property
     def outbox(self):
-        from .outbox import read_outbox
+        from .effects import read_outbox
         return read_outbox(self.history)
 
     def timeline(self, pipeline: dict[str, Any]):
-        from .liveness import read_timeline
+        from .timeline import read_timeline
         key = repr(pipeline.get("steps"))
         if key not in self._timelines:
             self._timelines[key] = read_timeline(self.history, pipeline)

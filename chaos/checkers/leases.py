@@ -10,7 +10,8 @@ from typing import Any, Callable
 
 from ..history import Event
 from ..schema import reads
-from .billing import COST_TOLERANCE, memoized_call, needs_ledger
+from .billing import COST_TOLERANCE
+from .calls import memoized_call, needs_ledger
 from .index import readings
 from .lease_kept import check_lease_kept
 from .ops import TOL, capable, is_effect, is_engine, is_job, is_worker, takes_lease

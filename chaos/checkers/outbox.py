@@ -10,73 +10,25 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..history import Event
 from ..schema import reads
 from .index import readings
-from .ops import TOL, capable, is_effect, is_engine, is_job, machine_slack, pids_by_worker
+from .effects import Effect, OutboxIndex
+from .ops import TOL, capable, is_job, machine_slack
 from .verdict import Verdict
 
 CLEAN_OUTCOMES = frozenset({"applied", "replayed"})  # answers a sender saw and can trust
 #: the receiver held the answer past the timeout, or never gave one
 LATE_FAULTS = frozenset({"timeout", "drop", "lost"})
 
-Effect = tuple[str, str]  # (job, kind)
 
-
-@dataclass
-class _Index:
-    """What the outbox checks need from the history, gathered in one pass."""
-
-    t0: float = 0.0
-    requests: dict[Effect, list[Event]] = field(default_factory=lambda: defaultdict(list))
-    rows: dict[Effect, list[Event]] = field(default_factory=lambda: defaultdict(list))
-    sends: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    kills: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
-    pids: dict[str, int] = field(default_factory=dict)
-    unattributed: int = 0
-
-
-def read_outbox(history: list[Event]) -> _Index:
-    idx = _Index(t0=history[0]["t"] if history else 0.0, pids=pids_by_worker(history))
-    by_key = {e["key"]: (e["job"], e["kind"]) for e in history
-              if is_engine(e, "effect_queued") and e.get("key") is not None}
-    for e in history:
-        src, type_ = e.get("src"), e.get("type")
-        if src == "receiver" and type_ == "request":
-            effect = effect_of(e, by_key)
-            if effect is None:
-                idx.unattributed += 1
-                continue
-            idx.requests[effect].append(e)
-            if e.get("worker"):
-                idx.sends[e["worker"]].append(e["t_start"])
-        elif is_effect(e):
-            idx.rows[(e["job"], e["kind"])].append(e)
-        elif src == "process" and type_ == "exit" and e.get("signal") == "SIGKILL":
-            idx.kills[e["pid"]].append(e["t"])
-    for starts in idx.sends.values():
-        starts.sort()
-    return idx
-
-
-def effect_of(request: Event, by_key: dict[str, Effect] | None = None) -> Effect | None:
-    """(job, kind) of a receiver request, as the receiver attributed it, or else from the
-    outbox row that queued its idempotency key."""
-    job, kind = request.get("job"), request.get("kind")
-    if (job is None or kind is None) and by_key and request.get("key") in by_key:
-        key_job, key_kind = by_key[request["key"]]
-        job, kind = job or key_job, kind or key_kind
-    return None if job is None or kind is None else (job, kind)
-
-
-def _at(t: float, idx: _Index) -> str:
+def _at(t: float, idx: OutboxIndex) -> str:
     return f"+{t - idx.t0:.3f} s"
 
 
-def _clean(request: Event, idx: _Index, settings: dict[str, Any]) -> bool:
+def _clean(request: Event, idx: OutboxIndex, settings: dict[str, Any]) -> bool:
     """True when the sender saw a 2xx answer it can trust.
 
     Not when the receiver dropped the connection or answered after the sender gave up: a
@@ -104,7 +56,7 @@ def _is_claim(row_event: Event) -> bool:
 
 # -- outbox-bounded ----------------------------------------------------------------------
 
-def _ambiguity(request: Event, rows: list[Event], idx: _Index,
+def _ambiguity(request: Event, rows: list[Event], idx: OutboxIndex,
                settings: dict[str, Any], slack: float = 0.0) -> str | None:
     """Why the sender of `request` could not know the effect went through, or None.
 
@@ -154,7 +106,7 @@ def _failed_late(request: Event, rows: list[Event], settings: dict[str, Any],
     return bool(own) and failed and request["t_end"] > own[-1]["t"] + timeout - slack
 
 
-def _killed_before_next_send(sender: str | None, start: float, idx: _Index) -> bool:
+def _killed_before_next_send(sender: str | None, start: float, idx: OutboxIndex) -> bool:
     pid = idx.pids.get(sender)
     if pid is None or pid not in idx.kills:
         return False
@@ -221,7 +173,7 @@ def _lease_end(claim: Event, rows: list[Event], settings: dict[str, Any]) -> flo
     return until
 
 
-def _describe(request: Event, cause: str | None, idx: _Index) -> str:
+def _describe(request: Event, cause: str | None, idx: OutboxIndex) -> str:
     answer = f"{request.get('status')} {request.get('outcome')}"
     note = {"answer": "ambiguous answer", "sender-killed": "sender killed before marking it",
             "lease-taken": "sender's lease taken before marking it",
@@ -306,7 +258,7 @@ def _without_receiver(snapshot: dict[str, Any]) -> str | None:
 
 
 def _judge_attempts(verdict: Verdict, effect: Effect, requests: list[Event],
-                    causes: list[str | None], idx: _Index) -> None:
+                    causes: list[str | None], idx: OutboxIndex) -> None:
     allowed = 1 + sum(c is not None for c in causes)
     if len(requests) <= allowed:
         return
@@ -319,7 +271,7 @@ def _judge_attempts(verdict: Verdict, effect: Effect, requests: list[Event],
 
 
 def _judge_applied(verdict: Verdict, effect: Effect, requests: list[Event], receiver_count: int,
-                   idx: _Index) -> None:
+                   idx: OutboxIndex) -> None:
     applied = [r for r in requests if r.get("applied")]
     count = max(len(applied), receiver_count)
     if count <= 1:
@@ -427,7 +379,7 @@ def _retryable(request: Event | None) -> bool:
     return status is None or status in (408, 429) or status >= 500
 
 
-def _judge_dead_letter(verdict: Verdict, row: dict, idx: _Index, cap: int) -> int:
+def _judge_dead_letter(verdict: Verdict, row: dict, idx: OutboxIndex, cap: int) -> int:
     """A row is dead-lettered only when its last answer refused it for good (a 4xx other
     than 408 and 429) or after outbox_max_attempts attempts; 1 if this one was early."""
     effect = (row["job"], row["kind"])
@@ -445,7 +397,7 @@ def _judge_dead_letter(verdict: Verdict, row: dict, idx: _Index, cap: int) -> in
     return 1
 
 
-def _applied(snapshot: dict[str, Any], idx: _Index) -> dict[str, set]:
+def _applied(snapshot: dict[str, Any], idx: OutboxIndex) -> dict[str, set]:
     """Keys and (job, kind) pairs the receiver applied: its applied list and its ledger."""
     keys, effects = set(), set()
     for a in snapshot["receiver_applied"]:
@@ -460,7 +412,7 @@ def _applied(snapshot: dict[str, Any], idx: _Index) -> dict[str, set]:
     return {"keys": keys, "effects": effects}
 
 
-def _judge_missing(verdict: Verdict, row: dict, idx: _Index, note: str) -> None:
+def _judge_missing(verdict: Verdict, row: dict, idx: OutboxIndex, note: str) -> None:
     job, kind = row["job"], row["kind"]
     events = idx.rows.get((job, kind), [])
     requests = idx.requests.get((job, kind), [])

@@ -6,6 +6,7 @@ exercise it (`chaos.situations`)."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 from typing import Any, Callable
@@ -61,21 +62,22 @@ def _claim(fn: Callable[..., Any]) -> str:
 
 
 def _facts(fn: Callable[..., Any]) -> dict[str, list[str]]:
-    """The capabilities and failure kinds named in `fn` and in the functions of its module
-    it calls, directly or through others."""
-    module = importlib.import_module(fn.__module__)
-    tree = ast.parse(inspect.getsource(module))
-    bodies = {node.name: node for node in ast.walk(tree)
-              if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    """The capabilities and failure kinds named in `fn` and in the checkers' functions it
+    calls, directly or through others, in its module or another of chaos.checkers."""
     kinds: list[str] = []
     capabilities: list[str] = []
-    seen, todo = set(), [fn.__name__]
+    seen: set[tuple[str, str]] = set()
+    todo = [(fn.__module__, fn.__name__)]
     while todo:
-        name = todo.pop()
-        if name in seen or name not in bodies:
+        module_name, name = todo.pop()
+        if (module_name, name) in seen:
             continue
-        seen.add(name)
-        for node in ast.walk(bodies[name]):
+        seen.add((module_name, name))
+        module = importlib.import_module(module_name)
+        body = _bodies(module_name).get(name)
+        if body is None:
+            continue
+        for node in ast.walk(body):
             if not isinstance(node, ast.Call):
                 continue
             callee = node.func.attr if isinstance(node.func, ast.Attribute) else \
@@ -86,6 +88,20 @@ def _facts(fn: Callable[..., Any]) -> dict[str, list[str]]:
                 kinds.append(first.value)
             elif callee == "capable" and isinstance(second, ast.Constant):
                 capabilities.append(second.value)
-            elif callee in bodies:
-                todo.append(callee)
+            elif callee in _bodies(module_name):
+                todo.append((module_name, callee))  # a function, method or nested one here
+            elif callee:
+                target = getattr(module, callee, None)
+                home = getattr(target, "__module__", "") or ""
+                if callable(target) and home.startswith("chaos.checkers"):
+                    todo.append((home, getattr(target, "__name__", callee)))
     return {"kinds": sorted(set(kinds)), "capabilities": sorted(set(capabilities))}
+
+
+@functools.lru_cache(maxsize=None)
+def _bodies(module_name: str) -> dict[str, ast.AST]:
+    """The module's functions (methods and nested ones too) by name, parsed from its source."""
+    module = importlib.import_module(module_name)
+    tree = ast.parse(inspect.getsource(module))
+    return {node.name: node for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}

@@ -8,7 +8,8 @@ from builders import W1, call, delivered_with_effects, job, process, snapshot_wi
 from chaos.checkers.billing import check_cost_accounted
 from chaos.checkers.integrity import check_db_intact
 from chaos.checkers.leases import check_fenced_writes
-from chaos.checkers.liveness import check_bounded_work, check_retry_discipline
+from chaos.checkers.liveness import check_bounded_work
+from chaos.checkers.retries import check_retry_discipline
 from chaos.checkers.outbox import check_effects_complete, check_outbox_bounded
 from chaos.contract import CAPABILITIES
 from chaos.report import not_applicable

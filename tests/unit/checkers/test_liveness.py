@@ -11,8 +11,9 @@ from chaos.reference import backoff_bounds
 from builders import (OP, W1, W2, call, delivered_job, delivered_with_effects, job, nemesis,
                       process, snapshot_with_effects, spend)
 
-from chaos.checkers.liveness import (check_all_jobs_settle, check_bounded_work, spread_test,
-                                     check_retry_discipline)
+from chaos.checkers.liveness import check_all_jobs_settle, check_bounded_work
+from chaos.checkers.retries import check_retry_discipline
+from chaos.checkers.waits import spread_test
 
 J = "doc-1"
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 from builders import W1, W2, job, snapshot_with_effects
 from test_liveness import J, claim, crashed_try, failed_try, fetch_call, park
 
-from chaos.checkers.liveness import check_bounded_work, check_retry_discipline
+from chaos.checkers.liveness import check_bounded_work
+from chaos.checkers.retries import check_retry_discipline
 
 SHARED = {"cap_counts": "claims", "max_claims": 4, "max_attempts": None}
 SEPARATE = {"cap_counts": "separate", "max_claims": 4, "max_attempts": 4}

@@ -109,7 +109,7 @@ def test_failed_send_retried_and_sends_that_were_not_refused_or_not_retried():
 def test_retry_discipline_with_no_failed_send_nor_retry_is_not_exercised():
     """A run whose receiver refused nothing examined no retry wait: "pass, not exercised";
     one failed send retried exercises it."""
-    from chaos.checkers.liveness import check_retry_discipline
+    from chaos.checkers.retries import check_retry_discipline
     from builders import sent_effect, snapshot_with_effects
     clean = delivered_job("doc-1") + sent_effect(2.0, "doc-1", "charge", 1)
     refused = sent_effect(2.0, "doc-1", "charge", 1, status=503, outcome="error",
