@@ -24,6 +24,7 @@ from ..history import Event, fingerprint
 from ..pipeline import Pipeline, Step
 from ..runfiles import is_secret, secret_names
 from . import audit, observer, pg_audit
+from .leases import expire_leases
 
 #: The reference engine's CLI names the outbox role "send".
 ROLE_COMMANDS = {"worker": "worker", "sender": "send"}
@@ -59,23 +60,15 @@ def backoff_bounds(base: float, cap: float, attempts: int) -> tuple[tuple[float,
     return tuple((0.0, min(cap, base * 2.0 ** (n - 1))) for n in range(1, attempts + 1))
 
 
-def expire_leases(conn, now: float) -> int:
-    """End every live lease now, a job's and an outbox row's, in the caller's transaction;
-    how many. The rows become due at once, as a lease that ran out would."""
-    past = now - 0.001
-    jobs = conn.execute("UPDATE job SET lease_until=?, next_run_at=?, updated_by='nemesis'"
-                        " WHERE lease_until > ?", (past, past, now)).rowcount
-    rows = conn.execute("UPDATE outbox SET lease_until=?, next_attempt_at=?,"
-                        " updated_by='nemesis' WHERE sent_at IS NULL AND dead_at IS NULL"
-                        " AND lease_until > ?", (past, past, now)).rowcount
-    return jobs + rows
-
-
 class ReferenceEngine:
     """The reference engine, run through its own CLI."""
 
     name = "reference"
     module = "engine"
+    #: `ninelives sim` runs it in process as it is (chaos.reference.inprocess.patches): a
+    #: class's own attribute, never inherited, so a subclass that changes the engine must say
+    #: how it runs in process (a mutant, or a patch()) or is refused
+    in_process_as_is = True
     capabilities = frozenset({
         "fencing", "spend_records", "crash_points", "outbox", "operator", "heartbeat",
         "lease_expiry", "write_lock", "integrity", "crash_loop_cap", "attempt_cap", "backoff",

@@ -13,13 +13,11 @@ of the schedule, so the same seed gives the same holds. It records the same `hol
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import aim as aims
+from .controls import SimControls
 from .scheduler import INF, Actor, Process
-
-if TYPE_CHECKING:
-    from .driver import Simulation
 
 #: Virtual seconds between two reads of the operations while a hold waits for a takeover.
 LOOK = 0.05
@@ -37,7 +35,7 @@ class Held:
 class SimAims:
     """The armed aims of `targets` for `sim` (see the module docstring)."""
 
-    def __init__(self, sim: "Simulation", targets: list[aims.Target]) -> None:
+    def __init__(self, sim: SimControls, targets: list[aims.Target]) -> None:
         self.sim = sim
         self.targets = [t for t in targets if t.armed]
         self.fired: dict[int, int] = {}

@@ -5,24 +5,22 @@ history events; a kill unwinds the target's threads at once, a pause keeps its t
 the schedule for the pause's virtual length, a contention holds the write lock for virtual
 seconds. It runs as an actor of its own, so where its writes land among the workers' is a
 scheduling choice like any other. What it writes to the engine's store goes through the
-simulation's controls (`chaos.sim.driver.Simulation`), never its tables.
+simulation's controls (`chaos.sim.controls.SimControls`), never its tables.
 """
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..adapter_guard import described
 from ..nemesis import different_payload
-
-if TYPE_CHECKING:
-    from .driver import Simulation
+from .controls import SimControls
 
 
 class SimNemesis:
     """Applies `timeline` (the plan's events this schedule kept) for `sim`."""
 
-    def __init__(self, sim: "Simulation", timeline: list[dict]) -> None:
+    def __init__(self, sim: SimControls, timeline: list[dict]) -> None:
         self.sim, self.timeline = sim, timeline
         self.applied: Counter[str] = Counter()
         self.healed = False

@@ -32,7 +32,7 @@ from ...sim.scheduler import Process, VirtualClock
 from ...sim.spec import SimResult, SimSpec, scratch_dir
 from ...sim.threads import SimCondition, SimThread
 from .. import audit, observer
-from ..adapter import expire_leases
+from ..leases import expire_leases
 from .patches import in_process
 from .world import (EngineErrors, EngineHooks, PROVIDER_URL, RECEIVER_URL,
                     install_audit, routed, sim_store)
