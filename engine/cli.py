@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import difflib
 import itertools
 import json
 import logging
 import math
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -18,18 +16,15 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from .config import DEFAULT_WORDS, FIELDS, MEANING, ConfigError, EngineConfig, load_config
 from .hooks import SkewedClock, SystemClock, arm_from_env
-from .joblist import GROUPS, footer, listing, shell_word, states_named
+from .joblist import GROUPS
+from .operate import cmd_action, cmd_query, cmd_rerun_step, open_for
 from .outbox import Sender
-from .retry import PoisonError, SchemaError, StepError
+from .retry import PoisonError, StepError
 from .states import PipelineError, get_pipeline
-from .steps import (PAYLOAD_SHAPE, SCHEMAS, StepContext, check_payload, check_schema,
-                    make_runner)
-from .store import (DatabaseError, OperatorError, Store, SubmissionConflict, open_store,
-                    shown_target)
+from .steps import PAYLOAD_SHAPE, check_payload
+from .store import DatabaseError, OperatorError, SubmissionConflict, shown_target
 from .slots import Slots
-from .worker import Worker, new_worker_id, store_options
-
-OPERATOR = f"operator:{os.environ.get('USER', 'unknown')}"
+from .worker import Worker, new_worker_id
 
 
 #: The settings of a database, which every command opens.
@@ -72,10 +67,6 @@ def settings(args: argparse.Namespace) -> EngineConfig:
     """The command's EngineConfig: --config, then NINELIVES_*, then the flags (text, parsed)."""
     flags = {name: getattr(args, f"set_{name}") for name in FIELDS}
     return load_config(args.config, flags=flags)
-
-
-def open_for(config: EngineConfig, read_only: bool = False) -> Store:
-    return open_store(config.db, read_only=read_only, **store_options(config, config.db))
 
 
 def die_with_parent() -> None:
@@ -250,148 +241,6 @@ def stopped(exc: Exception, path: str, line: int, counts: Counter, total: int) -
             f"{line} on are not. Once the cause is fixed, submit the same file again (ids "
             f"already committed are skipped as already present) or resume from line {line} "
             f"(tail -n +{line} {path})")
-
-
-#: The narrowest a table's last column is cut to, however narrow the terminal.
-MIN_LAST_COLUMN = 24
-
-
-def shorten(text: str, width: int) -> str:
-    """`text` on one line in at most `width` characters: cut at a word boundary, with an
-    ellipsis, when it is longer."""
-    text = " ".join(text.split())
-    if len(text) <= width:
-        return text
-    cut = text[:width - 1]
-    space = cut.rfind(" ")
-    return (cut[:space] if space > width // 2 else cut).rstrip() + "…"
-
-
-def print_rows(rows: list[dict], as_json: bool, width: int | None = None) -> None:
-    """Print `rows` as JSON (every value whole), or as a table whose last column (an error,
-    as a rule) is cut at a word boundary to fit `width` (default: the terminal's)."""
-    if as_json:
-        print(json.dumps(rows, indent=2, default=str))
-        return
-    if not rows:
-        print("(none)")
-        return
-    cols = list(rows[0])
-    width = width or shutil.get_terminal_size().columns
-    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols[:-1]}
-    room = max(MIN_LAST_COLUMN, width - sum(widths.values()) - 2 * len(widths))
-    table = [[str(r[c]) for c in cols[:-1]] + [shorten(str(r[cols[-1]]), room)] for r in rows]
-    widths[cols[-1]] = max(len(cols[-1]), *(len(cells[-1]) for cells in table))
-    print("  ".join(c.ljust(widths[c]) for c in cols).rstrip())
-    for cells in table:
-        print("  ".join(cell.ljust(widths[c]) for c, cell in zip(cols, cells)).rstrip())
-
-
-def cmd_query(args: argparse.Namespace, config: EngineConfig) -> int:
-    """status, stuck, failures, jobs, costs and alerts: read-only; alerts exits 1 if it found
-    any."""
-    pipeline = get_pipeline(config.pipeline)
-    states = states_named(pipeline, args.state) if args.command == "jobs" else frozenset()
-    store = open_for(config, read_only=True)
-    now = SystemClock().now()
-    if args.command == "status":
-        jobs, outbox = store.status(now), store.outbox_status(now)
-        if args.json:
-            print(json.dumps({"jobs": jobs, "outbox": outbox}, indent=2))
-        else:
-            print_rows(jobs, False)
-            print("\noutbox")
-            print_rows(outbox, False)
-    elif args.command == "stuck":
-        print_rows(store.stuck(now), args.json)
-    elif args.command == "failures":
-        print_rows(store.failures(pipeline.parked_states), args.json)
-    elif args.command == "jobs":
-        answer = listing(store, pipeline, states, now, args.limit)
-        if args.json:
-            print(json.dumps(answer, indent=2, default=str))
-        else:
-            print_rows([{**job, "id": shell_word(job["id"])} for job in answer["jobs"]], False)
-            print("\n".join(footer(answer, args.limit)))
-    elif args.command == "costs":
-        print_rows(store.costs(now, args.window), args.json)
-    else:
-        if not (math.isfinite(args.unsent_after) and args.unsent_after > 0):
-            raise ConfigError(f"--unsent-after must be a number of seconds > 0, "
-                              f"got {args.unsent_after}")
-        alerts = store.alerts(now, pipeline.terminal, pipeline.parked_states,
-                              unsent_after=args.unsent_after)
-        print(json.dumps(alerts, indent=2, default=str))
-        return 1 if (alerts["parked"] or alerts["dead_letters"] or alerts["stuck"]
-                     or alerts["unsent"]) else 0
-    return 0
-
-
-def cmd_action(args: argparse.Namespace, config: EngineConfig) -> int:
-    store = open_for(config)
-    now = SystemClock().now()
-    if args.command == "cancel":
-        print(f"job {args.job}: {store.cancel(args.job, OPERATOR, now)} -> cancelled")
-    elif args.command == "requeue":
-        print(f"job {args.job}: requeued to {store.requeue(args.job, OPERATOR, now)}")
-    else:
-        output = None
-        if args.approve:
-            output = {"ok": True, "reason": f"approved by {OPERATOR}"}
-        elif args.output is not None:
-            try:
-                output = json.loads(args.output)
-            except ValueError as exc:
-                raise ConfigError(f"--output is not JSON: {exc}") from None
-        if output is not None:
-            check_resolution(store, args.job, output)
-        print(f"job {args.job}: resolved to {store.resolve(args.job, OPERATOR, now, output)}")
-    return 0
-
-
-def check_resolution(store: Store, job_id: str, output: Any) -> None:
-    """Refuse an operator's output that the parked step's schema would not accept: a memo
-    the pipeline cannot use would kill every worker that picks the job up."""
-    job = store.job(job_id)
-    if job is None:
-        raise OperatorError(f"no job {job_id!r}")
-    pipeline = get_pipeline(job["pipeline"])
-    for step in pipeline.steps:
-        if job["state"] in (step.parked, step.alternate) and step.name in SCHEMAS:
-            try:
-                check_schema(step.name, output)
-            except SchemaError as exc:
-                raise ConfigError(f"--output does not fit step {step.name!r}: {exc}") from None
-
-
-def cmd_rerun_step(args: argparse.Namespace, config: EngineConfig) -> int:
-    """Rerun one step with its exact memoized input against current code; change nothing."""
-    store = open_for(config, read_only=True)
-    job = store.job(args.job)
-    if job is None:
-        raise OperatorError(f"no job {args.job!r}")
-    pipeline = get_pipeline(job["pipeline"])
-    step = pipeline.step_named(args.step)
-    index = pipeline.steps.index(step)
-    if index == 0:
-        data = json.loads(job["payload"])
-    else:
-        prev = store.memo(args.job, pipeline.steps[index - 1].name)
-        if prev is None:
-            raise OperatorError(f"job {args.job!r} has no memo for step "
-                                f"{pipeline.steps[index - 1].name!r}: nothing to rerun from")
-        data = json.loads(prev)
-    ctx = StepContext(args.job, step.name, OPERATOR, 0,
-                      lambda name: json.loads(store.memo(args.job, name)))
-    result = make_runner(config).call(step.name, data, ctx)
-    new = json.dumps(result.output, indent=2, sort_keys=True).splitlines()
-    stored = store.memo(args.job, step.name)
-    old = json.dumps(json.loads(stored), indent=2, sort_keys=True).splitlines() if stored else []
-    diff = list(difflib.unified_diff(old, new, "memo", "rerun", lineterm=""))
-    print("\n".join(diff) if diff else "no difference from the memo")
-    if result.cost:
-        print(f"(this rerun was billed {result.cost}; nothing was written)")
-    return 0
 
 
 SUBMIT_HELP = (

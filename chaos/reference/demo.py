@@ -12,7 +12,7 @@ import time
 from datetime import datetime, timezone
 
 from engine import DOCUMENT, open_store
-from engine.cli import print_rows
+from engine.operate import print_rows
 
 from ..console import Progress, plural
 from ..contract import ProcessContext

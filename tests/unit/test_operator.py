@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from engine import Worker, cli
+from engine import Worker, cli, operate
 from engine.retry import PoisonError, RetryableError
 from engine.steps import CallResult, DocumentSteps, InstantSteps
 from engine.store import LeaseLost, OperatorError, Spend
@@ -432,13 +432,13 @@ def test_the_fetch_step_checks_the_same_shape_as_submit():
 def test_a_long_error_is_cut_at_a_word_boundary_with_an_ellipsis_and_json_keeps_it(capsys):
     error = "fetch: RetryableError: HTTP 503 from the provider (parked after 5 attempts)"
     rows = [{"state": "failed_fetch", "jobs": 2, "error": error}]
-    cli.print_rows(rows, False, width=50)
+    operate.print_rows(rows, False, width=50)
     out = capsys.readouterr().out.splitlines()
     assert all(len(line) <= 50 for line in out), out
     cell = out[1][out[0].index("error"):]
     assert cell.endswith("…") and error.startswith(cell[:-1].rstrip())
     assert error[len(cell) - 1] == " "  # the cut fell between two words
-    cli.print_rows(rows, True)
+    operate.print_rows(rows, True)
     assert json.loads(capsys.readouterr().out) == rows
 
 
