@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_run(args: argparse.Namespace) -> int:
     from .backends import Backend
     from .contract import load_engine
-    from .report import summary
+    from .report_text import summary
     from .runner import run_campaign
     from .scenario import load_scenario, parse_engine_set
     backend = Backend(args.backend, args.pg_url)  # BackendError (exit 2) names the flag
@@ -224,7 +224,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from .recheck import check_folder_lines, keep_check, now, recheck
-    from .report import incomplete_lines, result_line, situations_lines, verdict_table
+    from .report_text import incomplete_lines, result_line, situations_lines, verdict_table
     from .saved import load_run
     saved = load_run(args.run)
     report = recheck(saved, args.require_exercised, now())
@@ -276,7 +276,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from .render import parse_formats, render_run
-    from .report import incomplete_lines
+    from .report_text import incomplete_lines
     formats = parse_formats(args.format)
     report = load_report(args.run)
     for path in render_run(args.run, formats):

@@ -32,7 +32,8 @@ from .plan import FaultPlan, documents_for, make_plan
 from .powerloss.fault import refusal as power_loss_refusal, store_mount
 from .render import render_run
 from .capacity import capacity_warnings
-from .report import build_report, faults_applied, start_record, write_report
+from .fired import faults_applied
+from .report import build_report, start_record, write_report
 from .runfiles import is_secret, scenario_record, secret_names, write_json
 from .aim_watch import AimWatch
 from .runqueue import RunQueueWatch

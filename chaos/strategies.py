@@ -191,7 +191,7 @@ def _final() -> bool:
 
 
 def _kept(result: Any, out: str, shrink_budget: int) -> list[str]:
-    from .report import verdict_table
+    from .report_text import verdict_table
     from .sim.output import run_dir_for, write_run
     from .suite_checks import shrunk_lines
     run_dir = run_dir_for(out, result, "hypothesis")
@@ -207,6 +207,8 @@ def _shrunk_apart(result: Any, run_dir: str, budget: int) -> list[str]:
     test Hypothesis runs would be taken for a nested @given (Hypothesis knows its running
     test per thread). The outer example is the final one: nothing is generated meanwhile."""
     import threading
+
+    from .suite_checks import shrunk_lines
     told: list[str] = []
 
     def shrink() -> None:

@@ -209,7 +209,7 @@ def _write_sim(spec: Any, choices: Any, out: str, label: str) -> tuple[Any, str,
 
 def _failure_lines(outcome: Outcome, result: Any, run_dir: str, report: dict) -> None:
     """The evidence of a failing simulated run, as `ninelives sim` prints it."""
-    from .report import situations_lines, verdict_table
+    from .report_text import situations_lines, verdict_table
     from .sim.story import headline, tell
     outcome.result = {1: "fail", 2: "error"}.get(result.exit_code, "fail")
     outcome.report, outcome.run_dir = report, run_dir
@@ -246,7 +246,7 @@ def check_run(scenario: str, engine_spec: str, *, seeds: Iterable[int], profile:
     `out`; with `shard`, only that shard's seeds. Raises ScenarioError, HarnessError as
     `ninelives run` would exit 2 on them."""
     from .contract import load_engine
-    from .report import summary
+    from .report_text import summary
     from .runner import run_campaign
     from .scenario import load_scenario
     engine = load_engine(engine_spec)

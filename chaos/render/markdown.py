@@ -5,7 +5,7 @@ import os
 from typing import Any
 
 from ..aim import summary_lines as aim_summary_lines
-from ..report import crash_point_lines, skew_text
+from ..report_text import crash_point_lines, skew_text
 from .evidence import ordered
 
 ICON = {"pass": "✅", "fail": "❌", "unknown": "❓", "error": "⚠️", "partial": "⚠️"}

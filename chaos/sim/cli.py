@@ -23,7 +23,7 @@ from ..aim import summary_lines as aim_summary_lines
 from ..campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
 from ..console import Progress
 from ..flags import SEEDS_HELP, at_least, seeds, seeds_text
-from ..report import situations_lines, verdict_table
+from ..report_text import situations_lines, verdict_table
 from ..shards import SHARD_HELP, WHOLE, shard
 from .choices import SeededChoices
 from .output import run_dir_for, write_run
@@ -116,7 +116,8 @@ def _required(run_dir: str, code: int, args: argparse.Namespace) -> int:
     pass with an invariant not exercised becomes an error (exit 2)."""
     if not getattr(args, "require_exercised", False):
         return code
-    from ..report import require_exercised, result_line, write_report
+    from ..report import require_exercised, write_report
+    from ..report_text import result_line
     from ..runner import render_reports
     from ..saved import load_report
     report = require_exercised(load_report(run_dir))

@@ -21,7 +21,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .. import history as hist
-from ..report import build_report, faults_applied, write_report
+from ..fired import faults_applied
+from ..report import build_report, write_report
 from ..runner import render_reports
 from ..runfiles import scenario_record
 from ..limits import shown

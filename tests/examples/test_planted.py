@@ -12,7 +12,7 @@ import pytest
 from chaos.contract import load_engine
 from chaos.scenario import load_scenario
 from chaos.render.html import render_html
-from chaos.report import summary
+from chaos.report_text import summary
 from chaos.sim import SeededChoices, SimSpec, simulate
 from chaos.sim.output import report_for
 

@@ -11,7 +11,8 @@ import pytest
 from chaos.contract import ContractError, load_engine, validate
 from chaos.crashpoints import ROLES, parse, resolve
 from chaos.reference import REFERENCE, ReferenceEngine
-from chaos.report import crash_point_lines, crash_point_names, not_applicable
+from chaos.fired import crash_point_names, not_applicable
+from chaos.report_text import crash_point_lines
 from chaos.scenario import Faults, Run, ScenarioError, crash_points_for, load_scenario
 from chaos.sim import SeededChoices, SimSpec, simulate
 

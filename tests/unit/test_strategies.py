@@ -61,6 +61,18 @@ def test_assert_holds_fails_a_planted_bug_with_its_witness_and_a_replayable_fold
     assert os.path.exists(schedule)
 
 
+def test_assert_holds_shrinks_the_failing_schedule_when_given_a_budget(tmp_path):
+    spec = "examples.toy_engine.planted:SENT_BEFORE_SEND"
+    engine = load_engine(spec)
+    scenario = load_scenario("smoke", "smoke", engine)
+    result = simulate(SimSpec(scenario, 1, engine, spec), SeededChoices(1))
+    with pytest.raises(AssertionError) as failed:
+        assert_holds(result, out=str(tmp_path), shrink_budget=20)
+    text = str(failed.value)
+    assert "the shrink failed" not in text, text
+    assert "shrunk from" in text and "ninelives sim --replay" in text.split("shrunk from", 1)[1]
+
+
 def test_a_failing_seed_is_tried_first_and_forgotten_after_passing_in_a_row(tmp_path):
     key = check_key("sim", "myengine:ENGINE", "smoke", "ci")
     seeds = RememberedSeeds(str(tmp_path), key)
