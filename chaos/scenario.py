@@ -20,7 +20,6 @@ the engine does not declare is refused when the scenario is loaded for it.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 import tomllib
@@ -30,9 +29,9 @@ from typing import Any
 from . import crashpoints
 from .aim import Aim, read_aims, resolve as resolve_aims
 from .latency import LatencyError, parse_latency
-from .limits import (MAX_FAULT_EVENTS, MAX_JOBS, MAX_RATE, MAX_SECONDS, MAX_WORKERS, excerpt,
-                     read_text, shown)
+from .limits import MAX_FAULT_EVENTS, MAX_JOBS, MAX_RATE, MAX_SECONDS, MAX_WORKERS, excerpt, shown
 from .runfiles import is_secret
+from .scenario_file import ScenarioError, engine_table, finite, read_table, read_toml
 
 SCENARIO_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             "scenarios")
@@ -40,10 +39,6 @@ SCENARIO_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 
 #: What a scenario's name may be: it names the run's folder under --out.
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
-
-
-class ScenarioError(ValueError):
-    """A scenario or profile that cannot run; the message names file, field and reason."""
 
 
 @dataclass(frozen=True)
@@ -195,7 +190,7 @@ def load_scenario(name: str, profile: str | None = None, engine: Any = None,
     None), with `engine_set` (see `parse_engine_set`) over its [engine] table. Raises
     ScenarioError naming file and field (or the --engine-set setting)."""
     path = resolve_path(name)
-    data = _read_toml(path)
+    data = read_toml(path)
     where = shown(path)
     unknown = set(data) - {"name", "description", "run", "engine", "faults", "expect", "aim"}
     if unknown:
@@ -207,11 +202,11 @@ def load_scenario(name: str, profile: str | None = None, engine: Any = None,
         # The name becomes a folder under --out: a path in it would write outside
         raise ScenarioError(f"{where}: field 'name' must be a short slug (letters, digits, "
                             f"'.', '_', '-'; at most 100; no path), got {excerpt(data['name'])}")
-    run = _table(where, "run", Run, data.get("run", {}))
-    faults = _table(where, "faults", Faults, data.get("faults", {}))
-    expect = _table(where, "expect", Expect, data.get("expect", {}))
-    table = _engine(where, data.get("engine", {}))
-    overrides = _engine("--engine-set", dict(engine_set or {}))
+    run = read_table(where, "run", Run, data.get("run", {}))
+    faults = read_table(where, "faults", Faults, data.get("faults", {}))
+    expect = read_table(where, "expect", Expect, data.get("expect", {}))
+    table = engine_table(where, data.get("engine", {}))
+    overrides = engine_table("--engine-set", dict(engine_set or {}))
     try:
         aims = read_aims(data.get("aim", []))
     except ValueError as exc:
@@ -271,7 +266,7 @@ def check_numbers(scenario: Scenario) -> Scenario:
         for f in fields(table):
             value = getattr(table, f.name)
             windows = value if f.name == "outages" else ((value,),) if f.type == "float" else ()
-            if not all(_finite(x) for window in windows for x in window):
+            if not all(finite(x) for window in windows for x in window):
                 raise ScenarioError(f"{where}: field '{name}.{f.name}' must be a finite "
                                     f"number, got {value!r}")
     return scenario
@@ -351,94 +346,6 @@ def crash_points_for(scenario: Scenario, engine: Any) -> tuple[tuple[str, ...], 
     the engine lacks, not applicable to it). Raises ScenarioError as `check_crash_points`."""
     resolution = check_crash_points(scenario, engine)
     return resolution.armed, tuple(resolution.absent)
-
-
-def _read_toml(path: str) -> dict:
-    """The TOML table of the file at `path`, read within chaos.limits (a regular file, of
-    bounded size, UTF-8). Raises ScenarioError naming the file and what is wrong with it."""
-    try:
-        text = read_text(path)
-    except OSError as exc:
-        raise ScenarioError(f"{shown(path)}: cannot be read: "
-                            f"{exc.strerror or exc}") from None
-    except ValueError as exc:  # not a regular file, too large, not UTF-8: it says which
-        raise ScenarioError(str(exc)) from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(f"{shown(path)}: not valid TOML: {exc}") from None
-
-
-def _table(where: str, name: str, cls: type, raw: Any):
-    if not isinstance(raw, dict):
-        raise ScenarioError(f"{where}: [{name}] must be a table")
-    known = {f.name: f for f in fields(cls)}
-    values = {}
-    for key, value in raw.items():
-        if key not in known:
-            raise ScenarioError(f"{where}: unknown field '{name}.{key}' "
-                                f"(known: {', '.join(sorted(known))})")
-        values[key] = _typed(where, f"{name}.{key}", known[key].type, value)
-    return cls(**values)
-
-
-#: What a field of each type must be, as an error message says it.
-KINDS = {"bool": "a boolean (true or false)", "int": "an integer", "str": "a string",
-         "tuple[str, ...]": "a list of strings",
-         "tuple[tuple[float, float], ...]": "a list of [start, end] pairs of finite numbers"}
-
-
-def _typed(where: str, field_name: str, kind: str, value: Any) -> Any:
-    """`value` as a field of type `kind` holds it; raises ScenarioError naming the field
-    (TOML values have types: "2" is not a number, nor "yes" a boolean)."""
-    bad = ScenarioError(f"{where}: field '{field_name}' must be {KINDS.get(kind, kind)}, "
-                        f"got {value!r}")
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise bad
-        return value
-    if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad
-        return value
-    if kind == "float":  # nan or inf would hang the planner (a rate of inf, a phase of nan)
-        if not _finite(value):
-            raise ScenarioError(f"{where}: field '{field_name}' must be a finite number, "
-                                f"got {value!r}")
-        return float(value)
-    if kind == "tuple[str, ...]":
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise bad
-        return tuple(value)
-    if kind == "tuple[tuple[float, float], ...]":
-        ok = isinstance(value, list) and all(
-            isinstance(w, list) and len(w) == 2 and all(_finite(x) for x in w) for w in value)
-        if not ok:
-            raise bad
-        return tuple((float(a), float(b)) for a, b in value)
-    if not isinstance(value, str):
-        raise bad
-    return value
-
-
-def _finite(value: Any) -> bool:
-    """Whether `value` is a finite number (a bool is not a number here)."""
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value))
-
-
-def _engine(where: str, raw: Any) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        raise ScenarioError(f"{where}: [engine] must be a table")
-    for key, value in raw.items():  # what each setting means is the engine's to say
-        shown = "a value not shown (a secret)" if is_secret(str(key)) else repr(value)
-        if not isinstance(value, (str, int, float, bool)):
-            raise ScenarioError(f"{where}: field 'engine.{key}' must be a string, number or "
-                                f"boolean, got {shown}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ScenarioError(f"{where}: field 'engine.{key}' must be a finite number, "
-                                f"got {shown}")
-    return dict(raw)
 
 
 def _check(where: str, s: Scenario) -> None:
@@ -545,7 +452,7 @@ def load_profiles() -> dict[str, dict[str, float]]:
     >= 0) and a description. Raises ScenarioError naming the field."""
     path = os.path.join(SCENARIO_DIR, "profiles.toml")
     where = shown(path)
-    data = _read_toml(path)
+    data = read_toml(path)
     for name, table in data.items():
         if not isinstance(table, dict):
             raise ScenarioError(f"{where}: [{name}] must be a table")
@@ -554,7 +461,7 @@ def load_profiles() -> dict[str, dict[str, float]]:
             raise ScenarioError(f"{where}: unknown field "
                                 f"'{name}.{sorted(unknown)[0]}' (known: jobs, duration, rates)")
         for factor in ("jobs", "duration", "rates"):
-            if factor in table and not (_finite(table[factor]) and table[factor] >= 0):
+            if factor in table and not (finite(table[factor]) and table[factor] >= 0):
                 raise ScenarioError(f"{where}: field '{name}.{factor}' must be a finite "
                                     f"number >= 0, got {table[factor]!r}")
     return data

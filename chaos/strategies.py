@@ -193,7 +193,6 @@ def _final() -> bool:
 def _kept(result: Any, out: str, shrink_budget: int) -> list[str]:
     from .report_text import verdict_table
     from .sim.output import run_dir_for, write_run
-    from .suite_checks import shrunk_lines
     run_dir = run_dir_for(out, result, "hypothesis")
     report = write_run(result, run_dir)
     lines = ["", verdict_table(report, console=None), "", f"run folder: {run_dir}",
