@@ -53,8 +53,9 @@ from .checkout import (COPIED, HARNESS, ROOT, StaleCampaign, copy_checkout, refr
 from .report import TARGET, argued, equivalents, print_report, results, summarize
 
 #: The engine's safety code, the modules the issue names.
-MODULES = ("engine/store/sqlite.py", "engine/worker.py", "engine/outbox.py", "engine/retry.py",
-           "engine/http.py", "engine/store/operator.py", "engine/slots.py")
+MODULES = ("engine/store/sqlite.py", "engine/store/sqlite_open.py", "engine/worker.py",
+           "engine/outbox.py", "engine/retry.py", "engine/http.py", "engine/store/operator.py",
+           "engine/slots.py")
 #: Every scenario a user runs, in the order that kills most mutants soonest.
 SIM_SCENARIOS = ("smoke", "kill-storm", "provider-outage", "lost-lease", "outbox-ambiguous",
                  "operator-actions", "crash-loop", "poison", "duplicate-submit", "db-contention",

@@ -19,6 +19,7 @@ from ..states import Pipeline, Step
 from .base import (Claim, DatabaseError, Effect, LeaseLost, OutboxClaim, Spend,
                    SubmissionConflict, canonical_json)
 from .operator import OperatorSQL
+from .sqlite_open import connect, explain, malformed
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
 SYNCHRONOUS = ("FULL", "NORMAL")
@@ -53,62 +54,13 @@ class SQLiteStore(OperatorSQL):
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, not {synchronous!r}")
         self.read_only = read_only
         self.busy_timeout = busy_timeout
-        self.conn = self._connect(synchronous.upper(), busy_timeout)
+        self.conn = connect(self.path, synchronous.upper(), busy_timeout, read_only)
         self._migrate()
         # From here on `write()` waits for the lock itself: SQLite's own busy handler sleeps
         # a whole millisecond or more per retry, which starves writers under contention.
         self.conn.execute("PRAGMA busy_timeout=0")
 
     # -- connection and transactions -------------------------------------------------
-
-    def _connect(self, synchronous: str, busy_timeout: float) -> sqlite3.Connection:
-        if self.read_only and not os.path.exists(self.path):
-            raise DatabaseError(f"database {self.path} does not exist")
-        target = f"file:{self.path}?mode=ro" if self.read_only else self.path
-        try:
-            conn = sqlite3.connect(target, uri=self.read_only, isolation_level=None,
-                                   timeout=busy_timeout, check_same_thread=False)
-        except sqlite3.Error as exc:
-            raise _explain(exc, self.path, "open") from exc
-        try:
-            conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
-            self._refuse_unusable(conn)  # before WAL mode, which rewrites the file's header
-            if not self.read_only:
-                conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={synchronous}")
-            conn.execute("PRAGMA foreign_keys=ON")
-        except sqlite3.Error as exc:
-            conn.close()
-            raise _explain(exc, self.path, "open") from exc
-        except DatabaseError:
-            conn.close()
-            raise
-        return conn
-
-    def _refuse_unusable(self, conn: sqlite3.Connection) -> None:
-        """Raise DatabaseError, before anything is written, when SQLite's quick check finds
-        the file corrupt, or when it holds tables of its own and no engine schema (another
-        program's database, which a migration would fill with the engine's tables).
-
-        One statement, so one snapshot: a process migrating the file at the same moment is
-        seen either before its commit (no tables) or after (the engine's schema version).
-        The quick check reads every page once: about 25 ms for 10,000 finished jobs (an
-        18 MB file), paid once per connection.
-        """
-        check, version, tables = conn.execute(
-            "SELECT (SELECT quick_check FROM pragma_quick_check(1)),"
-            " (SELECT user_version FROM pragma_user_version),"
-            " (SELECT json_group_array(name) FROM (SELECT name FROM sqlite_master"
-            "  WHERE type='table' AND name NOT LIKE 'sqlite!_%' ESCAPE '!' ORDER BY name))"
-        ).fetchone()
-        if check != "ok":
-            raise _corrupt(self.path, check)
-        names = json.loads(tables)
-        if version == 0 and names:
-            raise DatabaseError(
-                f"database {self.path} is not an engine database: it holds tables of its own "
-                f"({_some(names)}) and no engine schema; refusing to add the engine's tables "
-                "to it (nothing was changed). Give the engine a new file or its own database")
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
@@ -129,8 +81,8 @@ class SQLiteStore(OperatorSQL):
             # A crash handler in a simulation raises through here: nothing uncommitted survives.
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.OperationalError) or _malformed(exc):
-                raise _explain(exc, self.path, "write") from exc
+            if isinstance(exc, sqlite3.OperationalError) or malformed(exc):
+                raise explain(exc, self.path, "write") from exc
             raise
 
     @contextmanager
@@ -177,9 +129,9 @@ class SQLiteStore(OperatorSQL):
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) and "busy" not in str(exc):
-                    raise _explain(exc, self.path, "begin a write") from exc
+                    raise explain(exc, self.path, "begin a write") from exc
                 if now() >= deadline:
-                    raise _explain(exc, self.path, "begin a write") from exc
+                    raise explain(exc, self.path, "begin a write") from exc
             (time.sleep if clock is None else clock.sleep)(
                 delay * (0.5 + self.wait_rng.random()))
             delay = min(delay * 2, 0.004)
@@ -542,42 +494,3 @@ class SQLiteStore(OperatorSQL):
 
     def integrity_check(self) -> str:
         return self.conn.execute("PRAGMA integrity_check").fetchone()[0]
-
-
-def _corrupt(path: str, found: str) -> DatabaseError:
-    """The error for a database file SQLite finds damaged (`found`: what it said)."""
-    said = " ".join(found.split())[:120]  # one line, however many SQLite's report has
-    return DatabaseError(
-        f"database {path} is corrupt ({said}); the engine will not read or write it (nothing "
-        "was changed). Restore it from a backup, or try the sqlite3 shell's .recover")
-
-
-def _malformed(exc: BaseException) -> bool:
-    """True for SQLite's word for a damaged file, met by a statement after the open."""
-    return isinstance(exc, sqlite3.DatabaseError) and "malformed" in str(exc)
-
-
-def _some(names: list[str], shown: int = 5) -> str:
-    """The first `shown` names, each cut to 40 characters, and how many more there are."""
-    text = ", ".join(repr(name[:40]) for name in names[:shown])
-    return text + (f" and {len(names) - shown} more" if len(names) > shown else "")
-
-
-def _explain(exc: sqlite3.Error, path: str, doing: str) -> DatabaseError:
-    text = str(exc)
-    if _malformed(exc):
-        return _corrupt(path, text)
-    if "readonly" in text or "read-only" in text:
-        return DatabaseError(f"database {path} is read-only; cannot {doing} (nothing was changed)")
-    if "locked" in text or "busy" in text:
-        from .base import StoreBusy
-        return StoreBusy(f"database {path} is locked by another process; could not {doing} "
-                         "within the busy timeout (nothing was changed)")
-    if "unable to open" in text:
-        return DatabaseError(f"cannot open database {path}: {text}")
-    if "disk is full" in text or "database or disk is full" in text:
-        return DatabaseError(f"database {path}: disk is full; could not {doing} "
-                             "(the last transaction was rolled back, nothing committed is lost)")
-    if "not a database" in text:
-        return DatabaseError(f"{path} is not a SQLite database")
-    return DatabaseError(f"database {path}: {text} (while trying to {doing})")
