@@ -18,6 +18,7 @@ import glob
 import itertools
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -84,6 +85,9 @@ class PostgresServer:
         self.watchdog: subprocess.Popen | None = None
         self._names = itertools.count(1)
         self.running = False
+        #: fsync on: the data directory is on a disk that can lose power (`run_at`)
+        self.durable = False
+        self._killed = False  # by `kill()`: its postmaster.pid is stale
 
     @property
     def url(self) -> str:
@@ -121,10 +125,13 @@ class PostgresServer:
             raise
         return self
 
-    def _start(self, prepare: Callable[[str], None] | None) -> None:
+    def _own_folder(self) -> None:
         if self.as_root:
             shutil.chown(self.folder, "nobody")
         self.folder.chmod(0o700)
+
+    def _start(self, prepare: Callable[[str], None] | None) -> None:
+        self._own_folder()
         self._run("initdb", "-D", str(self.data), "-U", SUPERUSER, "-A", "trust", "-E", "UTF8",
                   "--no-sync", "--no-instructions")
         self._start_watchdog()
@@ -138,8 +145,16 @@ class PostgresServer:
         # fsync and full_page_writes off guard against an operating system's crash alone:
         # a crash of the server (`crash()`) loses nothing committed, its WAL being in the
         # system's cache; and a test server's durability across power loss is not under test.
+        # `run_at` a disk that loses power, it runs as a production server would:
+        # fsync and full_page_writes on (a torn page is rebuilt from the WAL's full image);
+        # no 16 MB of zeros written through the file system for each new WAL segment; and
+        # crash recovery begins with one syncfs, not an fsync of each of its thousands of
+        # files (seconds through the FUSE file system): after a cut nothing is unsynced.
+        durable = (" -c fsync=on -c full_page_writes=on -c wal_init_zero=off"
+                   " -c recovery_init_sync_method=syncfs"
+                   if self.durable else " -c fsync=off -c full_page_writes=off")
         options = (f"-k {self.folder} -c listen_addresses=127.0.0.1 -p {self.port}"
-                   " -c fsync=off -c full_page_writes=off -c max_connections=100")
+                   f"{durable} -c max_connections=100")
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w",
                   "-t", "60", "start")
 
@@ -150,9 +165,83 @@ class PostgresServer:
         self.running = False
 
     def restart(self) -> None:
-        """Start the server again after `crash()`, on the same port and folder."""
+        """Start the server again after `crash()` or `kill()`, on the same port and folder."""
+        if self._killed:  # the killed postmaster may linger as a zombie a while: its lock
+            (self.data / "postmaster.pid").unlink(missing_ok=True)  # files would stop us
+            (self.folder / f".s.PGSQL.{self.port}.lock").unlink(missing_ok=True)
+            self._killed = False
         self._pg_ctl_start()
         self.running = True
+
+    # -- power loss (chaos.powerloss.pg) ---------------------------------------------------
+
+    def move_to(self, disk: Path) -> None:
+        """Stop the server and copy its data directory to `disk` (a folder that does not
+        exist yet: on the lost-fsync file system's backing disk, before it is mounted,
+        where what is written is durable); `run_at` starts it there."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+        self.running = False
+        _copy_owned(self.data, disk, self.as_root)
+        shutil.rmtree(self.data)
+        self.data = Path(disk)
+
+    def run_at(self, data: Path) -> None:
+        """Start the server, durable (fsync on), on the data directory `data` (where
+        `move_to` put it, seen through the mount), its watchdog pointed there."""
+        self.data, self.durable = Path(data), True
+        self._stop_watchdog()
+        self._start_watchdog()
+        self.restart()
+
+    def postmaster(self) -> int | None:
+        """The postmaster's pid, from its postmaster.pid, or None."""
+        try:
+            return int((self.data / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def kill(self) -> list[int]:
+        """The server loses its power: SIGKILL to the postmaster and every process it
+        started (each backend and auxiliary process leads a process group of its own, so
+        one killpg would not reach them: the postmaster is stopped, its children listed,
+        then all killed), then wait until every one of them is gone. Returns their pids."""
+        import psutil
+        leader = self.postmaster()
+        if leader is None:
+            raise ServerError(f"no postmaster.pid in {self.data}: is the server running?")
+        os.kill(leader, signal.SIGSTOP)  # forks no one while its children are listed
+        try:
+            group = [leader] + [p.pid for p in psutil.Process(leader).children(recursive=True)]
+        except psutil.Error:
+            group = [leader]
+        for pid in reversed(group):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.running, self._killed = False, True
+        deadline = time.monotonic() + 30
+        while any(_alive(pid) for pid in group):
+            if time.monotonic() > deadline:
+                raise ServerError(f"the server's processes {group} outlived SIGKILL for 30 s")
+            time.sleep(0.005)
+        return group
+
+    def stop_wal_writer(self) -> int | None:
+        """SIGSTOP the server's WAL writer (its pid, or None when there is none): with
+        synchronous_commit off it makes commits durable every wal_writer_delay, so a
+        reading of what the server acknowledged, made just before `kill()`, is not made
+        durable by it meanwhile. `kill()` ends it with the rest."""
+        import psutil
+        leader = self.postmaster()
+        try:
+            writers = [p for p in psutil.Process(leader).children()
+                       if "walwriter" in " ".join(p.cmdline())] if leader else []
+        except psutil.Error:
+            writers = []
+        for writer in writers:
+            writer.send_signal(signal.SIGSTOP)
+        return writers[0].pid if writers else None
 
     def terminate_clients(self, pid: int, within: float = 0.5) -> list[dict]:
         """End, on the server (pg_terminate_backend), the connections that process `pid`
@@ -242,11 +331,40 @@ class PostgresServer:
                 self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
                 self.running = False
         finally:
-            if self.watchdog is not None:
-                self.watchdog.terminate()  # ours: started above, ended by its pid
-                self.watchdog.wait(timeout=10)
-                self.watchdog = None
+            self._stop_watchdog()
             shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _stop_watchdog(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.terminate()  # ours: started above, ended by its pid
+            self.watchdog.wait(timeout=10)
+            self.watchdog = None
+
+
+def _nobody() -> tuple[int, int]:
+    import pwd
+    user = pwd.getpwnam("nobody")
+    return user.pw_uid, user.pw_gid
+
+
+def _copy_owned(source: Path, target: Path, as_root: bool, skip: tuple[str, ...] = ()) -> None:
+    """Copy a data directory, owned by the server's user (`nobody` when we are root)."""
+    shutil.copytree(source, target, symlinks=True, ignore=shutil.ignore_patterns(*skip))
+    if as_root:
+        uid, gid = _nobody()
+        for folder, _, files in os.walk(target):
+            os.chown(folder, uid, gid)
+            for name in files:
+                os.chown(os.path.join(folder, name), uid, gid)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` is a process that has not ended (a zombie has)."""
+    import psutil
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def watch(parent: int, bindir: str, data: str, folder: str, as_root: bool) -> None:

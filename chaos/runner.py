@@ -446,7 +446,7 @@ def run_campaign(scenario: Scenario, seed: int, engine: Engine, out: str, *,
                                 f"seed {seed}")
             plan = make_plan(scenario, seed, engine.pipeline)
     check_backend(engine, backend)
-    refused = power_loss_refusal(scenario, backend.name)
+    refused = power_loss_refusal(scenario, backend.name, own_server=backend.pg_url is None)
     if refused:
         raise HarnessError(refused)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%f")
@@ -494,7 +494,8 @@ def keep_adapter_error(exc: AdapterError, run_dir: str, start: dict[str, Any],
 def _carry_out(scenario: Scenario, plan: FaultPlan, engine: Engine, run_dir: str,
                engine_spec: str | None, progress: bool, database: RunDatabase,
                started: float) -> RunResult:
-    with store_mount(scenario, run_dir) as store:  # unmounted once the history is read
+    # unmounted once the history is read; a server the run started moves onto it
+    with store_mount(scenario, run_dir, database.control) as store:
         campaign = Campaign(scenario, plan, engine, run_dir, progress=progress,
                             database=database, store=store)
         try:

@@ -13,8 +13,16 @@ the nemesis does for one planned cut, holding the runner's reads and respawns ba
    entries), the acknowledged operations and those the cut lost, and whether the engine's
    settings promise durability (the adapter's `durability`, see chaos.contract).
 
-The runner then respawns the processes and the run goes on. The SQLite store only: a
-PostgreSQL server's data directory on the file system is not built yet, and is refused.
+The runner then respawns the processes and the run goes on.
+
+On PostgreSQL (a server the run started, chaos.pgserver) the server's data directory is
+copied onto the file system's disk before the mount and the server runs durable there (fsync
+and full_page_writes on), and the server is part of the machine: before step 1 the engine's
+processes and the server's WAL writer are stopped (SIGSTOP) and the live server is read
+(what it acknowledged, commits still in its WAL buffers included); step 1 then SIGKILLs the
+postmaster and every process it started with the engine's; after step 3 the server starts
+again on the mount and recovers from what the cut left of its WAL. A server named by
+--pg-url is refused: the harness cannot cut the power of a machine it does not own.
 """
 from __future__ import annotations
 
@@ -23,8 +31,10 @@ import json
 import os
 import shutil
 import signal
+import tempfile
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any, Iterator
 
 from .mount import Mount, unavailable
@@ -35,28 +45,50 @@ CUT_MODES = ("all", "torn-seq", "torn-op")
 LOST_LISTED = 20
 
 
-def refusal(scenario: Any, backend: str = "sqlite") -> str | None:
-    """Why this run cannot have its power_loss faults, or None (also when it has none)."""
+def refusal(scenario: Any, backend: str = "sqlite", *, own_server: bool = True) -> str | None:
+    """Why this run cannot have its power_loss faults, or None (also when it has none).
+    own_server: on postgres, whether the run starts its server itself (no --pg-url)."""
     if not getattr(scenario.faults, "power_loss", 0):
         return None
-    if backend != "sqlite":
-        return ("faults.power_loss runs on the SQLite store only: a PostgreSQL data "
-                "directory on the lost-fsync file system is not built yet")
+    if backend != "sqlite" and not own_server:
+        return ("faults.power_loss needs --backend postgres on a server the run starts "
+                "itself (without --pg-url): the harness cuts the power of the server's "
+                "machine, and cannot cut a server it does not own")
     reason = unavailable()
     return f"faults.power_loss cannot run on this machine: {reason}" if reason else None
 
 
 @contextlib.contextmanager
-def store_mount(scenario: Any, run_dir: str) -> Iterator[Mount | None]:
+def store_mount(scenario: Any, run_dir: str, server: Any = None) -> Iterator[Mount | None]:
     """The run's lost-fsync mount when its scenario plans power cuts, else None; always
-    unmounted on the way out."""
+    unmounted on the way out. `server`: the PostgreSQL server the run started
+    (chaos.pgserver), moved onto the mount, and stopped before the unmount."""
     if not getattr(scenario.faults, "power_loss", 0):
         yield None
         return
-    mount = Mount(os.path.join(run_dir, "powerloss"), os.path.join(run_dir, "store"),
-                  log=os.path.join(run_dir, "powerloss", "fs.log"))
-    with mount:
-        yield mount
+    base = os.path.join(run_dir, "powerloss")
+    if server is None:
+        with Mount(base, os.path.join(run_dir, "store"),
+                   log=os.path.join(base, "fs.log")) as mount:
+            yield mount
+        return
+    # the server runs as its own user: its mount point where that user can reach it
+    mountpoint = tempfile.mkdtemp(prefix="ninelives-powerloss-")
+    os.chmod(mountpoint, 0o755)
+    try:
+        # copied to the disk before the mount: the cluster itself survives every cut
+        server.move_to(Path(base) / "disk" / "data")
+        with Mount(base, mountpoint, log=os.path.join(base, "fs.log"), shared=True) as mount:
+            try:
+                server.run_at(Path(mountpoint) / "data")
+                yield mount
+            finally:
+                server.stop()  # no process may hold the mount at its unmount
+    finally:
+        os.rmdir(mountpoint)
+        # the cluster's files (tens of MB) are no evidence: the history holds the readings
+        shutil.rmtree(os.path.join(base, "disk", "data"), ignore_errors=True)
+        shutil.rmtree(os.path.join(base, "stash"), ignore_errors=True)
 
 
 def durability(engine: Any, settings: dict[str, Any]) -> dict[str, Any]:
@@ -80,20 +112,30 @@ def cut(nemesis: Any, event: dict[str, Any]) -> None:
     n = nemesis.applied["power_loss"] + 1
     with nemesis._server_lock, nemesis._up:
         started = time.time()
+        server = nemesis.server  # the PostgreSQL server on the mount, or None (SQLite)
         victims = [c for c in nemesis.supervisor.alive() if c.role in ("worker", "sender")]
+        before = _server_reading(nemesis, victims) if server is not None else None
         for child in victims:
             nemesis.supervisor.signal(child, signal.SIGKILL)
+        server_pids = server.kill() if server is not None else []
         for child in victims:
             child.proc.wait()
         killed = time.time()
-        before = _reading(nemesis.engine, nemesis.db, mount, n)
+        if before is None:
+            before = _reading(nemesis.engine, nemesis.db, mount, n)
         mode = mode_of(nemesis.scenario, event)
         dropped = mount.cut(mode, seed=event["pick"])
+        recovered = None
+        if server is not None:
+            server.restart()  # crash recovery from what the cut left of its WAL
+            recovered = round(time.time() - killed, 3)
         after = {_key(e) for e in nemesis.engine.operations(nemesis.db)}
         lost = [e for e in before if _key(e) not in after]
         nemesis.record({
             "t": killed, "src": "nemesis", "type": "power_loss", "cut": n, "mode": mode,
-            "killed": [c.name for c in victims], "pids": [c.pid for c in victims],
+            "killed": [c.name for c in victims] + (["server"] if server is not None else []),
+            "pids": [c.pid for c in victims], "server_pids": server_pids,
+            **({"server_up_after": recovered} if recovered is not None else {}),
             **dropped, "files": dropped["files"][:LOST_LISTED], "acknowledged": len(before), "lost_count": len(lost),
             "lost_by_type": dict(Counter(e.get("type") for e in lost)),
             "lost": [_brief(e) for e in lost[:LOST_LISTED]],
@@ -107,7 +149,7 @@ def cut(nemesis: Any, event: dict[str, Any]) -> None:
                                                    if e.get("type") == "effect_sent"})],
             **{f"durability_{k}": v for k, v in
                durability(nemesis.engine, nemesis.scenario.engine).items()},
-            "seconds": round(time.time() - started, 3)})
+            "read_seconds": round(killed - started, 3), "seconds": round(time.time() - started, 3)})
         nemesis._count("power_loss")
 
 
@@ -125,6 +167,18 @@ def _reading(engine: Any, db: str, mount: Mount, n: int) -> list[dict[str, Any]]
         return engine.operations(os.path.join(copy, os.path.basename(db)))
     finally:
         shutil.rmtree(copy, ignore_errors=True)
+
+
+def _server_reading(nemesis: Any, victims: list[Any]) -> list[dict[str, Any]]:
+    """The engine's operations as the PostgreSQL server acknowledged them just before the
+    cut: its clients stopped (SIGSTOP: no new commit) and its WAL writer too (no commit made
+    durable meanwhile), the live server is read. Read after the kill, from its files, it
+    would not show the commits still in its WAL buffers, acknowledged under
+    synchronous_commit=off; started again to be read, it would checkpoint them."""
+    for child in victims:
+        nemesis.supervisor.signal(child, signal.SIGSTOP)
+    nemesis.server.stop_wal_writer()
+    return nemesis.engine.operations(nemesis.db)
 
 
 def _key(e: dict[str, Any]) -> str:

@@ -2,7 +2,7 @@
 writes a power cut can take back (chaos.powerloss.journal keeps them).
 
 Run as its own process, a child of the harness (`python -m chaos.powerloss.fs BASE MOUNT
-NAME PARENT`): BASE/disk is what the mount shows, BASE/stash holds unlinked files until
+NAME PARENT [FUSERMOUNT [allow_other]]`): BASE/disk is what the mount shows, BASE/stash holds unlinked files until
 the cut decides. It answers on the abstract Unix socket NAME, one JSON line per request:
 `{"cmd": "pending"}`, `{"cmd": "drop", "mode": ..., "seed": ...}`, `{"cmd": "ping"}`.
 
@@ -231,6 +231,7 @@ def watch_parent(parent: int, mount: str, fusermount: str) -> None:
 def main(argv: list[str]) -> int:
     base, mount, control, parent = argv[0], argv[1], argv[2], int(argv[3])
     fusermount = argv[4] if len(argv) > 4 else "fusermount3"
+    shared = {"allow_other": True} if argv[5:6] == ["allow_other"] else {}
     if os.getppid() != parent:
         return 1
     journal = Journal(os.path.join(base, "disk"), os.path.join(base, "stash"))
@@ -243,7 +244,7 @@ def main(argv: list[str]) -> int:
         # is lost); nothing else writes the backing files while mounted. hard_remove: an
         # unlinked open file is unlinked (the journal keeps it), not renamed to .fuse_hidden.
         mfusepy.FUSE(ops, mount, foreground=True, nothreads=True, fsname="ninelives-powerloss",
-                     kernel_cache=True, hard_remove=True)
+                     kernel_cache=True, hard_remove=True, **shared)
     except RuntimeError:
         pass  # libfuse's own unmount failed: fusermount3 -u had unmounted it already
     finally:

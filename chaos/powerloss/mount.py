@@ -67,8 +67,12 @@ def mounted(path: str) -> bool:
 class Mount:
     """One lost-fsync mount of `base`/disk at `mountpoint`; a context manager."""
 
-    def __init__(self, base: str, mountpoint: str, log: str | None = None) -> None:
+    def __init__(self, base: str, mountpoint: str, log: str | None = None, *,
+                 shared: bool = False) -> None:
         self.base, self.mountpoint, self.log = base, mountpoint, log
+        # shared: other users may use the mount too (FUSE's allow_other; root may always
+        # ask for it): a PostgreSQL server runs as its own user (chaos.pgserver)
+        self.shared = shared
         # an abstract socket (Linux): no path to outgrow 108 bytes, no file to remove
         self.control = f"ninelives-powerloss-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.proc: subprocess.Popen | None = None
@@ -87,7 +91,8 @@ class Mount:
             # (see chaos.powerloss.fs, which watches its parent itself)
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "chaos.powerloss.fs", self.base, self.mountpoint,
-                 self.control, str(os.getpid()), fusermount()],
+                 self.control, str(os.getpid()), fusermount(),
+                 "allow_other" if self.shared else ""],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out)
         finally:
             if self.log:

@@ -179,9 +179,12 @@ class ReferenceEngine:
     def durability(self, table: dict[str, Any]) -> tuple[bool, str]:
         """SQLite in WAL mode: synchronous=FULL fsyncs the log at every commit (durable);
         NORMAL only at a checkpoint, so commits since the last one may be lost to a power
-        cut (the store stays consistent)."""
+        cut (the store stays consistent). PostgreSQL: FULL is synchronous_commit=on (the
+        commit waits for its WAL's fsync), NORMAL is off (the WAL writer fsyncs later)."""
         sync = str(table.get("synchronous", "FULL")).upper()
-        return sync in ("FULL", "EXTRA"), f"synchronous={sync}, journal_mode=WAL"
+        durable = sync in ("FULL", "EXTRA")
+        return durable, (f"synchronous={sync}, journal_mode=WAL (on PostgreSQL "
+                         f"synchronous_commit={'on' if durable else 'off'})")
 
     def store_settings(self, db: str) -> dict[str, Any]:
         """The settings that depend on the store at `db` (see the contract). PostgreSQL: the

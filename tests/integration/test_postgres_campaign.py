@@ -171,8 +171,8 @@ def test_server_faults_need_a_server_the_run_starts(tmp_path, args, pg_server):
 # -- every scenario on PostgreSQL ------------------------------------------------------------
 
 #: Every scenario a user runs (not the mutant catalog's own), but postgres-faults (its own
-#: test above: its engine processes may die of the server's faults) and power-loss (SQLite only,
-#: refused on PostgreSQL: tests/integration/test_power_loss_run.py).
+#: test above: its engine processes may die of the server's faults) and power-loss (it needs a
+#: server the run starts, not --pg-url's: tests/integration/test_power_loss_run.py).
 SCENARIOS = sorted(p.stem for p in (ROOT / "scenarios").glob("*.toml")
                    if p.stem not in ("profiles", "postgres-faults", "power-loss"))
 #: Run by `make test`; the rest are marked soak: `.venv/bin/python -m pytest -n 2 -m soak

@@ -43,8 +43,42 @@ def test_power_loss_is_refused_before_the_run_where_fuse_cannot_mount(tmp_path, 
     assert not (tmp_path / "out").exists()
 
 
-def test_power_loss_is_refused_on_postgres_naming_the_store(tmp_path):
+def test_power_loss_is_refused_on_a_server_the_run_does_not_own(tmp_path):
     scenario = load_scenario("power-loss", "smoke")
-    with pytest.raises(HarnessError, match="SQLite store only"):
+    with pytest.raises(HarnessError, match="cannot cut a server it does not own"):
         run_campaign(scenario, 3, load_engine("reference"), str(tmp_path / "out"),
                      progress=False, backend=Backend("postgres", "postgresql://127.0.0.1/x"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_power_loss_on_postgres_kills_and_recovers_the_server_and_loses_nothing(tmp_path):
+    """The data directory on the mount, the server killed with the engine at each cut and
+    recovered from its WAL: synchronous_commit=on keeps every acknowledged transaction, and
+    no server, mount or data directory is left behind."""
+    scenario = load_scenario("power-loss", "smoke")
+    result = run_campaign(scenario, 1, load_engine("reference"), str(tmp_path), progress=False,
+                          backend=Backend("postgres"))
+    verdicts = {v["name"]: v for v in result.report["verdicts"]}
+    failed = {n: v["reason"] for n, v in verdicts.items() if v["verdict"] == "fail"}
+    assert result.exit_code == 0, failed
+    assert verdicts["durable-commits"]["verdict"] == "pass"
+    events = [json.loads(line) for line in open(os.path.join(result.run_dir, "events.jsonl"))]
+    cuts = [e for e in events if e["type"] == "power_loss"]
+    assert len(cuts) >= 3
+    for e in cuts:
+        assert "server" in e["killed"] and len(e["server_pids"]) > 1  # postmaster and children
+        assert e["lost_count"] == 0 and e["acknowledged"] > 0 and e["server_up_after"] > 0
+        assert e["durability_promised"] is True and "synchronous_commit=on" in \
+            e["durability_setting"]
+        assert not any(_alive(pid) for pid in e["server_pids"])
+    assert any(e["dropped_writes"] for e in cuts)
+    assert not list(tmp_path.glob("power-loss/*/powerloss/disk/data"))  # the cluster's files
+    assert not [line for line in open("/proc/self/mountinfo") if "ninelives-powerloss" in line]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:  # a zombie is no process left running
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -66,10 +66,14 @@ def campaign(scenario: str, spec: str, seed: int, out, profile: str = PROFILE,
              server=None) -> dict:
     """Run one campaign (on a new database of `server`, the tests' PostgreSQL server, when
     given: dropped after the run); its report."""
-    backend = Backend("postgres", server.url) if server else Backend()
-    report = run_campaign(load_scenario(scenario, profile), seed, load_engine(spec), str(out),
+    loaded = load_scenario(scenario, profile)
+    # a power cut needs a server of the run's own (it kills it), not the tests' shared one
+    own = server is not None and bool(loaded.faults.power_loss)
+    backend = Backend("postgres") if own else \
+        Backend("postgres", server.url) if server else Backend()
+    report = run_campaign(loaded, seed, load_engine(spec), str(out),
                           engine_spec=spec, progress=False, backend=backend).report
-    if server is not None:
+    if server is not None and not own:
         server.drop_database(server.url_for(report["database"]["name"]))
     return report
 

@@ -156,8 +156,6 @@ BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOG}
 SQLITE_ONLY: dict[str, str] = {
     "group_stale_fails_all": "group commit is SQLite's: on PostgreSQL each slot commits on its "
                              "own connection, the server grouping their flushes",
-    "commit_not_durable": "the power cut that shows it (faults.power_loss) runs on the SQLite "
-                          "store only",
 }
 #: The mutants that run on PostgreSQL too.
 ON_POSTGRES = frozenset(m.name for m in CATALOG if m.name not in SQLITE_ONLY)

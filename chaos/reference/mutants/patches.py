@@ -478,16 +478,27 @@ def heartbeat_one_slot() -> None:
 
 def commit_not_durable() -> None:
     """The store acknowledges a commit before it is durable: its connections run
-    synchronous=OFF (no fsync of the log at a commit) while the engine's settings, and its
-    adapter, still say FULL. Only a power cut tells (faults.power_loss): a process killed
-    leaves its writes in the machine's cache."""
+    synchronous=OFF (no fsync of the log at a commit; on PostgreSQL synchronous_commit=off)
+    while the engine's settings, and its adapter, still say FULL. Only a power cut tells
+    (faults.power_loss): a process killed leaves its writes in the machine's cache."""
+    from engine.store import sqlite as sqlite_store
+    from engine.store.postgres_session import PostgresSession  # psycopg: imported here
+
     def make(original: Callable) -> Callable:
-        def connect(self, synchronous: str, busy_timeout: float):
-            conn = original(self, synchronous, busy_timeout)
+        def connect(*args: Any, **kwargs: Any):
+            conn = original(*args, **kwargs)
             conn.execute("PRAGMA synchronous=OFF")
             return conn
         return connect
-    wrap(SQLiteStore, "_connect", make)
+    wrap(sqlite_store, "connect", make)  # the name SQLiteStore opens its file with
+
+    def make_pg(original: Callable) -> Callable:
+        def open_(self):
+            conn = original(self)
+            conn.execute("SET synchronous_commit = off")
+            return conn
+        return open_
+    wrap(PostgresSession, "_open", make_pg)
 
 
 #: Patches of code both backends run (the worker, the sender, the retry policy, the client).
