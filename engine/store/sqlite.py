@@ -54,13 +54,18 @@ class SQLiteStore(OperatorSQL):
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, not {synchronous!r}")
         self.read_only = read_only
         self.busy_timeout = busy_timeout
-        self.conn = connect(self.path, synchronous.upper(), busy_timeout, read_only)
+        self.conn = self._connect(synchronous.upper(), busy_timeout)
         self._migrate()
         # From here on `write()` waits for the lock itself: SQLite's own busy handler sleeps
         # a whole millisecond or more per retry, which starves writers under contention.
         self.conn.execute("PRAGMA busy_timeout=0")
 
     # -- connection and transactions -------------------------------------------------
+
+    def _connect(self, synchronous: str, busy_timeout: float) -> sqlite3.Connection:
+        """Every connection this store makes (chaos.reference.mutants wraps it to edit the
+        SQL of a mutant's store, as it wraps the PostgreSQL store's)."""
+        return connect(self.path, synchronous, busy_timeout, self.read_only)
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
