@@ -63,8 +63,7 @@ class SQLiteStore(OperatorSQL):
     # -- connection and transactions -------------------------------------------------
 
     def _connect(self, synchronous: str, busy_timeout: float) -> sqlite3.Connection:
-        """Every connection this store makes (chaos.reference.mutants wraps it to edit the
-        SQL of a mutant's store, as it wraps the PostgreSQL store's)."""
+        """Every connection it makes: the seam the mutant catalog wraps to edit its SQL."""
         return connect(self.path, synchronous, busy_timeout, self.read_only)
 
     @contextmanager
