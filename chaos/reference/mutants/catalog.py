@@ -144,6 +144,10 @@ CATALOG: tuple[Mutant, ...] = (
            "the store acknowledges a commit before it is durable (synchronous=OFF under a "
            "setting that says FULL): a power cut loses acknowledged transactions",
            ("durable-commits",), "power-loss"),
+    Mutant("key_from_row_id",
+           "the effect's idempotency key is its outbox row's id, which a power cut that loses "
+           "the row frees for another effect", ("effects-complete",),
+           "mutants/power-loss-normal"),
 )
 
 BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOG}

@@ -370,6 +370,18 @@ def sender_without_key() -> None:
         self, *a, **{**k, "use_keys": False}))
 
 
+def key_from_row_id() -> None:
+    """The sender's Idempotency-Key is the outbox row's id (`outbox:<id>`), not a name of
+    the effect: SQLite gives a lost row's id (INTEGER PRIMARY KEY, max + 1) to the next row,
+    so after a power cut loses a sent row, another effect is posted under a key the
+    receiver has already applied."""
+    def make(original: Callable) -> Callable:
+        def send(self: Sender, row) -> None:
+            original(self, dataclasses.replace(row, idempotency_key=f"outbox:{row.id}"))
+        return send
+    wrap(Sender, "send", make)
+
+
 def senders_without_claim(store: type) -> None:
     """Senders ignore outbox leases: a row another sender holds is as due as a free one, so
     two senders send it at once."""
@@ -507,7 +519,8 @@ PATCHES: dict[str, Callable[[], None]] = {f.__name__: f for f in (
     retry_after_ignored, backoff_without_jitter, jitter_narrowed, no_call_deadline,
     operator_move_not_written, sender_without_key, mark_sent_before_send,
     dead_letter_at_first_failure, outbox_retry_at_once, client_fails_before_sending,
-    heartbeat_inverted, group_stale_fails_all, heartbeat_one_slot, commit_not_durable)}
+    heartbeat_inverted, group_stale_fails_all, heartbeat_one_slot, commit_not_durable,
+    key_from_row_id)}
 
 #: Patches of the store: each takes the store class it breaks, SQLite's or PostgreSQL's.
 STORE_PATCHES: dict[str, Callable[[type], None]] = {f.__name__: f for f in (

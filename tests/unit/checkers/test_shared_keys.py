@@ -1,0 +1,56 @@
+"""effects-complete on an idempotency key shared by two effects: a request for one effect
+under a key the receiver had applied for another applies nothing (replayed or conflict),
+and the witness names the power cut that took back the first effect's sent mark."""
+from __future__ import annotations
+
+from builders import delivered_job, nemesis, sent_effect, snapshot_with_effects
+
+from chaos.checkers.outbox import check_effects_complete
+
+
+def cut(t, n, lost_sent):
+    return nemesis(t, "power_loss", cut=n, lost_count=7, lost_sent=lost_sent,
+                   durability_promised=False)
+
+
+def two_jobs(second_key, second_status=422, second_outcome="conflict"):
+    """doc-1's charge applied under `outbox:1`; a cut takes its sent mark back; doc-2's
+    charge then goes under `second_key`."""
+    history = delivered_job("doc-1") + sent_effect(1.6, "doc-1", "charge", 1, key="outbox:1")
+    history += sent_effect(1.7, "doc-1", "notify", 2, key="outbox:2")
+    history.append(cut(2.0, 1, [["doc-1", "charge"]]))
+    history += delivered_job("doc-2", t0=3.0)
+    history += sent_effect(3.6, "doc-2", "charge", 1, key=second_key, status=second_status,
+                           outcome=second_outcome, applied=second_outcome == "applied",
+                           mark=second_outcome != "conflict")
+    history += sent_effect(3.7, "doc-2", "notify", 2, key="doc-2:notify")
+    return history
+
+
+def test_a_key_applied_for_another_effect_fails_naming_the_cut():
+    history = two_jobs("outbox:1")
+    verdict = check_effects_complete(history, snapshot_with_effects(history))
+    assert verdict.status == "fail"
+    assert verdict.by_type.get("key-of-another-effect") == 1
+    message = verdict.failures[0].message
+    assert "job doc-2 'charge'" in message and "'outbox:1'" in message
+    assert "applied for job doc-1 'charge'" in message and "422 conflict" in message
+    assert "after power cut 1 at" in message and "doc-1 'charge''s sent mark" in message
+    request, first, power_cut = verdict.failures[0].events
+    assert (request["job"], first["job"], power_cut["type"]) == ("doc-2", "doc-1", "power_loss")
+
+
+def test_a_replayed_answer_for_another_effect_fails_too():
+    history = two_jobs("outbox:1", 200, "replayed")
+    verdict = check_effects_complete(history, snapshot_with_effects(history))
+    assert "key-of-another-effect" in verdict.by_type
+    assert "200 replayed" in verdict.failures[0].message
+
+
+def test_keys_that_name_their_effect_pass_across_the_cut():
+    # the same effect sent again under its own key after the cut: replayed, and applied once
+    history = two_jobs("doc-2:charge", 201, "applied")
+    history += sent_effect(2.5, "doc-1", "charge", 1, key="outbox:1", token=2, status=200,
+                           outcome="replayed", applied=False)
+    verdict = check_effects_complete(history, snapshot_with_effects(history))
+    assert verdict.status == "pass", verdict.reason
