@@ -1,6 +1,7 @@
 """What each SQLite store setting loses to power cuts: the settings table.
 
-    python bench/power_loss.py [--profile ci] [--seeds 1] [--only FULL/WAL,...] [--out DIR]
+    python bench/power_loss.py [--profile ci] [--seeds 1] [--only FULL/WAL,postgresql/off,...]
+                               [--out DIR]
 
 Runs scenarios/power-loss.toml (the machine's power cut under the store six times at the ci
 profile: every process killed at once, the writes no fsync covered dropped by the
@@ -20,8 +21,9 @@ summed over the seeds' cuts, per setting:
 - verdict: durable-commits (fails only where durability is promised) and any other
   invariant that failed.
 
-PostgreSQL (synchronous_commit=off) is not a row: the power cut runs on the SQLite store
-only, and a PostgreSQL data directory on the lost-fsync file system is not built yet.
+Two rows are PostgreSQL: a server the run starts, its data directory on the lost-fsync file
+system, killed with the engine at each cut and recovered from its WAL (chaos.powerloss), the
+reference engine at synchronous=FULL (synchronous_commit=on) and NORMAL (off).
 """
 from __future__ import annotations
 
@@ -31,15 +33,20 @@ import os
 import sys
 import tempfile
 from collections import Counter
+from dataclasses import replace
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from chaos.backends import Backend  # noqa: E402
 from chaos.contract import validate  # noqa: E402
+from chaos.reference.adapter import ReferenceEngine  # noqa: E402
 from chaos.reference.store_settings import JOURNALS, SYNCHRONOUS, StoreSettingsEngine  # noqa: E402
 from chaos.runner import run_campaign  # noqa: E402
 from chaos.scenario import load_scenario  # noqa: E402
 
 ROWS = [(s, j) for j in JOURNALS for s in reversed(SYNCHRONOUS)]
+#: PostgreSQL's rows: synchronous_commit, and the engine's setting that gives it
+PG_ROWS = {"on": "FULL", "off": "NORMAL"}
 
 
 def measure(run_dir: str, report: dict) -> Counter:
@@ -73,39 +80,60 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="ci")
     parser.add_argument("--seeds", type=int, default=1)
-    parser.add_argument("--only", default="", help="rows as SYNC/JOURNAL, comma-separated")
+    parser.add_argument("--only", default="", help="rows as SYNC/JOURNAL or postgresql/on|off, "
+                                                   "comma-separated")
     parser.add_argument("--out", default=None, help="run folders (default: a temporary one)")
     args = parser.parse_args(argv)
-    rows = [r for r in ROWS if not args.only or f"{r[0]}/{r[1]}" in args.only.split(",")]
+    only = args.only.split(",") if args.only else None
+    rows = [r for r in ROWS if not only or f"{r[0]}/{r[1]}" in only]
+    pg_rows = [c for c in PG_ROWS if not only or f"postgresql/{c}" in only]
     out = args.out or tempfile.mkdtemp(prefix="ninelives-power-loss-")
     scenario = load_scenario("power-loss", args.profile)
-    head = (f"{'synchronous':<12}{'journal':<9}{'promised':<9}{'cuts':>5}{'acknowledged':>13}"
+    head = (f"{'synchronous':<14}{'journal':<9}{'promised':<9}{'cuts':>5}{'acknowledged':>13}"
             f"{'lost ops':>9}{'jobs':>6}{'memos':>6}{'sent marks':>11}{'re-billed':>10}"
             f"{'dup effects':>12}  verdict")
-    print(f"power-loss, profile {args.profile}, seeds 1..{args.seeds}; run folders in {out}")
+    print(f"power-loss, profile {args.profile}, seeds 1..{args.seeds}; run folders in {out}"
+          "; postgres on|off: synchronous_commit")
     print(head)
     for sync, journal in rows:
         engine = validate(StoreSettingsEngine(sync, journal))
-        total: Counter = Counter()
-        stopped = []
-        for seed in range(1, args.seeds + 1):
-            try:
-                result = run_campaign(scenario, seed, engine,
-                                      os.path.join(out, f"{sync}-{journal}"), progress=False)
-            except Exception as exc:  # a store the cut corrupted stops the run: say so
-                stopped.append(f"seed {seed} stopped: {str(exc).splitlines()[0][:120]}")
-                continue
-            total.update(measure(result.run_dir, result.report))
-        others = sorted(k[5:] for k in total if k.startswith("fail:"))
-        verdict = ("durable-commits FAIL" if total["durable_fail"] else "durable-commits pass")
-        verdict += f"; also failed: {', '.join(others)}" if others else ""
-        verdict = "; ".join(stopped) if stopped and not total["cuts"] else verdict
-        print(f"{sync:<12}{journal:<9}{'yes' if engine.durability({})[0] else 'no':<9}"
-              f"{total['cuts']:>5}{total['acknowledged']:>13}{total['lost']:>9}"
-              f"{total['jobs']:>6}{total['memos']:>6}{total['sent']:>11}{total['rebilled']:>10}"
-              f"{total['dup_effects']:>12}  {verdict}", flush=True)
-    print("postgresql  synchronous_commit=off: not measured (the power cut runs on SQLite only)")
+        print(row(sync, journal, engine.durability({})[0],
+                  *measure_seeds(scenario, engine, os.path.join(out, f"{sync}-{journal}"),
+                                 args.seeds)), flush=True)
+    for commit in pg_rows:
+        setting = {"synchronous": PG_ROWS[commit]}
+        engine = validate(ReferenceEngine())
+        print(row(f"postgres {commit}", "WAL", engine.durability(setting)[0],
+                  *measure_seeds(replace(scenario, engine={**scenario.engine, **setting}),
+                                 engine, os.path.join(out, f"postgresql-{commit}"), args.seeds,
+                                 Backend("postgres"))), flush=True)
     return 0
+
+
+def measure_seeds(scenario, engine, out: str, seeds: int,
+                  backend: Backend = Backend()) -> tuple[Counter, list[str]]:
+    """The figures summed over seeds 1..`seeds`, and the runs that stopped, saying why."""
+    total: Counter = Counter()
+    stopped = []
+    for seed in range(1, seeds + 1):
+        try:
+            result = run_campaign(scenario, seed, engine, out, progress=False, backend=backend)
+        except Exception as exc:  # a store the cut corrupted stops the run: say so
+            stopped.append(f"seed {seed} stopped: {str(exc).splitlines()[0][:120]}")
+            continue
+        total.update(measure(result.run_dir, result.report))
+    return total, stopped
+
+
+def row(sync: str, journal: str, promised: bool, total: Counter, stopped: list[str]) -> str:
+    others = sorted(k[5:] for k in total if k.startswith("fail:"))
+    verdict = ("durable-commits FAIL" if total["durable_fail"] else "durable-commits pass")
+    verdict += f"; also failed: {', '.join(others)}" if others else ""
+    verdict = "; ".join(stopped) if stopped and not total["cuts"] else verdict
+    return (f"{sync:<14}{journal:<9}{'yes' if promised else 'no':<9}"
+            f"{total['cuts']:>5}{total['acknowledged']:>13}{total['lost']:>9}"
+            f"{total['jobs']:>6}{total['memos']:>6}{total['sent']:>11}{total['rebilled']:>10}"
+            f"{total['dup_effects']:>12}  {verdict}")
 
 
 if __name__ == "__main__":
