@@ -16,6 +16,7 @@ from ..history import Event
 from ..schema import reads
 from .index import readings
 from .effects import Effect, OutboxIndex
+from .shared_keys import judge_shared_keys
 from .ops import TOL, capable, is_job, machine_slack
 from .verdict import Verdict
 
@@ -305,7 +306,7 @@ def check_effects_complete(history: list[Event], snapshot: dict[str, Any]) -> Ve
         return verdict.unknown("outbox rows were marked sent but neither the history nor the "
                                "snapshot says what the receiver applied (receiver ledger missing)")
     applied = _applied(snapshot, idx)
-    _judge_shared_keys(verdict, history, idx)
+    judge_shared_keys(verdict, history, idx)
     # A pipeline that declares no effects has no rows to expect.
     declared = set(pipeline.get("effects") or ())
     expects_rows = bool(declared) or bool(rows_by_job)
@@ -342,45 +343,6 @@ def check_effects_complete(history: list[Event], snapshot: dict[str, Any]) -> Ve
                        "dead_lettered_early": early,
                        "applied_effects": len(applied["effects"]), "drained": drained}
     return verdict
-
-
-def _judge_shared_keys(verdict: Verdict, history: list[Event], idx: OutboxIndex) -> None:
-    """An effect posted under an idempotency key the receiver had already applied for
-    another effect is not applied by that request: the receiver answers with the other's
-    outcome (replayed) or refuses it (conflict). One failure per (effect, key), naming the
-    last power cut between the two: a key reused after a cut took back the row that had it."""
-    owner: dict[str, Event] = {}  # key -> the request that first applied it
-    for requests in idx.requests.values():
-        for r in requests:
-            if r.get("applied") and r.get("key") is not None and r.get("job") is not None:
-                if r["key"] not in owner or r["t_start"] < owner[r["key"]]["t_start"]:
-                    owner[r["key"]] = r
-    cuts = [e for e in history if e.get("src") == "nemesis" and e.get("type") == "power_loss"]
-    judged = set()
-    for (job, kind), requests in sorted(idx.requests.items(), key=lambda i: str(i[0])):
-        for r in requests:
-            first = owner.get(r.get("key"))
-            if first is None or (first.get("job"), first.get("kind")) == (job, kind) or \
-                    first["t_start"] > r["t_start"] or (job, kind, r["key"]) in judged:
-                continue
-            judged.add((job, kind, r["key"]))
-            between = [c for c in cuts if first["t_start"] <= c["t"] <= r["t_start"]]
-            # the cut that took back the first effect's sent mark, else the last one
-            lost = [c for c in between if [first.get("job"), first.get("kind")] in
-                    (c.get("lost_sent") or [])]
-            between = lost[-1:] or between[-1:]
-            cut = (f"; the key was given again after power cut {between[0].get('cut')} at "
-                   f"{_at(between[0]['t'], idx)}, which took back "
-                   f"{between[0].get('lost_count', 0)} acknowledged operation(s)"
-                   + (f", job {first.get('job')} {first.get('kind')!r}'s sent mark among them"
-                      if lost else "") if between else "")
-            verdict.fail("key-of-another-effect",
-                         f"job {job} {kind!r} was posted at {_at(r['t_start'], idx)} under "
-                         f"idempotency key {r['key']!r}, which the receiver had applied for job "
-                         f"{first.get('job')} {first.get('kind')!r} at "
-                         f"{_at(first['t_start'], idx)}: answered {r.get('status')} "
-                         f"{r.get('outcome')}, that request did not apply it{cut}",
-                         r, first, *between)
 
 
 def _delivered_effects_without_rows(verdict: Verdict, history: list[Event],
