@@ -233,8 +233,10 @@ class AimWatch:
 
     def _release(self, held: Held, reason: str, **details: Any) -> None:
         self.held.pop(held.pid, None)
-        self._continue(held.pid)
-        self._log_release(held, reason, time.time(), **details)
+        # Stamped before the process goes on: it may stop at its next hold point and log
+        # that hold before a time read after this call, and the hold would then seem to
+        # begin before this one ended (a checker pairing holds and releases lost the first).
+        self._log_release(held, reason, self._continue(held.pid), **details)
 
     def _log_release(self, held: Held, reason: str, now: float, **details: Any) -> None:
         self.record({"t": now, "src": "nemesis", "type": "release", "aim": held.target.index,
@@ -243,15 +245,17 @@ class AimWatch:
                      "held": round(now - held.t, 3),
                      **details})
 
-    def _continue(self, pid: int) -> None:
-        """SIGCONT `pid` once it is stopped (or gone)."""
+    def _continue(self, pid: int) -> float:
+        """SIGCONT `pid` once it is stopped (or gone); returns the time read just before."""
         deadline = time.time() + STOP_WAIT
         while time.time() < deadline and not _stopped_or_gone(pid):
             time.sleep(0.002)
+        now = time.time()
         try:
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
+        return now
 
     def _child(self, pid: int) -> Any:
         return next((c for c in self.children() if c.pid == pid and c.alive()), None)

@@ -16,6 +16,7 @@ import pytest
 from chaos import aim as aims
 from chaos.aim import Aim, Target
 from chaos.aim_watch import AimWatch, _stopped_or_gone
+from chaos.checkers.ops import harness_windows
 from chaos.plan import FaultPlan
 from chaos.reference.adapter import ReferenceEngine
 from chaos.scenario import ScenarioError, check_aims, load_scenario
@@ -313,6 +314,41 @@ def test_the_watch_holds_until_takeover_then_continues(tmp_path):
             proc.kill()
             proc.wait()
     assert [e["type"] for e in events] == ["hold", "release"]
+
+
+def test_a_release_is_stamped_before_the_process_goes_on(tmp_path, monkeypatch):
+    """A process held again at once (the child stops at after_call twice) logs its second
+    hold after the first release: the release's time is read before the SIGCONT, so the
+    history's order pairs each hold with its own release (a release stamped after it, behind
+    the next hold, left the checkers a pause of a few microseconds instead of the hold)."""
+    import chaos.aim_watch as aim_watch
+    sent, kill = [], os.kill
+
+    def kill_and_stamp(pid, sig):
+        if sig == signal.SIGCONT:
+            sent.append(time.time())
+        kill(pid, sig)
+    monkeypatch.setattr(aim_watch.os, "kill", kill_and_stamp)
+    watch, log, events, children = _watch(
+        tmp_path, Aim("role:after_call", until=0.1, times=2, deadline=5.0), _Ops())
+    proc = _held_child(tmp_path, log)
+    children.append(_Child(proc, "worker-0.1"))
+    watch.start()
+    try:
+        out, _ = proc.communicate(timeout=15)
+        assert out.strip() == "went on"
+    finally:
+        watch.heal()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    holds = [e for e in events if e["type"] == "hold"]
+    releases = [e for e in events if e["type"] == "release"]
+    assert [h["job"] for h in holds] == ["doc-2", "doc-1"] and len(releases) == 2
+    assert all(r["t"] <= min(t for t in sent if t >= h["t"]) for h, r in zip(holds, releases))
+    assert releases[0]["t"] < holds[1]["t"]
+    pauses = harness_windows(sorted(events, key=lambda e: e["t"]))["pauses"]
+    assert [(a, b) for _, a, b in pauses] == [(h["t"], r["t"]) for h, r in zip(holds, releases)]
 
 
 def test_a_hold_whose_condition_never_comes_ends_at_its_deadline(tmp_path):
