@@ -174,11 +174,27 @@ def _lease_end(claim: Event, rows: list[Event], settings: dict[str, Any]) -> flo
     return until
 
 
+def _taken_back(effect: Effect, requests: list[Event], causes: list[str | None],
+                cuts: list[Event]) -> list[str | None]:
+    """`causes`, with "power-cut" for a clean request whose sent mark a power cut took back
+    (the cut's `lost_sent` names the effect, and it fell before the effect's next request):
+    the store then says the effect was never sent, and sending it again is the engine's
+    duty."""
+    marks = [c["t"] for c in cuts if list(effect) in (c.get("lost_sent") or [])]
+    out = list(causes)
+    for i, request in enumerate(requests):
+        until = requests[i + 1]["t_start"] if i + 1 < len(requests) else float("inf")
+        if out[i] is None and any(request["t_start"] <= t <= until for t in marks):
+            out[i] = "power-cut"
+    return out
+
+
 def _describe(request: Event, cause: str | None, idx: OutboxIndex) -> str:
     answer = f"{request.get('status')} {request.get('outcome')}"
     note = {"answer": "ambiguous answer", "sender-killed": "sender killed before marking it",
             "lease-taken": "sender's lease taken before marking it",
-            "lease-lapsed": "sent after the sender's lease ran out"}.get(cause, "clean")
+            "lease-lapsed": "sent after the sender's lease ran out",
+            "power-cut": "its sent mark taken back by a power cut"}.get(cause, "clean")
     return f"#{request.get('n')} at {_at(request['t_start'], idx)} by {request.get('worker')}: " \
            f"{answer} ({note})"
 
@@ -197,6 +213,7 @@ def check_outbox_bounded(history: list[Event], snapshot: dict[str, Any]) -> Verd
     settings = snapshot["settings"]
     slack = machine_slack(snapshot.get("clock"))
     applied_elsewhere = Counter((a["job"], a["kind"]) for a in snapshot["receiver_applied"])
+    cuts = [e for e in history if e.get("src") == "nemesis" and e.get("type") == "power_loss"]
     effects = sorted(set(idx.requests) | {(r["job"], r["kind"]) for r in rows},
                      key=lambda e: (str(e[0]), str(e[1])))
     histogram: dict[str, Counter] = defaultdict(Counter)
@@ -204,8 +221,9 @@ def check_outbox_bounded(history: list[Event], snapshot: dict[str, Any]) -> Verd
     for effect in effects:
         requests = idx.requests.get(effect, [])
         histogram[effect[1]][len(requests)] += 1
-        causes = [_ambiguity(r, idx.rows.get(effect, []), idx, settings, slack)
-                  for r in requests]
+        causes = _taken_back(effect, requests, [
+            _ambiguity(r, idx.rows.get(effect, []), idx, settings, slack) for r in requests],
+            cuts)
         ambiguous.update(c for c in causes if c)
         _judge_attempts(verdict, effect, requests, causes, idx)
         _judge_applied(verdict, effect, requests, applied_elsewhere.get(effect, 0), idx)

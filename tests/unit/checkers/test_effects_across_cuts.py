@@ -1,11 +1,14 @@
-"""effects-complete on an idempotency key shared by two effects: a request for one effect
-under a key the receiver had applied for another applies nothing (replayed or conflict),
-and the witness names the power cut that took back the first effect's sent mark."""
+"""Effects across a power cut, on hand-made histories. effects-complete on an idempotency key
+shared by two effects: a request for one effect under a key the receiver had applied for
+another applies nothing (replayed or conflict), and the witness names the power cut that
+took back the first effect's sent mark. outbox-bounded: a resend is allowed once a cut took
+the effect's sent mark back, and only then."""
 from __future__ import annotations
 
-from builders import delivered_job, nemesis, sent_effect, snapshot_with_effects
+from builders import (delivered_job, delivered_with_effects, nemesis, sent_effect,
+                      snapshot_with_effects)
 
-from chaos.checkers.outbox import check_effects_complete
+from chaos.checkers.outbox import check_effects_complete, check_outbox_bounded
 
 
 def cut(t, n, lost_sent):
@@ -54,3 +57,27 @@ def test_keys_that_name_their_effect_pass_across_the_cut():
                            outcome="replayed", applied=False)
     verdict = check_effects_complete(history, snapshot_with_effects(history))
     assert verdict.status == "pass", verdict.reason
+
+
+# -- outbox-bounded across a cut ---------------------------------------------------------------
+
+def resent_after(lost_sent):
+    """doc-1's charge sent cleanly and marked, then (a cut at 2.0) sent again under its key."""
+    history = delivered_with_effects("doc-1")
+    history.append(cut(2.0, 1, lost_sent))
+    history += sent_effect(2.5, "doc-1", "charge", 1, token=2, status=200, outcome="replayed",
+                           applied=False)
+    return history
+
+
+def test_a_resend_after_a_cut_took_back_the_sent_mark_is_allowed():
+    history = resent_after([["doc-1", "charge"]])
+    verdict = check_outbox_bounded(history, snapshot_with_effects(history))
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["ambiguous"] == {"power-cut": 1}
+
+
+def test_a_cut_that_kept_the_sent_mark_excuses_no_resend():
+    history = resent_after([["doc-1", "notify"]])
+    verdict = check_outbox_bounded(history, snapshot_with_effects(history))
+    assert verdict.by_type == {"too-many-attempts": 1}
