@@ -130,7 +130,7 @@ CATALOG: tuple[Mutant, ...] = (
            "poison although the provider refused nothing", ("retry-discipline",), "smoke"),
     Mutant("heartbeat_inverted",
            "the worker builds its heartbeat only when heartbeat is off", ("lease-kept",),
-           "lost-lease"),
+           "mutants/slow-calls"),
     Mutant("group_stale_fails_all",
            "a group commit lets one slot's stale write roll back every slot's write of the "
            "group", ("cost-accounted", "lease-kept"), "mutants/slot-zombies"),
