@@ -254,6 +254,9 @@ def _check_calls_leased(verdict: Verdict, history: list[Event], snapshot: dict, 
     with TOL."""
     tl = readings(history).timeline(snapshot["pipeline"])
     judged = 0
+    # claims a power cut took back, by (job, worker): the store no longer shows them
+    cut_claims = [(c["t"], {tuple(x) for x in c.get("lost_claims") or ()}) for c in history
+                  if c.get("src") == "nemesis" and c.get("type") == "power_loss"]
     for (job, step), entries in tl.calls.items():
         holds = [h for h in tl.holdings.get(job, []) if h.step["name"] == step]
         for _, _, call, _ in entries:
@@ -265,6 +268,9 @@ def _check_calls_leased(verdict: Verdict, history: list[Event], snapshot: dict, 
             if any(h.write is None or h.write["t"] >= t - TOL for h in mine):
                 continue
             last = mine[-1] if mine else None
+            if last is None and any(ct >= t and (job, worker) in lost
+                                    for ct, lost in cut_claims):
+                continue  # its claim was there until a power cut took it back
             why = ("it never claimed that step" if last is None else
                    f"its own write at {at(last.write['t'])} had ended its claim of "
                    f"{at(last.start['t'])}")

@@ -147,6 +147,10 @@ def cut(nemesis: Any, event: dict[str, Any]) -> None:
                                                     and "step" in e})],
             "lost_sent": [list(x) for x in sorted({(e["job"], str(e.get("kind"))) for e in lost
                                                    if e.get("type") == "effect_sent"})],
+            # a claim gone: the calls made under it are no longer the store's (fenced-writes)
+            "lost_claims": [list(x) for x in sorted({(e["job"], str(e.get("worker")))
+                                                     for e in lost
+                                                     if e.get("type") == "claimed"})],
             **{f"durability_{k}": v for k, v in
                durability(nemesis.engine, nemesis.scenario.engine).items()},
             "read_seconds": round(killed - started, 3), "seconds": round(time.time() - started, 3)})

@@ -64,12 +64,6 @@ NOT_CAUGHT_ON_POSTGRES: dict[str, str] = {
         "on, never giving a lost row's id to another row"),
 }
 
-#: Scenarios whose store settings promise no durability: a cut takes back claims and sent
-#: marks that the fakes' ledgers keep, which fenced-writes and outbox-bounded read as the
-#: engine's own (the settings table in README). The reference must pass there what the
-#: mutants of the scenario are caught by.
-NOT_DURABLE = {"mutants/power-loss-normal"}
-
 
 def campaign(scenario: str, spec: str, seed: int, out, profile: str = PROFILE,
              server=None) -> dict:
@@ -274,11 +268,6 @@ def test_reference_engine_passes_the_runs_that_catch_the_mutants(scenario, backe
     runs = sorted({(m.seed, m.profile) for m in CATALOG if m.scenario == scenario})
     for seed, profile in runs:
         report = campaign(scenario, "reference", seed, tmp_path / profile, profile, server)
-        if scenario in NOT_DURABLE:
-            judged = {n for m in CATALOG if m.scenario == scenario for n in m.expect}
-            assert {v["name"]: v["verdict"] for v in report["verdicts"]
-                    if v["name"] in judged} == dict.fromkeys(judged, "pass"), explain(report)
-            continue
         assert report["result"] == "pass", (
             f"the reference engine fails {scenario} seed {seed} ({profile}, {backend}): "
             f"{explain(report)}")

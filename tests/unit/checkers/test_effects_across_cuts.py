@@ -2,13 +2,18 @@
 shared by two effects: a request for one effect under a key the receiver had applied for
 another applies nothing (replayed or conflict), and the witness names the power cut that
 took back the first effect's sent mark. outbox-bounded: a resend is allowed once a cut took
-the effect's sent mark back, and only then."""
+the effect's sent mark back, and only then. fenced-writes: a call made under a claim a cut
+took back is not a call without a lease."""
 from __future__ import annotations
 
-from builders import (delivered_job, delivered_with_effects, nemesis, sent_effect,
-                      snapshot_with_effects)
+from builders import (W1, call, delivered_job, delivered_with_effects, nemesis, sent_effect,
+                      snapshot_of, snapshot_with_effects)
 
+from chaos.checkers.leases import check_fenced_writes
 from chaos.checkers.outbox import check_effects_complete, check_outbox_bounded
+from chaos.history import merge
+
+DOC = "doc-1"
 
 
 def cut(t, n, lost_sent):
@@ -81,3 +86,22 @@ def test_a_cut_that_kept_the_sent_mark_excuses_no_resend():
     history = resent_after([["doc-1", "notify"]])
     verdict = check_outbox_bounded(history, snapshot_with_effects(history))
     assert verdict.by_type == {"too-many-attempts": 1}
+
+
+# -- fenced-writes across a cut ----------------------------------------------------------------
+
+def call_of_a_lost_claim(lost_claims):
+    """W1's claim of DOC's fetch is gone from the store (the audit shows none); it called
+    the provider at 1.1; a cut at 1.5 lists the claims it took back."""
+    made = {**call(1.1, 1.2, DOC, "fetch", W1), "pid": 101}  # tied to W1's process
+    return [made, nemesis(1.5, "power_loss", cut=1, lost_count=1, lost_claims=lost_claims)]
+
+
+def test_a_call_under_a_claim_a_cut_took_back_is_not_a_call_without_lease():
+    history = merge(call_of_a_lost_claim([[DOC, W1]]))
+    verdict = check_fenced_writes(history, snapshot_of(history))
+    assert "call-without-lease" not in verdict.by_type, verdict.reason
+    assert verdict.metrics["calls_judged"] == 1
+    history = merge(call_of_a_lost_claim([[DOC, "worker:host:999:ffff"]]))  # another's
+    verdict = check_fenced_writes(history, snapshot_of(history))
+    assert verdict.by_type.get("call-without-lease") == 1
