@@ -73,7 +73,7 @@ def store_mount(scenario: Any, run_dir: str, server: Any = None) -> Iterator[Mou
             yield mount
         return
     # the server runs as its own user: its mount point where that user can reach it
-    mountpoint = tempfile.mkdtemp(prefix="ninelives-powerloss-")
+    mountpoint = tempfile.mkdtemp(prefix=f"ninelives-powerloss-{os.path.basename(run_dir)}-")
     os.chmod(mountpoint, 0o755)
     try:
         # copied to the disk before the mount: the cluster itself survives every cut
