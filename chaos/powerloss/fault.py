@@ -181,8 +181,16 @@ def _server_reading(nemesis: Any, victims: list[Any]) -> list[dict[str, Any]]:
     synchronous_commit=off; started again to be read, it would checkpoint them."""
     for child in victims:
         nemesis.supervisor.signal(child, signal.SIGSTOP)
-    nemesis.server.stop_wal_writer()
-    return nemesis.engine.operations(nemesis.db)
+    writer = nemesis.server.stop_wal_writer()
+    try:
+        return nemesis.engine.operations(nemesis.db)
+    except BaseException:  # no cut then: everything runs on as it was
+        for child in victims:
+            nemesis.supervisor.signal(child, signal.SIGCONT)
+        if writer is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(writer, signal.SIGCONT)
+        raise
 
 
 def _key(e: dict[str, Any]) -> str:
