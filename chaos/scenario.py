@@ -113,8 +113,9 @@ class Faults:
     # --backend postgres, on any server: one job's row held locked (SELECT ... FOR UPDATE)
     row_lock: float = 0.0                 # holds per second, of a job a worker holds (or any)
     row_lock_seconds: float = 1.0         # how long another transaction holds the row
-    power_loss: float = 0.0               # power cuts per second, evenly spread (SQLite, FUSE):
-                                          # every engine process killed at once, the store's
+    power_loss: float = 0.0               # power cuts per second, evenly spread (FUSE; on
+                                          # PostgreSQL a server the run starts): every engine
+                                          # process and the store's server killed at once, the
                                           # writes no fsync covered dropped (chaos.powerloss)
     power_loss_mode: str = "mixed"        # all, torn-seq, torn-op, or mixed (cut by cut)
 
