@@ -335,6 +335,9 @@ class Worker:
             # Paused (or slow) past the lease before paying: another worker may own the step
             # by now. Do not call; the next owner will.
             raise LeaseLost(claim.job_id, f"about to call for step {claim.step.name!r}")
+        if self.heartbeat is not None and self.runner.makes_call(claim.step.name) and \
+                claim.lease_until - started < self.heartbeat.every:
+            claim = self._renew_before_call(claim)
         watch = None
         try:
             with self._heartbeat(claim) as watch:
@@ -350,6 +353,24 @@ class Worker:
         self.stats.add("steps")
         return self._complete(claim, json.dumps(result.output, sort_keys=True),
                               result.cost or 0.0, conclusion, spend, watch)
+
+    def _renew_before_call(self, claim: Claim) -> Claim:
+        """Renew a lease that would run out before the heartbeat's first beat for the call
+        (it beats for a call watched half an interval, at its next tick): a worker slowed
+        between its claim and its call (a loaded machine) would otherwise call with a lease
+        that runs out under it. Raises LeaseLost when the lease was taken; a busy store
+        leaves the renewal to the heartbeat."""
+        crashpoint("worker.heartbeat")
+        now = self.clock.now()  # after the point, as the heartbeat's own (Heartbeat._beat_one)
+        try:
+            kept = self.store.heartbeat(claim.job_id, claim.lease_token, now,
+                                        self.config.lease, self.id)
+        except StoreBusy:
+            return claim
+        if not kept:
+            raise LeaseLost(claim.job_id, f"renewing the lease to call for step "
+                                          f"{claim.step.name!r}")
+        return dataclasses.replace(claim, lease_until=now + self.config.lease)
 
     def _complete(self, claim: Claim, output: str | None, cost: float, conclusion,
                   spend: Spend | None, watch: Watch | None = None) -> Claim | None:

@@ -205,6 +205,52 @@ def test_a_lease_lost_mid_call_keeps_the_memo_but_not_the_transition(store, conf
     assert [(s["outcome"], s["worker"]) for s in spend_rows(store)] == [("ok", "w1")]
 
 
+class _IdleThread:
+    """A heartbeat thread that never beats: only the worker's own renewals write the lease."""
+
+    def __init__(self, **kwargs):
+        pass
+
+    def start(self):
+        pass
+
+
+@pytest.mark.parametrize("slowed, renewals", [(4.8, 1), (3.0, 0)])
+def test_a_call_begun_with_less_than_a_beat_of_lease_left_renews_it_first(
+        store, config, clock, pipeline, monkeypatch, slowed, renewals):
+    """Claimed with a 5 s lease and slowed 4.8 s before its call (0.2 s left, less than the
+    1 s heartbeat interval, before which the heartbeat's first beat need not come), the
+    worker renews the lease itself before calling: the call runs under a whole lease. With
+    2 s left it leaves the renewal to the heartbeat (no write of its own)."""
+    import dataclasses
+    beating = dataclasses.replace(config, heartbeat=True, heartbeat_interval=1.0)
+    store.submit("job-1", pipeline, DOC, clock.now())
+    leases_at_call = []
+    read_input, renew = store.input_for, store.heartbeat
+    beats = []
+
+    def slow_input(claim, pipe):
+        clock.advance(slowed)  # the claim-to-call path of a loaded machine
+        return read_input(claim, pipe)
+
+    def counted(*args, **kwargs):
+        beats.append(clock.now())
+        return renew(*args, **kwargs)
+
+    def lease_at_call():
+        leases_at_call.append(store.job("job-1")["lease_until"] - clock.now())
+        return CallResult(FETCHED, 0.001)
+
+    monkeypatch.setattr(store, "input_for", slow_input)
+    monkeypatch.setattr(store, "heartbeat", counted)
+    worker = Worker(store, beating, runner=ScriptedSteps(fetch=[lease_at_call]), clock=clock,
+                    rng=random.Random(3), worker_id="w1", beat_thread=_IdleThread)
+    claimed_at = clock.now()
+    worker.work(store.claim(pipeline, "w1", claimed_at, beating.lease, beating.max_claims))
+    assert beats == [claimed_at + slowed] * renewals  # one renewal, right before the call
+    assert leases_at_call == [pytest.approx(beating.lease if renewals else 5.0 - slowed)]
+
+
 def test_a_write_kept_out_by_the_lock_tries_until_its_lease_ends_and_never_loses_the_spend(
         store, clock, make_worker, monkeypatch):
     """The lock is held from the claim for a minute, past the lease (5 s) and past ten busy
