@@ -3,7 +3,7 @@ a run killed halfway left (report.json's start record, the plan and the scenario
 runner's events, the ledgers, the engine's database), and a history file cut short.
 
 A killed run has no history.jsonl and no snapshot.json: both are rebuilt from the sources
-the run appended to as it went (`chaos.runner.collect_history`, the engine's rows). Its
+the run appended to as it went (`chaos.collect.collect_history`, the engine's rows). Its
 verdicts, and a torn history's, are judged by `chaos.checkers.verdict.judge_incomplete`.
 """
 from __future__ import annotations
@@ -88,7 +88,7 @@ def load_run(run: str) -> SavedRun:
         history, tear = load_history(history_path, end if isinstance(end, (int, float))
                                      else None)
     elif partial:
-        from .runner import collect_history
+        from .collect import collect_history
         engine = engine or _engine(report)
         from .backends import saved_target
         history, tear = collect_history(run, engine, _recorded(run),

@@ -176,7 +176,7 @@ def test_a_timed_outage_refuses_every_call_in_its_window_and_defers_outside_it()
             TimedOutage(seconds)
 
 
-# -- tying the fakes' requests to the harness's processes (chaos.runner.attribute_callers) --
+# -- tying the fakes' requests to the harness's processes (chaos.collect.attribute_callers) --
 
 class _SlotEngine:
     """An adapter whose worker ids name a slot, not a process (as DBOS's executor ids do)."""
@@ -193,7 +193,7 @@ class _PidEngine:
 
 
 def test_a_request_naming_no_worker_gets_its_callers_process_and_worker():
-    from chaos.runner import attribute_callers
+    from chaos.collect import attribute_callers
     spawned = [{"src": "process", "type": "spawn", "name": "worker-1.4", "role": "worker",
                 "slot": 1, "pid": 4242}]
     requests = [{"server": "provider", "worker": None, "caller_pid": 4242},
@@ -206,7 +206,7 @@ def test_a_request_naming_no_worker_gets_its_callers_process_and_worker():
 
 
 def test_a_request_naming_its_worker_keeps_the_adapters_word_for_its_process():
-    from chaos.runner import attribute_callers
+    from chaos.collect import attribute_callers
     spawned = [{"src": "process", "type": "spawn", "role": "worker", "slot": 0, "pid": 7}]
     requests = [{"worker": "w:host:12", "caller_pid": 7}]
     attribute_callers(requests, _PidEngine(), spawned)
