@@ -128,8 +128,8 @@ PG_OUTBOX_CLAIM = "\nWITH due AS (\n  SELECT id FROM outbox"
 
 def _postgres_constant(name: str) -> Callable[[], str]:
     def read() -> str:
-        from engine.store import postgres
-        return getattr(postgres, name)
+        from engine.store import postgres_claims
+        return getattr(postgres_claims, name)
     return read
 
 
