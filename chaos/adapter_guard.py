@@ -24,7 +24,7 @@ import sys
 import traceback
 from typing import Any, Callable, Iterable
 
-from .runfiles import REDACTED, SECRET_WORDS
+from chaos.runfiles import REDACTED, SECRET_WORDS
 
 #: The file in a run folder that holds an adapter's traceback.
 TRACEBACK_FILE = "adapter-error.txt"
@@ -233,7 +233,7 @@ def read_by_schema(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
     is read (`chaos.schema.read_operations`, which also fills in absent defaulted fields, or
     `read_snapshot`): an answer the harness cannot read raises OperationError, which the
     guard reports as the adapter's error (exit 2), never as a checker's crash."""
-    from .schema import read_operations, read_snapshot
+    from chaos.schema import read_operations, read_snapshot
     check = read_operations if name == "operations" else read_snapshot
 
     def read(*args: Any, **kwargs: Any) -> Any:

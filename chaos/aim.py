@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any, Iterable
 
-from . import crashpoints
+from chaos import crashpoints
 
 ACTIONS = ("hold", "expire")
 TAKEOVER = "takeover"

@@ -22,9 +22,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import aim as aims
-from .adapter_guard import described
-from .history import Event
+from chaos import aim as aims
+from chaos.adapter_guard import described
+from chaos.history import Event
 
 POLL = 0.02
 #: Seconds between two reads of the engine's operations while a hold waits for a takeover.

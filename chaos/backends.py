@@ -218,7 +218,7 @@ def add_backend_flags(parser: Any, runs: str = "the run") -> None:
 
 @contextmanager
 def _own_server(serving: str = "the run") -> Iterator[Any]:
-    from .pgserver import PostgresServer, ServerError
+    from chaos.pgserver import PostgresServer, ServerError
     try:
         server = PostgresServer().start()
     except ServerError as exc:

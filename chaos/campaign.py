@@ -23,9 +23,9 @@ import time
 from collections import Counter
 from typing import Any, Iterable
 
-from .report import RESULTS
-from .runfiles import write_json
-from .shards import WHOLE, Shard
+from chaos.report import RESULTS
+from chaos.runfiles import write_json
+from chaos.shards import WHOLE, Shard
 
 CAMPAIGN_SCHEMA = "ninelives.campaign/1"
 CAMPAIGN_FILE = "campaign.json"
@@ -215,7 +215,7 @@ def write_campaign(folder: str, record: dict[str, Any]) -> list[str]:
     os.makedirs(folder, exist_ok=True)
     paths = [write_json(os.path.join(folder, CAMPAIGN_FILE), record)]
     try:
-        from .render.campaign import render_campaign
+        from chaos.render.campaign import render_campaign
         paths += render_campaign(folder, record)
     except Exception as exc:  # noqa: BLE001 - the record is what matters
         print(f"warning: the campaign's pages could not be rendered: "

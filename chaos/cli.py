@@ -34,10 +34,10 @@ import os
 import sys
 from typing import Sequence
 
-from .backends import add_backend_flags
-from .flags import SEEDS_HELP, at_least, parse_seconds, seeds
-from .limits import MAX_JOBS, MAX_WORKERS
-from .shards import SHARD_HELP, shard
+from chaos.backends import add_backend_flags
+from chaos.flags import SEEDS_HELP, at_least, parse_seconds, seeds
+from chaos.limits import MAX_JOBS, MAX_WORKERS
+from chaos.shards import SHARD_HELP, shard
 
 EXIT_ERROR = 2
 
@@ -110,30 +110,30 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"worker processes (default 2, at most {MAX_WORKERS})")
     p.add_argument("--seed", type=int, default=1, help="the seed of the documents (default 1)")
     p.add_argument("--out", default="reports/demo", help="where the demo's folder goes")
-    from .sim.cli import add_parser as add_sim_parser
+    from chaos.sim.cli import add_parser as add_sim_parser
     add_sim_parser(sub)
-    from .explore.cli import add_parser as add_explore_parser
+    from chaos.explore.cli import add_parser as add_explore_parser
     add_explore_parser(sub)
-    from .mutants.matrix import add_parser as add_mutants_parser
+    from chaos.mutants.matrix import add_parser as add_mutants_parser
     add_mutants_parser(sub)
-    from .doctor import add_parser as add_doctor_parser
+    from chaos.doctor import add_parser as add_doctor_parser
     add_doctor_parser(sub)
-    from .merge import add_parser as add_merge_parser
+    from chaos.merge import add_parser as add_merge_parser
     add_merge_parser(sub)
-    from .annotate import add_parser as add_annotate_parser
+    from chaos.annotate import add_parser as add_annotate_parser
     add_annotate_parser(sub)
-    from .score import add_arguments as add_score_arguments
+    from chaos.score import add_arguments as add_score_arguments
     add_score_arguments(sub.add_parser(
         "score", help="the mutation score: one-line bugs in the engine the harness catches"))
     return parser
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .backends import Backend
-    from .contract import load_engine
-    from .report_text import summary
-    from .runner import run_campaign
-    from .scenario import load_scenario, parse_engine_set
+    from chaos.backends import Backend
+    from chaos.contract import load_engine
+    from chaos.report_text import summary
+    from chaos.runner import run_campaign
+    from chaos.scenario import load_scenario, parse_engine_set
     backend = Backend(args.backend, args.pg_url)  # BackendError (exit 2) names the flag
     engine = load_engine(args.engine)
     scenario = load_scenario(args.scenario, args.profile, engine,
@@ -141,7 +141,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.shard is not None and args.seeds is None:
         raise ValueError(f"--shard {args.shard} splits --seeds A..B among shards; give --seeds")
     if args.seeds is not None:
-        from .seed_runs import run_seeds
+        from chaos.seed_runs import run_seeds
         return run_seeds(args, scenario, engine, backend)
     print(f"ninelives run {scenario.name} (profile {scenario.profile}, seed {args.seed}, "
           f"engine {args.engine}, backend {backend.name}): {scenario.run.jobs} jobs, "
@@ -150,8 +150,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = run_campaign(scenario, args.seed, engine, args.out, engine_spec=args.engine,
                           backend=backend, progress=not args.quiet)
     if args.require_exercised:
-        from .report import require_exercised, write_report
-        from .runner import render_reports
+        from chaos.report import require_exercised, write_report
+        from chaos.runner import render_reports
         write_report(result.run_dir, require_exercised(result.report))
         render_reports(result.run_dir)
     print(summary(result.report))
@@ -164,25 +164,25 @@ def cmd_run(args: argparse.Namespace) -> int:
 def load_report(run: str) -> dict:
     """report.json of a run folder (a partial one, of a killed run, marked so); raises
     ValueError naming the file."""
-    from .saved import load_report as load
+    from chaos.saved import load_report as load
     return load(run)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from .backends import Backend
-    from .contract import load_engine
-    from .plan import FaultPlan
-    from .report import RESULTS
-    from .runner import run_campaign
-    from .scenario import load_scenario
-    from .supervisor import evidence_in
+    from chaos.backends import Backend
+    from chaos.contract import load_engine
+    from chaos.plan import FaultPlan
+    from chaos.report import RESULTS
+    from chaos.runner import run_campaign
+    from chaos.scenario import load_scenario
+    from chaos.supervisor import evidence_in
     from contextlib import nullcontext
     if args.tries < 1:
         raise ValueError(f"--tries must be at least 1, got {args.tries}")
     report = load_report(args.run)
     engine = load_engine(report["engine"])
     # The settings the run was given on the command line, over the file's [engine] table
-    from .runfiles import REDACTED
+    from chaos.runfiles import REDACTED
     given = {k: v for k, v in (report["scenario"].get("engine_set") or {}).items()
              if v != REDACTED}  # a secret was not kept: the engine's default, or its env
     scenario = load_scenario(report["scenario"]["path"], report["profile"], engine, given)
@@ -223,9 +223,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .recheck import check_folder_lines, keep_check, now, recheck
-    from .report_text import incomplete_lines, result_line, situations_lines, verdict_table
-    from .saved import load_run
+    from chaos.recheck import check_folder_lines, keep_check, now, recheck
+    from chaos.report_text import incomplete_lines, result_line, situations_lines, verdict_table
+    from chaos.saved import load_run
     saved = load_run(args.run)
     report = recheck(saved, args.require_exercised, now())
     paths = keep_check(saved, report)
@@ -240,11 +240,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .backends import Backend, check_backend, command_backend
-    from .contract import load_engine
-    from .latency import parse_latency
-    from .scenario import load_scenario
-    from .sweep import run_sweep, table
+    from chaos.backends import Backend, check_backend, command_backend
+    from chaos.contract import load_engine
+    from chaos.latency import parse_latency
+    from chaos.scenario import load_scenario
+    from chaos.sweep import run_sweep, table
     backend = Backend(args.backend, args.pg_url)  # BackendError (exit 2) names the flag
     try:
         leases = sorted({parse_seconds(x) for x in args.lease.split(",") if x.strip()})
@@ -275,8 +275,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .render import parse_formats, render_run
-    from .report_text import incomplete_lines
+    from chaos.render import parse_formats, render_run
+    from chaos.report_text import incomplete_lines
     formats = parse_formats(args.format)
     report = load_report(args.run)
     for path in render_run(args.run, formats):
@@ -290,41 +290,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to the engine CLI or a harness command; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "engine":
-        from .reference.adapter import engine_cli
+        from chaos.reference.adapter import engine_cli
         return engine_cli(argv[1:])
     try:
         args = build_parser().parse_args(argv)  # imports every command's parser
     except KeyboardInterrupt as stop:
         return interrupted(stop)
-    from .adapter_guard import AdapterError
-    from .runner import HarnessError
-    from .scenario import ScenarioError
-    from .supervisor import stop_on_signals
+    from chaos.adapter_guard import AdapterError
+    from chaos.runner import HarnessError
+    from chaos.scenario import ScenarioError
+    from chaos.supervisor import stop_on_signals
     restore_signals = stop_on_signals()  # SIGTERM unwinds like Ctrl-C
     try:
         if args.command == "demo":
-            from .reference.demo import run_demo
+            from chaos.reference.demo import run_demo
             return run_demo(args.jobs, args.workers, args.seed, args.out)
         if args.command == "sim":
-            from .sim.cli import cmd_sim
+            from chaos.sim.cli import cmd_sim
             return cmd_sim(args)
         if args.command == "explore":
-            from .explore.cli import cmd_explore
+            from chaos.explore.cli import cmd_explore
             return cmd_explore(args)
         if args.command == "mutants":
-            from .mutants.matrix import cmd_mutants
+            from chaos.mutants.matrix import cmd_mutants
             return cmd_mutants(args)
         if args.command == "doctor":
-            from .doctor import cmd_doctor
+            from chaos.doctor import cmd_doctor
             return cmd_doctor(args)
         if args.command == "merge":
-            from .merge import cmd_merge
+            from chaos.merge import cmd_merge
             return cmd_merge(args)
         if args.command == "annotate":
-            from .annotate import cmd_annotate
+            from chaos.annotate import cmd_annotate
             return cmd_annotate(args)
         if args.command == "score":
-            from .score import score
+            from chaos.score import score
             return score(args)
         return {"run": cmd_run, "replay": cmd_replay, "check": cmd_check,
                 "sweep": cmd_sweep, "report": cmd_report}[args.command](args)
@@ -347,7 +347,7 @@ def internal_error(exc: Exception) -> int:
     it started is stopped by then), its traceback kept in a file the line names; return 2."""
     import tempfile
     import traceback
-    from .adapter_guard import described, hide
+    from chaos.adapter_guard import described, hide
     fd, path = tempfile.mkstemp(prefix="ninelives-error-", suffix=".txt")
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(hide("".join(traceback.format_exception(exc))))
@@ -361,7 +361,7 @@ def interrupted(stop: KeyboardInterrupt) -> int:
     ended by then: each `finally` on the way stopped what it started) and return its exit
     code: 130 for SIGINT, 143 for SIGTERM."""
     import signal
-    from .supervisor import exit_code_of
+    from chaos.supervisor import exit_code_of
     code = exit_code_of(stop)
     folder = getattr(stop, "evidence", None)
     where = (f"its partial evidence is in {folder}" if folder and os.path.isdir(folder)

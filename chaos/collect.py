@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 
-from . import history as hist
-from .backends import SQLITE_FILE
-from .contract import Engine
-from .fakes import read_ledger
-from .writers import attribute_writes
+from chaos import history as hist
+from chaos.backends import SQLITE_FILE
+from chaos.contract import Engine
+from chaos.fakes import read_ledger
+from chaos.writers import attribute_writes
 
 
 def collect_history(run_dir: str, engine: Engine, recorded: list[hist.Event],

@@ -73,10 +73,10 @@ import sys
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ContextManager, Protocol
 
-from .adapter_guard import AdapterError, guard, raise_adapter_error  # AdapterError: re-exported
-from .crashpoints import role_gaps
-from .history import Event
-from .pipeline import Pipeline
+from chaos.adapter_guard import AdapterError, guard, raise_adapter_error  # AdapterError: re-exported
+from chaos.crashpoints import role_gaps
+from chaos.history import Event
+from chaos.pipeline import Pipeline
 
 CONTRACT_VERSION = 1
 ROLES = ("worker", "sender")

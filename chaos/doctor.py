@@ -25,14 +25,14 @@ from contextlib import ExitStack
 from dataclasses import replace
 from typing import Any, Callable
 
-from .adapter_guard import AdapterError, guard, guarded_call, unguarded
-from .contract import (REQUIRED, Command, ContractError, EngineSettings, ProcessContext,
+from chaos.adapter_guard import AdapterError, guard, guarded_call, unguarded
+from chaos.contract import (REQUIRED, Command, ContractError, EngineSettings, ProcessContext,
                        contract_gaps, has, import_adapter, submitter)
-from .doctor_checks import (CONTROL_FIXES, GAP, NOTE, OK, WARNING, Evidence, Finding,
+from chaos.doctor_checks import (CONTROL_FIXES, GAP, NOTE, OK, WARNING, Evidence, Finding,
                             capability_findings, contract_fix, evidence_left_out, excerpt, gap,
                             history_findings, hold, int_answer, ok_answer, progress_shape,
                             read_all, see)
-from .schema import OperationError, read_snapshot
+from chaos.schema import OperationError, read_snapshot
 
 #: Jobs doctor submits, the seconds it waits for them, and how often it looks.
 JOBS = 4
@@ -188,8 +188,8 @@ class Doctor:
     # -- the run -------------------------------------------------------------------------------
 
     def run_in(self, folder: str, settings: EngineSettings) -> None:
-        from .fakes import FakeProvider, FakeReceiver, ScriptedFaults
-        from .supervisor import Supervisor
+        from chaos.fakes import FakeProvider, FakeReceiver, ScriptedFaults
+        from chaos.supervisor import Supervisor
         e, db = self.engine, os.path.join(folder, "engine.db")
         self.attempt(lambda: e.install(db), "create the store in install(db)")
         if hasattr(unguarded(e), "store_settings"):
@@ -222,7 +222,7 @@ class Doctor:
 
     def submit_all(self, db: str) -> tuple[str, ...]:
         """Submit the jobs (each must be "created"), and the first one again ("exists")."""
-        from .documents import make_documents
+        from chaos.documents import make_documents
         docs = make_documents(self.jobs, seed=1, prefix="doctor")
         submit = submitter(self.engine, self.table)
         fix = "have submit(db, job, payload) answer created, exists or rejected"
@@ -269,8 +269,8 @@ class Doctor:
     def watch(self, sup: Any, db: str) -> bool:
         """Start one worker (and one sender), then wait until progress(db) shows every job
         finished and nothing unsent; False when the deadline passed first."""
-        from .console import Progress
-        from .expect import settled
+        from chaos.console import Progress
+        from chaos.expect import settled
         e = self.engine
         roles = ["worker"] + (["sender"] if has(e, "outbox") or e.pipeline.effects else [])
         for role in roles:
@@ -309,7 +309,7 @@ class Doctor:
 
     def read_back(self, db: str, ev: Evidence) -> None:
         """The operations and the snapshot, every unreadable field named."""
-        from .checkers import READS, load
+        from chaos.checkers import READS, load
         e = unguarded(self.engine)
         ops = self.attempt(lambda: guarded_call(
             self.given, "operations", e.operations)(db),
@@ -372,12 +372,12 @@ def _parameters(fn: Any) -> dict[str, inspect.Parameter]:
 
 
 def _ledger(path: str) -> list[dict]:
-    from .fakes import read_ledger
+    from chaos.fakes import read_ledger
     return read_ledger(path) if os.path.exists(path) else []
 
 
 def _last_line(path: str | None) -> str | None:
-    from .supervisor import log_tail
+    from chaos.supervisor import log_tail
     tail = log_tail(path)
     lines = [line for line in (tail or "").splitlines() if line.strip()]
     return lines[-1] if lines else None
@@ -431,7 +431,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_doctor(args: Any) -> int:
-    from .scenario import parse_engine_set
+    from chaos.scenario import parse_engine_set
     if args.jobs < 1 or not args.timeout > 0:
         raise ValueError("--jobs must be at least 1 and --timeout above 0")
     doctor = Doctor(args.engine, parse_engine_set(args.engine_set), args.jobs, args.timeout,

@@ -14,9 +14,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .contract import EngineSettings
-from .pipeline import Pipeline
-from .schema import DEFAULTED, KINDS, REQUIRED, SCHEMA, check_value, missing_evidence
+from chaos.contract import EngineSettings
+from chaos.pipeline import Pipeline
+from chaos.schema import DEFAULTED, KINDS, REQUIRED, SCHEMA, check_value, missing_evidence
 
 GAP, WARNING, NOTE, OK = "gap", "warning", "note", "ok"
 ENGINES_DOC = "docs/engines.md"

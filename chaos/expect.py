@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from .contract import EngineSettings, ProcessContext, has
-from .plan import FaultPlan
-from .scenario import Scenario
+from chaos.contract import EngineSettings, ProcessContext, has
+from chaos.plan import FaultPlan
+from chaos.scenario import Scenario
 
 
 def process_context(scenario: Scenario, plan: FaultPlan, settings: EngineSettings, role: str,

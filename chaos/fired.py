@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable
 
-from . import crashpoints
-from .history import Event, of
-from .plan import FaultPlan
-from .scenario import Scenario
+from chaos import crashpoints
+from chaos.history import Event, of
+from chaos.plan import FaultPlan
+from chaos.scenario import Scenario
 
 
 def faults_applied(plan: FaultPlan, events: list[Event], nemesis: Counter) -> dict[str, int]:

@@ -10,7 +10,7 @@ import argparse
 import math
 from typing import Sequence
 
-from .limits import MAX_COUNT, MAX_SECONDS
+from chaos.limits import MAX_COUNT, MAX_SECONDS
 
 SEEDS_HELP = "N (seeds 1..N) or A..B (seeds A to B, inclusive)"
 

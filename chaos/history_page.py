@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .checkers import READS, load
-from .schema import (DEFAULTED, ENGINE, EVIDENCE, KINDS, REQUIRED, SNAPSHOT, Field, OpType, opt,
+from chaos.checkers import READS, load
+from chaos.schema import (DEFAULTED, ENGINE, EVIDENCE, KINDS, REQUIRED, SNAPSHOT, Field, OpType, opt,
                      req)
 
 

@@ -19,9 +19,9 @@ import json
 import os
 from typing import Any
 
-from .campaign import CAMPAIGN_FILE, CAMPAIGN_SCHEMA, Tally, campaign_lines, campaign_record, \
+from chaos.campaign import CAMPAIGN_FILE, CAMPAIGN_SCHEMA, Tally, campaign_lines, campaign_record, \
     write_campaign
-from .shards import Shard
+from chaos.shards import Shard
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -41,7 +41,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     check_shards(records)
     record = merge_records(records, args.out)
     write_campaign(args.out, record)
-    from .render.campaign import headline
+    from chaos.render.campaign import headline
     print(f"merged {len(records)} folder(s): {headline(record)}")
     print("\n".join(campaign_lines(record, args.out)))
     return record["exit_code"]

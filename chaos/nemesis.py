@@ -15,15 +15,15 @@ from collections import Counter
 from functools import cached_property
 from typing import Any, Callable
 
-from .adapter_guard import described
-from .contract import Engine, submitter
-from .history import Event, payload_hash
-from .plan import (FaultPlan, document_fault, documents_for, forced_provider_fault,
+from chaos.adapter_guard import described
+from chaos.contract import Engine, submitter
+from chaos.history import Event, payload_hash
+from chaos.plan import (FaultPlan, document_fault, documents_for, forced_provider_fault,
                    forced_receiver_fault, latency_fault, provider_fault, provider_form,
                    receiver_document_fault, receiver_fault)
-from .powerloss.fault import cut as power_cut
-from .scenario import Scenario
-from .supervisor import Supervisor
+from chaos.powerloss.fault import cut as power_cut
+from chaos.scenario import Scenario
+from chaos.supervisor import Supervisor
 
 
 #: Faults that write to the engine database, and so may wait for its write lock; and the

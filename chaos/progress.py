@@ -16,8 +16,8 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from .checkers.ops import is_job
-from .history import Event
+from chaos.checkers.ops import is_job
+from chaos.history import Event
 
 SLOWEST = 5
 

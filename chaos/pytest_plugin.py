@@ -164,7 +164,7 @@ class NineLives:
         """Simulate `scenario` (a name from scenarios/ or a file) on `engine` (an adapter
         spec; the engine must declare in_process) at the remembered failing seeds, then at
         `seeds` (an int N for 1..N, "A..B", or seeds), stopping at the first failure."""
-        from .suite_checks import check_sim
+        from chaos.suite_checks import check_sim
         return self._done(self._guarded(
             check_sim, scenario, self._engine(engine), seeds=self._seeds(seeds),
             profile=self._profile(profile), engine_set=engine_set, swarm=swarm,
@@ -179,7 +179,7 @@ class NineLives:
         """Run `scenario` with real processes on `engine`: the remembered failing seeds,
         then `seeds` (default: the first seed of the seeds setting, a real run taking
         seconds to minutes), stopping at the first that does not pass."""
-        from .suite_checks import check_run
+        from chaos.suite_checks import check_run
         chosen = self._seeds(seeds)
         chosen = chosen if seeds is not None else chosen[:1]
         return self._done(self._guarded(
@@ -195,7 +195,7 @@ class NineLives:
                 require_exercised: bool | None = None, check: bool = True):
         """Explore `scenario` on `engine` within `budget` (seconds, or "90s", "5m"),
         replaying this check's corpus first, until a schedule fails."""
-        from .suite_checks import check_explore
+        from chaos.suite_checks import check_explore
         return self._done(self._guarded(
             check_explore, scenario, self._engine(engine), budget=self._budget(budget),
             profile=self._profile(profile), engine_set=engine_set, swarm=swarm, seed=seed,
@@ -239,8 +239,8 @@ class NineLives:
     def _guarded(self, run: Any, *args: Any, **kwargs: Any) -> Any:
         """Run a check; what the harness refuses to run (a scenario, an engine, a setting)
         fails the test with its one-line reason, as the command line exits 2 with it."""
-        from .adapter_guard import AdapterError
-        from .runner import HarnessError
+        from chaos.adapter_guard import AdapterError
+        from chaos.runner import HarnessError
         try:
             return run(*args, **kwargs)
         except (AdapterError, HarnessError, ValueError, OSError) as exc:
@@ -256,7 +256,7 @@ class NineLives:
         return given if given is not None else self.settings.require_exercised()
 
     def _seeds(self, seeds: int | str | Iterable[int] | None) -> list[int]:
-        from .flags import parse_seeds
+        from chaos.flags import parse_seeds
         where = "seeds="
         if seeds is None:
             seeds, where = self.settings.get("seeds"), self.settings.source("seeds")
@@ -272,7 +272,7 @@ class NineLives:
 
     def _budget(self, budget: float | str | None) -> float:
         import argparse
-        from .explore.cli import budget as parse_budget
+        from chaos.explore.cli import budget as parse_budget
         where = "budget="
         if budget is None:
             budget, where = self.settings.get("budget"), self.settings.source("budget")
@@ -286,7 +286,7 @@ class NineLives:
     def _shard(self) -> Any:
         """The shard of --ninelives-shard (chaos.shards, the parser `--shard` uses), None
         for all the seeds."""
-        from .shards import parse_shard
+        from chaos.shards import parse_shard
         text = self.settings.get("shard").strip()
         if not text:
             return None

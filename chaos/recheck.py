@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from .saved import SavedRun
+from chaos.saved import SavedRun
 
 #: The files a check writes, beside the run's own.
 CHECK_JSON, CHECK_HTML = "check.json", "check.html"
@@ -24,10 +24,10 @@ def recheck(saved: SavedRun, require: bool, now: float) -> dict[str, Any]:
     """The report of a fresh check of `saved` (its own report.json untouched): verdicts,
     situations, tear, what a partial run gathered, exit code and result; `require`:
     --require-exercised; `now`: when the check ran."""
-    from .checkers import run_checkers
-    from .checkers.verdict import judge_incomplete
-    from .report import RESULTS, exit_code_for, gathered, require_exercised
-    from .report import situations_record
+    from chaos.checkers import run_checkers
+    from chaos.checkers.verdict import judge_incomplete
+    from chaos.report import RESULTS, exit_code_for, gathered, require_exercised
+    from chaos.report import situations_record
     report = dict(saved.report)
     verdicts = run_checkers(saved.history, saved.snapshot)
     why = saved.incomplete()
@@ -54,11 +54,11 @@ def keep_check(saved: SavedRun, report: dict[str, Any]) -> list[str]:
     """Write check.json and check.html into the run folder; for a killed run whose
     report.json never got verdicts, fill that in too, once, with report.html, junit.xml and
     summary.md. Returns the paths written."""
-    from .render import load_json, render_check
-    from .report import write_report
-    from .runfiles import write_json
-    from .runner import render_reports
-    from .saved import keep_rebuilt
+    from chaos.render import load_json, render_check
+    from chaos.report import write_report
+    from chaos.runfiles import write_json
+    from chaos.runner import render_reports
+    from chaos.saved import keep_rebuilt
     folder = saved.folder
     if saved.partial:  # what a killed run never wrote, rebuilt: the pages draw from them
         keep_rebuilt(saved)

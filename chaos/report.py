@@ -17,17 +17,17 @@ import time
 from collections import Counter
 from typing import Any, Iterable
 
-from .aim import aim_section
-from .backends import STARTED
-from .checkers import Verdict
-from .checkers.cuts import cut_metrics, kill_cuts, with_jobs_lost
-from .fired import crash_point_names, crashpoint_coverage, not_applicable, prevented, unfired
-from .history import Event, of
-from .plan import FaultPlan
-from .progress import progress_latency
-from .runfiles import scenario_record, write_json
-from .limits import shown
-from .scenario import Scenario, engine_set_args
+from chaos.aim import aim_section
+from chaos.backends import STARTED
+from chaos.checkers import Verdict
+from chaos.checkers.cuts import cut_metrics, kill_cuts, with_jobs_lost
+from chaos.fired import crash_point_names, crashpoint_coverage, not_applicable, prevented, unfired
+from chaos.history import Event, of
+from chaos.plan import FaultPlan
+from chaos.progress import progress_latency
+from chaos.runfiles import scenario_record, write_json
+from chaos.limits import shown
+from chaos.scenario import Scenario, engine_set_args
 
 REPORT_SCHEMA = "ninelives.report/1"
 VERSION = "0.1.0"
@@ -205,7 +205,7 @@ def situations_record(events: list[Event], snapshot: dict[str, Any],
     `not_exercised` (the invariants that passed without reaching any of their situations;
     each keeps `verdict: "pass"`, so older readers still read a pass, and says
     `exercised: false`)."""
-    from .situations import recognise
+    from chaos.situations import recognise
     reached = recognise(events, snapshot) if events else {}
     return {"situations": {name: r.to_json() for name, r in reached.items()},
             "not_exercised": [v["name"] for v in verdicts

@@ -7,15 +7,15 @@ import os
 
 from rich.console import Console
 
-from . import crashpoints
-from .aim import summary_lines as aim_summary_lines
-from .console import AUTO, Column, table
-from .report import gathered_text, skew_of
+from chaos import crashpoints
+from chaos.aim import summary_lines as aim_summary_lines
+from chaos.console import AUTO, Column, table
+from chaos.report import gathered_text, skew_of
 
 
 def situations_lines(report: dict) -> list[str]:
     """One compact block: the situations reached with counts, those not reached."""
-    from .situations import Reached, summary_line
+    from chaos.situations import Reached, summary_line
     found = report.get("situations")
     if not found:
         return []

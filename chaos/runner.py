@@ -17,30 +17,30 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from . import aim
-from . import history as hist
-from .adapter_guard import AdapterError
-from .backends import (SQLITE_FILE, Backend, RunDatabase, check_backend, database_name,
+from chaos import aim
+from chaos import history as hist
+from chaos.adapter_guard import AdapterError
+from chaos.backends import (SQLITE_FILE, Backend, RunDatabase, check_backend, database_name,
                        run_database)
-from .checkers import run_checkers
-from .console import Progress, plural
-from .contract import Command, Engine, ProcessContext, has, process_counts, submitter
-from .expect import harness_snapshot, process_context, settled
-from .fakes import FakeProvider, FakeReceiver
-from .nemesis import FaultPolicy, Nemesis
-from .plan import FaultPlan, documents_for, make_plan
-from .powerloss.fault import refusal as power_loss_refusal, store_mount
-from .render import render_run
-from .capacity import capacity_warnings
-from .collect import collect_history
-from .fired import faults_applied
-from .report import build_report, start_record, write_report
-from .runfiles import is_secret, scenario_record, secret_names, write_json
-from .aim_watch import AimWatch
-from .runqueue import RunQueueWatch
-from .scenario import (SERVER_FAULTS, Scenario, ScenarioError, check_for_engine,
+from chaos.checkers import run_checkers
+from chaos.console import Progress, plural
+from chaos.contract import Command, Engine, ProcessContext, has, process_counts, submitter
+from chaos.expect import harness_snapshot, process_context, settled
+from chaos.fakes import FakeProvider, FakeReceiver
+from chaos.nemesis import FaultPolicy, Nemesis
+from chaos.plan import FaultPlan, documents_for, make_plan
+from chaos.powerloss.fault import refusal as power_loss_refusal, store_mount
+from chaos.render import render_run
+from chaos.capacity import capacity_warnings
+from chaos.collect import collect_history
+from chaos.fired import faults_applied
+from chaos.report import build_report, start_record, write_report
+from chaos.runfiles import is_secret, scenario_record, secret_names, write_json
+from chaos.aim_watch import AimWatch
+from chaos.runqueue import RunQueueWatch
+from chaos.scenario import (SERVER_FAULTS, Scenario, ScenarioError, check_for_engine,
                        crash_points_for)
-from .supervisor import Supervisor, evidence_in
+from chaos.supervisor import Supervisor, evidence_in
 
 POLL = 0.02
 #: Seconds between two looks at the engine's progress for the progress line.

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Callable, Iterable
 
-from .history import Event
+from chaos.history import Event
 
 INTERVAL = 0.05   # seconds between samples
 SHARE = 0.5       # a span is stalled when a thread waited at least this share of it

@@ -14,8 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from .history import Event, Tear, load_history
-from .render import readable_report
+from chaos.history import Event, Tear, load_history
+from chaos.render import readable_report
 
 #: The verdicts' word for a history without its end (see SavedRun.incomplete).
 PARTIAL, TORN = "partial run", "torn history"
@@ -88,9 +88,9 @@ def load_run(run: str) -> SavedRun:
         history, tear = load_history(history_path, end if isinstance(end, (int, float))
                                      else None)
     elif partial:
-        from .collect import collect_history
+        from chaos.collect import collect_history
         engine = engine or _engine(report)
-        from .backends import saved_target
+        from chaos.backends import saved_target
         history, tear = collect_history(run, engine, _recorded(run),
                                         saved_target(run, report)), None
     else:
@@ -101,8 +101,8 @@ def load_run(run: str) -> SavedRun:
 def keep_rebuilt(saved: SavedRun) -> None:
     """Write the history and snapshot of a partial run into its folder where it lacks them
     (atomically), so that `ninelives report` draws its timeline and charts."""
-    from .history import write_history
-    from .runfiles import write_json
+    from chaos.history import write_history
+    from chaos.runfiles import write_json
     history = os.path.join(saved.folder, "history.jsonl")
     if not os.path.exists(history):
         write_history(f"{history}.tmp", saved.history)
@@ -113,13 +113,13 @@ def keep_rebuilt(saved: SavedRun) -> None:
 
 
 def _engine(report: dict[str, Any]) -> Any:
-    from .contract import load_engine
+    from chaos.contract import load_engine
     return load_engine(report["engine"])
 
 
 def _recorded(run: str) -> list[Event]:
     """The runner's own events (phases, lifecycle, nemesis), from events.jsonl."""
-    from .fakes import read_ledger
+    from chaos.fakes import read_ledger
     return read_ledger(os.path.join(run, "events.jsonl"))
 
 
@@ -127,11 +127,11 @@ def partial_snapshot(run: str, report: dict[str, Any], engine: Any) -> dict[str,
     """The snapshot a killed run never wrote: the engine's rows as they stand in its
     database, and the harness's part from the report's start record (scenario, plan),
     the receiver's ledger (applied effects) and the runner's events (phases)."""
-    from .expect import harness_snapshot
-    from .fakes import read_ledger
-    from .plan import FaultPlan
-    from .scenario import check_saved
-    from .sim.shrink import scenario_from_json
+    from chaos.expect import harness_snapshot
+    from chaos.fakes import read_ledger
+    from chaos.plan import FaultPlan
+    from chaos.scenario import check_saved
+    from chaos.sim.shrink import scenario_from_json
     where = os.path.join(run, "report.json")
     try:
         scenario = check_saved(scenario_from_json(report["scenario"]), where)
@@ -140,7 +140,7 @@ def partial_snapshot(run: str, report: dict[str, Any], engine: Any) -> dict[str,
                          f"{exc})") from None
     plan = FaultPlan.from_json(report["plan"])
     settings = engine.settings(scenario.engine)
-    from .backends import saved_target
+    from chaos.backends import saved_target
     snapshot = engine.snapshot(saved_target(run, report))
     applied, seen = [], Counter()
     for e in read_ledger(os.path.join(run, "receiver.jsonl")):

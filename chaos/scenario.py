@@ -26,12 +26,12 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from . import crashpoints
-from .aim import Aim, read_aims, resolve as resolve_aims
-from .latency import LatencyError, parse_latency
-from .limits import MAX_FAULT_EVENTS, MAX_JOBS, MAX_RATE, MAX_SECONDS, MAX_WORKERS, excerpt, shown
-from .runfiles import is_secret
-from .scenario_file import ScenarioError, engine_table, finite, read_table, read_toml
+from chaos import crashpoints
+from chaos.aim import Aim, read_aims, resolve as resolve_aims
+from chaos.latency import LatencyError, parse_latency
+from chaos.limits import MAX_FAULT_EVENTS, MAX_JOBS, MAX_RATE, MAX_SECONDS, MAX_WORKERS, excerpt, shown
+from chaos.runfiles import is_secret
+from chaos.scenario_file import ScenarioError, engine_table, finite, read_table, read_toml
 
 SCENARIO_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                             "scenarios")
@@ -293,7 +293,7 @@ def check_for_engine(scenario: Scenario, engine: Any = None) -> Any:
     """The scenario's [engine] table as `engine` reads it (its EngineSettings). Raises
     ScenarioError naming the file and the field: an [engine] setting the engine refuses, or
     a crash point it does not declare (see `check_crash_points`)."""
-    from .contract import load_engine
+    from chaos.contract import load_engine
     engine = engine if engine is not None else load_engine("reference")
     where = shown(scenario.path)
     try:

@@ -8,8 +8,8 @@ import tomllib
 from dataclasses import fields
 from typing import Any
 
-from .limits import read_text, shown
-from .runfiles import is_secret
+from chaos.limits import read_text, shown
+from chaos.runfiles import is_secret
 
 
 class ScenarioError(ValueError):

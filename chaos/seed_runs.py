@@ -15,18 +15,18 @@ import sys
 import time
 from typing import Any
 
-from .campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
-from .flags import seeds_text
-from .shards import WHOLE
+from chaos.campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
+from chaos.flags import seeds_text
+from chaos.shards import WHOLE
 
 
 def run_seeds(args: argparse.Namespace, scenario: Any, engine: Any, backend: Any) -> int:
     """Run every seed of `args.seeds` that `args.shard` holds; write the campaign; returns
     its exit code. Raises ValueError naming --shard when the shard holds no seed."""
-    from .backends import command_backend
-    from .report import RESULTS, require_exercised, write_report
-    from .runner import render_reports, run_campaign
-    from .situations import Reached
+    from chaos.backends import command_backend
+    from chaos.report import RESULTS, require_exercised, write_report
+    from chaos.runner import render_reports, run_campaign
+    from chaos.situations import Reached
     part = args.shard or WHOLE
     mine = part.seeds(args.seeds)
     began, tally = time.time(), Tally()

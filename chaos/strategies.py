@@ -28,7 +28,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from .scenario import Faults, Run, Scenario
+from chaos.scenario import Faults, Run, Scenario
 
 #: Fault rates drawn (per second of the chaos phase), with the most each is drawn at.
 RATES = {"kill": 2.0, "pause": 1.0, "lease_expiry": 1.0, "contention": 1.0, "operator": 1.0}
@@ -106,7 +106,7 @@ def scenarios(draw: Any, base: str = "smoke", *, profile: str = "ci", engine: An
     spend allowance raised to SPENDTHRIFT_ALLOWANCE when a SPENDTHRIFT fault is drawn). Each
     drawn scenario passes the checks a scenario file passes (chaos.scenario.check_saved) and the
     engine's (its crash points)."""
-    from .scenario import check_for_engine, check_saved
+    from chaos.scenario import check_for_engine, check_saved
     engine = _engine(engine)[0]
     loaded = _base(base, profile, engine, engine_set)
     table = draw(run if run is not None else runs())
@@ -131,7 +131,7 @@ def fault_plans(scenario_strategy: st.SearchStrategy[Scenario] | None = None, *,
                 ) -> st.SearchStrategy[Any]:
     """The fault plan (chaos.plan.FaultPlan) of a drawn scenario (default `scenarios()`)
     and seed on `engine`'s pipeline: what a run of them will do, decided before it starts."""
-    from .plan import make_plan
+    from chaos.plan import make_plan
     adapter = _engine(engine)[0]
     drawn = scenario_strategy if scenario_strategy is not None else scenarios(engine=adapter)
     return st.builds(lambda s, seed: make_plan(s, seed, adapter.pipeline), drawn, seeds)
@@ -147,9 +147,9 @@ def simulations(draw: Any, scenario_strategy: st.SearchStrategy[Scenario] | None
     schedule drawn by Hypothesis itself would be unfair (it shrinks towards letting one
     thread run for ever, starving the others), so Hypothesis shrinks the scenario and the
     seed, and `assert_holds` shrinks the failing schedule with the simulation's shrinker."""
-    from .sim.choices import SeededChoices
-    from .sim.run import simulate
-    from .sim.spec import SimSpec
+    from chaos.sim.choices import SeededChoices
+    from chaos.sim.run import simulate
+    from chaos.sim.spec import SimSpec
     adapter, spec = _engine(engine)
     if spec is None:
         raise TypeError(f"simulations(engine=...) takes an adapter spec (a string such as "
@@ -169,7 +169,7 @@ def assert_holds(result: Any, *, out: str = os.path.join(".ninelives", "runs"),
     Hypothesis test, it also has the verdict table, the run's folder (written under `out`)
     with the command that replays it, and the schedule shrunk by the simulation's shrinker
     within `shrink_budget` simulations (0: none) with its own replay command."""
-    from .sim.story import headline, tell
+    from chaos.sim.story import headline, tell
     if not result.failed:
         return
     lines = [f"FAIL: {headline(result.verdicts)} (seed {result.spec.seed})",
@@ -191,8 +191,8 @@ def _final() -> bool:
 
 
 def _kept(result: Any, out: str, shrink_budget: int) -> list[str]:
-    from .report_text import verdict_table
-    from .sim.output import run_dir_for, write_run
+    from chaos.report_text import verdict_table
+    from chaos.sim.output import run_dir_for, write_run
     run_dir = run_dir_for(out, result, "hypothesis")
     report = write_run(result, run_dir)
     lines = ["", verdict_table(report, console=None), "", f"run folder: {run_dir}",
@@ -207,7 +207,7 @@ def _shrunk_apart(result: Any, run_dir: str, budget: int) -> list[str]:
     test per thread). The outer example is the final one: nothing is generated meanwhile."""
     import threading
 
-    from .suite_checks import shrunk_lines
+    from chaos.suite_checks import shrunk_lines
     told: list[str] = []
 
     def shrink() -> None:
@@ -229,7 +229,7 @@ _BASES: dict[tuple, Scenario] = {}
 def _engine(engine: Any) -> tuple[Any, str | None]:
     """(the adapter, its spec) of `engine`: a spec string, None (the reference), or an
     adapter object (its spec None: nothing names it for a replay command)."""
-    from .contract import load_engine
+    from chaos.contract import load_engine
     if engine is None or isinstance(engine, str):
         spec = engine or "reference"
         if spec not in _ENGINES:
@@ -240,7 +240,7 @@ def _engine(engine: Any) -> tuple[Any, str | None]:
 
 def _base(base: str, profile: str, engine: Any, engine_set: dict[str, Any] | None) -> Scenario:
     """The base scenario, loaded once per test session (a strategy draws many)."""
-    from .scenario import load_scenario
+    from chaos.scenario import load_scenario
     key = (base, profile, id(engine), repr(sorted((engine_set or {}).items())))
     if key not in _BASES:
         _BASES[key] = load_scenario(base, profile, engine, engine_set)

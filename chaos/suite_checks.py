@@ -18,7 +18,7 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .remembered import FORGET_AFTER, RememberedSeeds, check_key, order, slug
+from chaos.remembered import FORGET_AFTER, RememberedSeeds, check_key, order, slug
 
 #: Witness sentences shown per failed invariant (the rest are in report.json).
 WITNESSES_SHOWN = 3
@@ -63,7 +63,7 @@ class _Tally:
         self.exercised: dict[str, bool] = {}
 
     def add(self, verdicts: Iterable[dict], situations: dict[str, Any]) -> None:
-        from .situations import Reached
+        from chaos.situations import Reached
         for v in verdicts:
             if v.get("exercised") is not None:
                 self.exercised[v["name"]] = self.exercised.get(v["name"], False) or bool(
@@ -74,7 +74,7 @@ class _Tally:
             have.observable = have.observable or r.observable
 
     def lines(self, runs: int) -> list[str]:
-        from .situations import summary_line
+        from chaos.situations import summary_line
         if not self.reached:
             return []
         return [f"over {runs} run(s): {summary_line(self.reached)}"]
@@ -125,7 +125,7 @@ def _passed(outcome: Outcome, tally: _Tally, runs: int, require_exercised: bool,
 
 
 def _refuse_server_faults(scenario: Any, what: str) -> None:
-    from .scenario import POSTGRES_FAULTS, ScenarioError
+    from chaos.scenario import POSTGRES_FAULTS, ScenarioError
     server = [name for name in POSTGRES_FAULTS if getattr(scenario.faults, name)]
     if server:  # the simulation has no database server: no silent pass without its faults
         raise ScenarioError(f"{scenario.path}: faults.{server[0]} {POSTGRES_FAULTS[server[0]]}"
@@ -142,13 +142,13 @@ def check_sim(scenario: str, engine_spec: str, *, seeds: Iterable[int], profile:
     that many simulations; with `shard` (chaos.shards.Shard) only that shard's seeds run.
     Raises ScenarioError, ValueError for a scenario or engine that cannot run, as `ninelives
     sim` refuses them."""
-    from .contract import load_engine
-    from .scenario import load_scenario
-    from .sim.choices import SeededChoices
-    from .sim.run import simulate
-    from .sim.spec import SimSpec
-    from .sim.swarm import swarm_spec
-    from .situations import recognise
+    from chaos.contract import load_engine
+    from chaos.scenario import load_scenario
+    from chaos.sim.choices import SeededChoices
+    from chaos.sim.run import simulate
+    from chaos.sim.spec import SimSpec
+    from chaos.sim.swarm import swarm_spec
+    from chaos.situations import recognise
     engine = load_engine(engine_spec)
     loaded = load_scenario(scenario, profile, engine, engine_set)
     _refuse_server_faults(loaded, "ninelives sim")
@@ -180,7 +180,7 @@ def check_sim(scenario: str, engine_spec: str, *, seeds: Iterable[int], profile:
 def _sim_failure(outcome: Outcome, spec: Any, bank: RememberedSeeds, out: str,
                  shrink_budget: int) -> Outcome:
     """Run the failing seed again keeping its files, and say everything about it."""
-    from .sim.choices import SeededChoices
+    from chaos.sim.choices import SeededChoices
     result, run_dir, report = _write_sim(spec, SeededChoices(spec.seed), out, "pytest")
     _failure_lines(outcome, result, run_dir, report)
     outcome.lines.append(f"shrink it: {report['run_command']} --shrink")
@@ -194,9 +194,9 @@ def _sim_failure(outcome: Outcome, spec: Any, bank: RememberedSeeds, out: str,
 
 def _write_sim(spec: Any, choices: Any, out: str, label: str) -> tuple[Any, str, dict]:
     """Simulate `spec` with `choices`, keeping its database, and write its run folder."""
-    from .sim.output import run_dir_for, write_run
-    from .sim.run import simulate
-    from .sim.spec import scratch_dir
+    from chaos.sim.output import run_dir_for, write_run
+    from chaos.sim.run import simulate
+    from chaos.sim.spec import scratch_dir
     db = os.path.join(scratch_dir(), "engine.db")
     try:
         result = simulate(spec, choices, keep_db=db)
@@ -209,8 +209,8 @@ def _write_sim(spec: Any, choices: Any, out: str, label: str) -> tuple[Any, str,
 
 def _failure_lines(outcome: Outcome, result: Any, run_dir: str, report: dict) -> None:
     """The evidence of a failing simulated run, as `ninelives sim` prints it."""
-    from .report_text import situations_lines, verdict_table
-    from .sim.story import headline, tell
+    from chaos.report_text import situations_lines, verdict_table
+    from chaos.sim.story import headline, tell
     outcome.result = {1: "fail", 2: "error"}.get(result.exit_code, "fail")
     outcome.report, outcome.run_dir = report, run_dir
     word = "FAIL" if result.failed else "ERROR (a checker crashed)"
@@ -230,7 +230,7 @@ def _failure_lines(outcome: Outcome, result: Any, run_dir: str, report: dict) ->
 def shrunk_lines(result: Any, run_dir: str, budget: int) -> list[str]:
     """Shrink `result` within `budget` simulations: the shrinker's own account, which ends
     with the counterexample's replay command."""
-    from .sim.cli import shrink_and_tell
+    from chaos.sim.cli import shrink_and_tell
     told = io.StringIO()
     with contextlib.redirect_stdout(told):
         shrink_and_tell(result, run_dir, budget, quiet=True)
@@ -245,10 +245,10 @@ def check_run(scenario: str, engine_spec: str, *, seeds: Iterable[int], profile:
     failing seeds, then at `seeds`, until one does not pass; each run's folder goes under
     `out`; with `shard`, only that shard's seeds. Raises ScenarioError, HarnessError as
     `ninelives run` would exit 2 on them."""
-    from .contract import load_engine
-    from .report_text import summary
-    from .runner import run_campaign
-    from .scenario import load_scenario
+    from chaos.contract import load_engine
+    from chaos.report_text import summary
+    from chaos.runner import run_campaign
+    from chaos.scenario import load_scenario
     engine = load_engine(engine_spec)
     loaded = load_scenario(scenario, profile, engine, engine_set)
     bank = RememberedSeeds(database, check_key("run", engine_spec, loaded.name, loaded.profile,
@@ -291,7 +291,7 @@ def _sharded(remembered: list[int], seeds: Iterable[int],
 
 
 def _reached(report: dict) -> dict[str, Any]:
-    from .situations import Reached
+    from chaos.situations import Reached
     return {n: Reached.from_json(r) for n, r in (report.get("situations") or {}).items()}
 
 
@@ -304,10 +304,10 @@ def check_explore(scenario: str, engine_spec: str, *, budget: float, profile: st
     schedule fails. A failing schedule is kept in the corpus and its run folder written
     under `out`. With `require_exercised`, a pass whose exploration never reached any
     situation of an invariant that declares some is an error."""
-    from .contract import has, load_engine
-    from .explore.corpus import Corpus
-    from .explore.search import Explorer
-    from .scenario import load_scenario
+    from chaos.contract import has, load_engine
+    from chaos.explore.corpus import Corpus
+    from chaos.explore.search import Explorer
+    from chaos.scenario import load_scenario
     engine = load_engine(engine_spec)
     if not has(engine, "in_process"):
         raise ValueError(f"engine {engine_spec!r} cannot be explored: it does not declare the "
@@ -319,7 +319,7 @@ def check_explore(scenario: str, engine_spec: str, *, budget: float, profile: st
     corpus = Corpus(os.path.join(database, "corpus", slug(key))) if database else None
     outcome = Outcome("explore", f"ninelives explore {loaded.name} (profile {loaded.profile}, "
                                  f"engine {engine_spec}, budget {budget:g} s)")
-    from .shards import WHOLE
+    from chaos.shards import WHOLE
     found = Explorer(loaded, engine, engine_spec, seed=seed, swarm=swarm, corpus=corpus,
                      shard=shard or WHOLE).explore(budget)
     if found.failure is not None:
@@ -328,7 +328,7 @@ def check_explore(scenario: str, engine_spec: str, *, budget: float, profile: st
 
 
 def _explore_failure(outcome: Outcome, found: Any, corpus: Any, out: str) -> Outcome:
-    from .sim.choices import ReplayChoices
+    from chaos.sim.choices import ReplayChoices
     failure = found.failure
     result, run_dir, report = _write_sim(failure.spec, ReplayChoices(failure.choices), out,
                                          "explore")
@@ -345,7 +345,7 @@ def _explore_failure(outcome: Outcome, found: Any, corpus: Any, out: str) -> Out
 
 
 def _explored(outcome: Outcome, found: Any, corpus: Any, require_exercised: bool) -> Outcome:
-    from .situations import CATALOG, EXERCISES
+    from chaos.situations import CATALOG, EXERCISES
     reached = set(found.first_reached)
     outcome.lines.append(f"{found.seconds:.1f} s, {found.runs} schedules ({found.replayed} "
                          f"from the corpus{' ' + corpus.folder if corpus else ''}): no "

@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from .contract import Command
-from .history import Event
+from chaos.contract import Command
+from chaos.history import Event
 
 
 @dataclass

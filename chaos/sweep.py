@@ -17,18 +17,18 @@ from typing import Any
 
 from rich.console import Console
 
-from .backends import Backend
-from .console import AUTO, Column, Progress
-from .console import table as table_of
-from .contract import load_engine
-from .flags import seeds_text
-from .checkers.ops import is_job, takes_lease
-from .history import Event, of, read_history
-from .latency import parse_latency
-from .runner import run_campaign
-from .scenario import Scenario
-from .supervisor import OwnedPool, evidence_in
-from .sweep_plot import line_chart
+from chaos.backends import Backend
+from chaos.console import AUTO, Column, Progress
+from chaos.console import table as table_of
+from chaos.contract import load_engine
+from chaos.flags import seeds_text
+from chaos.checkers.ops import is_job, takes_lease
+from chaos.history import Event, of, read_history
+from chaos.latency import parse_latency
+from chaos.runner import run_campaign
+from chaos.scenario import Scenario
+from chaos.supervisor import OwnedPool, evidence_in
+from chaos.sweep_plot import line_chart
 
 LOST_LEASE = "lost-lease"  # the waste cause (cost-accounted) that is duplicate spend
 
@@ -109,7 +109,7 @@ def measure(result_dir: str, report: dict) -> dict[str, Any]:
 
 
 def report_states_done(report: dict) -> list[str]:
-    from .reference import REFERENCE
+    from chaos.reference import REFERENCE
     return sorted(REFERENCE.pipeline.terminal | REFERENCE.pipeline.parked_states)
 
 

@@ -17,7 +17,7 @@ import bisect
 from collections import defaultdict
 from typing import Iterable
 
-from .history import Event
+from chaos.history import Event
 
 #: A store stamps its writes to the millisecond (truncated): a write stamped t happened in
 #: [t, t + STAMP).

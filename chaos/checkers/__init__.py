@@ -44,9 +44,9 @@ from __future__ import annotations
 import traceback
 from typing import Any, Callable
 
-from ..history import Event
-from ..schema import missing_evidence
-from .verdict import Failure, Verdict
+from chaos.history import Event
+from chaos.schema import missing_evidence
+from chaos.checkers.verdict import Failure, Verdict
 
 Checker = Callable[[list[Event], dict[str, Any]], Verdict]
 
@@ -135,7 +135,7 @@ def run_checkers(history: list[Event], snapshot: dict[str, Any],
         verdicts.append(verdict)
     if history:
         # Which passes reached none of the situations that could have broken them.
-        from ..situations import exercise, recognise
+        from chaos.situations import exercise, recognise
         exercise(verdicts, recognise(history, snapshot))
     return verdicts
 

@@ -11,16 +11,16 @@ import math
 from collections import Counter, defaultdict
 from typing import Any
 
-from ..history import Event
-from ..schema import reads
-from .calls import Key, memoized_call, needs_ledger
-from .index import readings
-from .memos import Memos
-from .ops import (TOL, capable, ends_an_operation, is_engine, is_job, is_operator, is_worker,
+from chaos.history import Event
+from chaos.schema import reads
+from chaos.checkers.calls import Key, memoized_call, needs_ledger
+from chaos.checkers.index import readings
+from chaos.checkers.memos import Memos
+from chaos.checkers.ops import (TOL, capable, ends_an_operation, is_engine, is_job, is_operator, is_worker,
                   machine_slack, takes_lease)
-from .tokens import fenced_out, token_order
-from .transitions import JobIndex, clock_of, is_update, job_ops
-from .verdict import Verdict
+from chaos.checkers.tokens import fenced_out, token_order
+from chaos.checkers.transitions import JobIndex, clock_of, is_update, job_ops
+from chaos.checkers.verdict import Verdict
 
 COST_TOLERANCE = 1e-9
 #: The run-queue watch's sampling period (chaos.runqueue.INTERVAL): a stall it records may

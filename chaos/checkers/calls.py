@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from ..history import Event
-from .ops import TOL, is_engine
+from chaos.history import Event
+from chaos.checkers.ops import TOL, is_engine
 
 
 Key = tuple[str, str]  # (job, step)

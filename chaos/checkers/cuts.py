@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ..history import Event
-from .index import readings
-from .lease_kept import renews
-from .lost import LostJobs, unsettled_jobs
-from .ops import TOL
+from chaos.history import Event
+from chaos.checkers.index import readings
+from chaos.checkers.lease_kept import renews
+from chaos.checkers.lost import LostJobs, unsettled_jobs
+from chaos.checkers.ops import TOL
 
 
 def kill_cuts(history: list[Event], pipeline: dict[str, Any]) -> list[dict[str, Any]]:

@@ -29,12 +29,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from ..fakes.provider import TRICKLE_INTERVAL
-from ..history import Event
-from ..schema import reads
-from .index import Readings, readings
-from .ops import TOL, held_back, is_effect, machine_slack
-from .verdict import Verdict
+from chaos.fakes.provider import TRICKLE_INTERVAL
+from chaos.history import Event
+from chaos.schema import reads
+from chaos.checkers.index import Readings, readings
+from chaos.checkers.ops import TOL, held_back, is_effect, machine_slack
+from chaos.checkers.verdict import Verdict
 
 
 @dataclass(frozen=True)

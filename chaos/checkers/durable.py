@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ..history import Event
-from .verdict import Verdict
+from chaos.history import Event
+from chaos.checkers.verdict import Verdict
 
 NAME = "durable-commits"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from ..history import Event
-from .ops import is_effect, is_engine, pids_by_worker
+from chaos.history import Event
+from chaos.checkers.ops import is_effect, is_engine, pids_by_worker
 
 
 Effect = tuple[str, str]  # (job, kind)

@@ -9,7 +9,7 @@ from collections import defaultdict
 from functools import cached_property
 from typing import Any
 
-from ..history import Event
+from chaos.history import Event
 
 
 class Readings:
@@ -21,27 +21,27 @@ class Readings:
 
     @cached_property
     def calls(self):
-        from .calls import provider_calls
+        from chaos.checkers.calls import provider_calls
         return provider_calls(self.history)
 
     @cached_property
     def memos(self):
-        from .memos import Memos
+        from chaos.checkers.memos import Memos
         return Memos(self.history)
 
     @cached_property
     def jobs(self):
-        from .transitions import JobIndex
+        from chaos.checkers.transitions import JobIndex
         return JobIndex(self.history)
 
     @cached_property
     def spends(self):
-        from .calls import match_spends
+        from chaos.checkers.calls import match_spends
         return match_spends(self.history, self.calls)
 
     @cached_property
     def windows(self):
-        from .ops import harness_windows
+        from chaos.checkers.ops import harness_windows
         return harness_windows(self.history)
 
     @cached_property
@@ -94,7 +94,7 @@ class Readings:
     def own_leases(self) -> dict[tuple, list[Event]]:
         """(job, worker, token) -> the worker's own writes of its lease under that token (its
         claims and renewals), in commit order."""
-        from .ops import is_heartbeat, is_worker
+        from chaos.checkers.ops import is_heartbeat, is_worker
         out: dict[tuple, list[Event]] = defaultdict(list)
         for e in self.history:
             if e.get("src") == "engine" and is_worker(e) and e.get("lease_until") is not None \
@@ -107,7 +107,7 @@ class Readings:
         """The worker's last claim of the job under `token` at `t` (within TOL), and the end
         of the lease that claim and the worker's renewals since had written by then: what the
         worker knew of its lease. None without such a claim."""
-        from .ops import TOL
+        from chaos.checkers.ops import TOL
         held = [w for w in self.own_leases.get((job, worker, token), ()) if w["t"] <= t + TOL]
         claims = [w for w in held if w["type"] == "claimed"]
         if not claims:
@@ -117,16 +117,16 @@ class Readings:
 
     @cached_property
     def paused_holds(self):
-        from .ops import paused_holds
+        from chaos.checkers.ops import paused_holds
         return paused_holds(self.history, self.windows)
 
     @cached_property
     def outbox(self):
-        from .effects import read_outbox
+        from chaos.checkers.effects import read_outbox
         return read_outbox(self.history)
 
     def timeline(self, pipeline: dict[str, Any]):
-        from .timeline import read_timeline
+        from chaos.checkers.timeline import read_timeline
         key = repr(pipeline.get("steps"))
         if key not in self._timelines:
             self._timelines[key] = read_timeline(self.history, pipeline)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..history import Event
-from .ops import capable
-from .verdict import Verdict
+from chaos.history import Event
+from chaos.checkers.ops import capable
+from chaos.checkers.verdict import Verdict
 
 
 def check_db_intact(history: list[Event], snapshot: dict[str, Any]) -> Verdict:

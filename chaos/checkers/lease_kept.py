@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..history import Event
-from .index import readings
-from .ops import TOL, capable, disturbed, is_heartbeat, is_operator, is_worker, machine_slack
-from .skew import unjudged
-from .transitions import clock_of
-from .verdict import Verdict
+from chaos.history import Event
+from chaos.checkers.index import readings
+from chaos.checkers.ops import TOL, capable, disturbed, is_heartbeat, is_operator, is_worker, machine_slack
+from chaos.checkers.skew import unjudged
+from chaos.checkers.transitions import clock_of
+from chaos.checkers.verdict import Verdict
 
 
 def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:

@@ -8,17 +8,17 @@ import bisect
 import math
 from typing import Any, Callable
 
-from ..history import Event
-from ..schema import reads
-from .billing import COST_TOLERANCE
-from .calls import memoized_call, needs_ledger
-from .index import readings
-from .lease_kept import check_lease_kept
-from .ops import TOL, capable, is_effect, is_engine, is_job, is_worker, takes_lease
-from .skew import live_lease_takes, skew_effects, store_clock, unjudged
-from .tokens import OPAQUE, TokenMarks, token_order
-from .transitions import JobIndex, clock_of, job_ops
-from .verdict import Verdict
+from chaos.history import Event
+from chaos.schema import reads
+from chaos.checkers.billing import COST_TOLERANCE
+from chaos.checkers.calls import memoized_call, needs_ledger
+from chaos.checkers.index import readings
+from chaos.checkers.lease_kept import check_lease_kept
+from chaos.checkers.ops import TOL, capable, is_effect, is_engine, is_job, is_worker, takes_lease
+from chaos.checkers.skew import live_lease_takes, skew_effects, store_clock, unjudged
+from chaos.checkers.tokens import OPAQUE, TokenMarks, token_order
+from chaos.checkers.transitions import JobIndex, clock_of, job_ops
+from chaos.checkers.verdict import Verdict
 
 MAX_WITNESS_CALLS = 10
 

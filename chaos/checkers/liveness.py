@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ..history import Event
-from ..schema import reads
-from .index import readings
-from .lost import LostJobs, unsettled_jobs
-from .ops import TOL, capable, disturbed, is_effect, is_operator
-from .timeline import Holding, Timeline, counts_every_claim, unknown_without_audit
-from .verdict import Verdict
+from chaos.history import Event
+from chaos.schema import reads
+from chaos.checkers.index import readings
+from chaos.checkers.lost import LostJobs, unsettled_jobs
+from chaos.checkers.ops import TOL, capable, disturbed, is_effect, is_operator
+from chaos.checkers.timeline import Holding, Timeline, counts_every_claim, unknown_without_audit
+from chaos.checkers.verdict import Verdict
 
 
 # -- all-jobs-settle ---------------------------------------------------------------------

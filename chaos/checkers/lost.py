@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..history import Event
-from .ops import is_job, is_operator, is_worker, pids_by_worker
+from chaos.history import Event
+from chaos.checkers.ops import is_job, is_operator, is_worker, pids_by_worker
 
 
 @dataclass

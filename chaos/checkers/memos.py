@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..history import Event
-from .ops import TOL, harness_windows, is_engine, is_worker
+from chaos.history import Event
+from chaos.checkers.ops import TOL, harness_windows, is_engine, is_worker
 
 Key = tuple[str, str]
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..history import Event
-from ..schema import reads
-from .ops import TOL, capable, is_job, is_operator
-from .verdict import Verdict
+from chaos.history import Event
+from chaos.schema import reads
+from chaos.checkers.ops import TOL, capable, is_job, is_operator
+from chaos.checkers.verdict import Verdict
 
 
 def check_operator_moves(history: list[Event], snapshot: dict[str, Any]) -> Verdict:

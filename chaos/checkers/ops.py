@@ -8,7 +8,7 @@ import bisect
 from collections import defaultdict
 from typing import Any
 
-from ..history import EFFECT_OPS, JOB_OPS, Event
+from chaos.history import EFFECT_OPS, JOB_OPS, Event
 
 #: Operations come from different clocks of one machine (the engine's store, the fakes, the
 #: supervisor) and a store's clock may have millisecond resolution: an order between two

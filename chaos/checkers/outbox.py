@@ -12,13 +12,13 @@ import bisect
 from collections import Counter, defaultdict
 from typing import Any
 
-from ..history import Event
-from ..schema import reads
-from .index import readings
-from .effects import Effect, OutboxIndex
-from .shared_keys import judge_shared_keys
-from .ops import TOL, capable, is_job, machine_slack
-from .verdict import Verdict
+from chaos.history import Event
+from chaos.schema import reads
+from chaos.checkers.index import readings
+from chaos.checkers.effects import Effect, OutboxIndex
+from chaos.checkers.shared_keys import judge_shared_keys
+from chaos.checkers.ops import TOL, capable, is_job, machine_slack
+from chaos.checkers.verdict import Verdict
 
 CLEAN_OUTCOMES = frozenset({"applied", "replayed"})  # answers a sender saw and can trust
 #: the receiver held the answer past the timeout, or never gave one

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..history import Event
-from .verdict import Verdict
+from chaos.history import Event
+from chaos.checkers.verdict import Verdict
 
 
 def check_processes_survive(history: list[Event], snapshot: dict[str, Any]) -> Verdict:

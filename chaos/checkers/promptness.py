@@ -38,12 +38,12 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..history import Event
-from ..schema import reads
-from .index import readings
-from .ops import (RUN_SLACK, capable, is_effect, is_job, is_operator, is_worker,
+from chaos.history import Event
+from chaos.schema import reads
+from chaos.checkers.index import readings
+from chaos.checkers.ops import (RUN_SLACK, capable, is_effect, is_job, is_operator, is_worker,
                   machine_slack)
-from .verdict import Verdict
+from chaos.checkers.verdict import Verdict
 
 #: Exact comparisons of an engine's own stored times allow for float rounding only.
 EPS = 1e-6

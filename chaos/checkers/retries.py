@@ -10,13 +10,13 @@ import statistics
 from collections import Counter, defaultdict
 from typing import Any
 
-from ..history import Event
-from ..schema import reads
-from .index import readings
-from .ops import TOL, is_operator, is_worker
-from .timeline import Timeline, counts_every_claim, unknown_without_audit
-from .waits import SYNC_MIN_RETRIES, backoff, check_outbox_waits, check_waits
-from .verdict import Verdict
+from chaos.history import Event
+from chaos.schema import reads
+from chaos.checkers.index import readings
+from chaos.checkers.ops import TOL, is_operator, is_worker
+from chaos.checkers.timeline import Timeline, counts_every_claim, unknown_without_audit
+from chaos.checkers.waits import SYNC_MIN_RETRIES, backoff, check_outbox_waits, check_waits
+from chaos.checkers.verdict import Verdict
 
 
 POISON_OUTCOMES = frozenset({"bad_content", "schema", "garbage"})

@@ -6,9 +6,9 @@ give out again (an outbox row's id) does this after the cut, so the witness name
 """
 from __future__ import annotations
 
-from ..history import Event
-from .effects import OutboxIndex
-from .verdict import Verdict
+from chaos.history import Event
+from chaos.checkers.effects import OutboxIndex
+from chaos.checkers.verdict import Verdict
 
 
 def _at(t: float, idx: OutboxIndex) -> str:

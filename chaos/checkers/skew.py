@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..history import Event
-from .ops import TOL, is_job, is_worker, takes_lease
+from chaos.history import Event
+from chaos.checkers.ops import TOL, is_job, is_worker, takes_lease
 
 
 def store_clock(settings: dict[str, Any]) -> bool:

@@ -8,9 +8,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..history import Event
-from .verdict import Verdict
-from .ops import is_engine, is_heartbeat, is_job, is_operator, is_worker, pids_by_worker
+from chaos.history import Event
+from chaos.checkers.verdict import Verdict
+from chaos.checkers.ops import is_engine, is_heartbeat, is_job, is_operator, is_worker, pids_by_worker
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Hashable
 
-from ..history import Event
+from chaos.history import Event
 
 ORDERED, OPAQUE = "ordered", "opaque"
 

@@ -10,11 +10,11 @@ import bisect
 from collections import Counter, defaultdict
 from typing import Any
 
-from ..history import Event
-from ..schema import reads
-from .ops import (TOL, ends_an_operation, is_job, is_operator, pids_by_worker, takes_lease,
+from chaos.history import Event
+from chaos.schema import reads
+from chaos.checkers.ops import (TOL, ends_an_operation, is_job, is_operator, pids_by_worker, takes_lease,
                   worker_processes)
-from .verdict import Verdict
+from chaos.checkers.verdict import Verdict
 
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..history import Event
+from chaos.history import Event
 
 MAX_WITNESSED = 20  # errors kept with their events; the rest are only counted
 

@@ -7,10 +7,10 @@ import math
 import statistics
 from collections import Counter, defaultdict
 
-from ..history import Event
-from .ops import TOL
-from .timeline import Holding, Timeline
-from .verdict import Verdict
+from chaos.history import Event
+from chaos.checkers.ops import TOL
+from chaos.checkers.timeline import Holding, Timeline
+from chaos.checkers.verdict import Verdict
 
 
 #: The jitter spread test (see `spread_test`) fails a run that holds the engine's claim with

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import DOCS, stale, write
+from chaos.docs import DOCS, stale, write
 
 
 def main(argv: list[str] | None = None) -> int:

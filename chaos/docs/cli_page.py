@@ -7,8 +7,8 @@ import argparse
 
 def page() -> str:
     """docs/reference/cli.md's text."""
-    from ..cli import build_parser
-    from ..reference.docs import engine_parser
+    from chaos.cli import build_parser
+    from chaos.reference.docs import engine_parser
     lines = ["# The command line", "",
              "Generated from the argument parsers (`python -m chaos.docs --write`): what "
              "`ninelives COMMAND --help` prints, on one page. Exit codes: 0 every invariant "

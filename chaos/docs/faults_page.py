@@ -9,10 +9,10 @@ from dataclasses import fields
 
 def page() -> str:
     """docs/reference/faults.md's text."""
-    from .. import aim, crashpoints
-    from ..reference.docs import crashpoints_source
-    from ..scenario import RATES, SHARES, Faults
-    from .scenario_page import comments
+    from chaos import aim, crashpoints
+    from chaos.reference.docs import crashpoints_source
+    from chaos.scenario import RATES, SHARES, Faults
+    from chaos.docs.scenario_page import comments
     docs, sections = comments(Faults)
     lines = ["# The faults", "",
              "Generated from the code (`python -m chaos.docs --write`). Every fault of a run "

@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 def page() -> str:
     """docs/reference/invariants.md's text."""
-    from ..checkers import CHECKERS, INVARIANTS, READS, load
-    from ..situations import CATALOG, EXERCISES
+    from chaos.checkers import CHECKERS, INVARIANTS, READS, load
+    from chaos.situations import CATALOG, EXERCISES
     load()
     lines = ["# The invariants", "",
              "Generated from the checkers (`python -m chaos.docs --write`). Each is a pure "

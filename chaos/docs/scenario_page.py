@@ -10,13 +10,13 @@ import tokenize
 from dataclasses import MISSING, fields
 from typing import Any
 
-from ..limits import MAX_SECONDS
+from chaos.limits import MAX_SECONDS
 
 
 def page() -> str:
     """docs/reference/scenario.md's text."""
-    from .. import aim, limits
-    from ..scenario import RATES, SHARES, Expect, Faults, Run, load_profiles
+    from chaos import aim, limits
+    from chaos.scenario import RATES, SHARES, Expect, Faults, Run, load_profiles
     lines = ["# The scenario format", "",
              "Generated from the code (`python -m chaos.docs --write`). A scenario is a TOML "
              "file: `name` (a slug: it names the run's folder), `description`, and the tables "
@@ -48,7 +48,7 @@ def page() -> str:
 
 def _capacity() -> list[str]:
     """How many workers a real run is judged reliably with (chaos.capacity)."""
-    from ..capacity import SLOTS_PER_CPU
+    from chaos.capacity import SLOTS_PER_CPU
     return ["## How many workers a machine judges", "",
             f"A real run is judged reliably with up to {SLOTS_PER_CPU} worker job slots "
             "(`workers` × `slots`) per CPU: on 2 CPUs, "
@@ -142,7 +142,7 @@ def _trailing_comment(line: str) -> str:
 
 
 def _engine_settings() -> list[str]:
-    from ..reference.docs import settings
+    from chaos.reference.docs import settings
     return ["| setting | default | what it is |", "|---|---|---|",
             *(f"| `{name}` | {default} | {text.replace('|', '/')} |"
               for name, default, text in settings())]

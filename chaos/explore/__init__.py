@@ -14,10 +14,10 @@ first next time (chaos.explore.corpus). The first failure stops the search and i
 
 `ninelives explore` is the command line (chaos.explore.cli).
 """
-from .corpus import Corpus
-from .coverage import Coverage, measure
-from .schedules import Candidate, PrefixChoices
-from .search import Explorer, Listener, Outcome
+from chaos.explore.corpus import Corpus
+from chaos.explore.coverage import Coverage, measure
+from chaos.explore.schedules import Candidate, PrefixChoices
+from chaos.explore.search import Explorer, Listener, Outcome
 
 __all__ = ["Candidate", "Corpus", "Coverage", "Explorer", "Listener", "Outcome",
            "PrefixChoices", "measure"]

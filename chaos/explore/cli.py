@@ -22,21 +22,21 @@ import shutil
 import sys
 import time
 
-from ..campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
-from ..console import Column, table
-from ..contract import has
-from ..shards import WHOLE, shard
-from ..sim.choices import ReplayChoices
-from ..sim.cli import shrink_and_tell
-from ..sim.output import run_dir_for, write_run
-from ..sim.run import simulate
-from ..sim.spec import SimResult, scratch_dir
-from ..sim.story import headline
-from ..sim.swarm import describe as describe_swarm
-from .corpus import Corpus, default_dir
-from .coverage import catalog
-from .schedules import Candidate, PrefixChoices
-from .search import Explorer, Listener, Outcome
+from chaos.campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
+from chaos.console import Column, table
+from chaos.contract import has
+from chaos.shards import WHOLE, shard
+from chaos.sim.choices import ReplayChoices
+from chaos.sim.cli import shrink_and_tell
+from chaos.sim.output import run_dir_for, write_run
+from chaos.sim.run import simulate
+from chaos.sim.spec import SimResult, scratch_dir
+from chaos.sim.story import headline
+from chaos.sim.swarm import describe as describe_swarm
+from chaos.explore.corpus import Corpus, default_dir
+from chaos.explore.coverage import catalog
+from chaos.explore.schedules import Candidate, PrefixChoices
+from chaos.explore.search import Explorer, Listener, Outcome
 
 #: Seconds between two progress lines when nothing new is reached.
 QUIET_LINE_EVERY = 10.0
@@ -53,7 +53,7 @@ def budget(text: str) -> float:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """The `explore` subcommand's arguments."""
-    from ..flags import at_least
+    from chaos.flags import at_least
     p = sub.add_parser("explore", help="coverage-guided search in simulation for the rare "
                                        "situations, with swarm testing and a kept corpus")
     p.add_argument("scenario", help="a scenario file, or a name from scenarios/")
@@ -80,8 +80,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_explore(args: argparse.Namespace) -> int:
-    from ..contract import load_engine
-    from ..scenario import POSTGRES_FAULTS, ScenarioError, load_scenario, parse_engine_set
+    from chaos.contract import load_engine
+    from chaos.scenario import POSTGRES_FAULTS, ScenarioError, load_scenario, parse_engine_set
     engine = load_engine(args.engine)
     if not has(engine, "in_process"):
         raise ValueError(f"engine {args.engine!r} cannot be explored: it does not declare the "
@@ -102,7 +102,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
     part = args.shard or WHOLE
     explorer = Explorer(scenario, engine, args.engine, seed=args.seed, swarm=args.swarm,
                         corpus=corpus, listener=printer, shard=part)
-    from ..console import Progress
+    from chaos.console import Progress
     # where it stands on stderr at a steady rate, however long one schedule takes; the lines
     # of news (a situation first reached) stay on stdout
     with Progress("explore", args.budget / part.count, unit="s",
@@ -176,7 +176,7 @@ def _origin(candidate: Candidate | None) -> str:
 
 
 def _tally(tally: Tally, result: SimResult, **failing) -> None:
-    from ..situations import recognise
+    from chaos.situations import recognise
     tally.add(result.spec.seed, [v.to_json() for v in result.verdicts],
               recognise(result.history, result.snapshot) if result.history else {},
               result.exit_code, **failing)

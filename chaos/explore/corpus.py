@@ -15,8 +15,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from ..sim.shrink import SCHEDULE_FORMAT, schedule_json
-from ..sim.spec import SimResult
+from chaos.sim.shrink import SCHEDULE_FORMAT, schedule_json
+from chaos.sim.spec import SimResult
 
 #: Where corpora go unless --corpus says otherwise (one folder per scenario and engine).
 DEFAULT_ROOT = os.path.join(".ninelives", "corpus")

@@ -31,14 +31,14 @@ class Coverage:
 
 def catalog() -> dict[str, str]:
     """The situations there are to reach: name -> what it is."""
-    from .. import situations  # read when exploring, not when the command line is built
+    from chaos import situations  # read when exploring, not when the command line is built
     return dict(situations.CATALOG)
 
 
 def measure(history: list[dict], snapshot: dict[str, Any]) -> Coverage:
     """The situations `history` reached and the features they make (see the module
     docstring). A situation this engine's history cannot show counts as not reached."""
-    from .. import situations
+    from chaos import situations
     reached = situations.recognise(history, snapshot)
     counts = {name: r.count for name, r in reached.items() if r.observable and r.count}
     features = set(counts)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from ..sim.choices import Choices, Sample
+from chaos.sim.choices import Choices, Sample
 
 #: A prefix value that draws afresh, as a seeded run would (mostly "run", rarely a crash).
 DRAW = -1

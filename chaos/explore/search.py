@@ -15,14 +15,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..scenario import Scenario
-from ..sim.run import simulate
-from ..sim.spec import SimResult, SimSpec
-from ..sim.swarm import swarm_spec
-from ..shards import WHOLE, Shard
-from .corpus import Corpus
-from .coverage import Coverage, measure
-from .schedules import Candidate, Kept, mutate
+from chaos.scenario import Scenario
+from chaos.sim.run import simulate
+from chaos.sim.spec import SimResult, SimSpec
+from chaos.sim.swarm import swarm_spec
+from chaos.shards import WHOLE, Shard
+from chaos.explore.corpus import Corpus
+from chaos.explore.coverage import Coverage, measure
+from chaos.explore.schedules import Candidate, Kept, mutate
 
 #: The share of rounds that run a fresh seed once the corpus holds schedules.
 FRESH_SHARE = 0.35

@@ -9,9 +9,9 @@ keeps the error (`ledger_failure`, a LedgerWriteError) for whoever runs it to re
 
 import threading
 
-from .ledger import Ledger, LedgerWriteError, read_ledger
-from .provider import PROVIDER_FAULTS, FakeProvider
-from .receiver import RECEIVER_FAULTS, FakeReceiver
+from chaos.fakes.ledger import Ledger, LedgerWriteError, read_ledger
+from chaos.fakes.provider import PROVIDER_FAULTS, FakeProvider
+from chaos.fakes.receiver import RECEIVER_FAULTS, FakeReceiver
 
 __all__ = ["Ledger", "LedgerWriteError", "read_ledger", "FakeProvider", "FakeReceiver", "ScriptedFaults"]
 

@@ -17,8 +17,8 @@ import signal
 import sys
 import threading
 
-from .provider import FakeProvider
-from .receiver import FakeReceiver
+from chaos.fakes.provider import FakeProvider
+from chaos.fakes.receiver import FakeReceiver
 
 _FAKES = {"provider": FakeProvider, "receiver": FakeReceiver}
 PROG = "python -m chaos.fakes"

@@ -22,7 +22,7 @@ import json
 import math
 import string
 
-from .server import BadRequest
+from chaos.fakes.server import BadRequest
 
 _SUMMARY_WORDS = 12
 _JSON_FORMATS = ("json_object", "json_schema")

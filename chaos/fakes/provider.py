@@ -52,11 +52,11 @@ import threading
 import time
 from functools import partial
 
-from . import stream
-from .answers import parse_json, reply, step_from_prompt, tokens
-from .attribution import call_attribution
-from .server import FAIL, INFO, OK, BadRequest, Deliver, FakeServer, JsonHandler
-from .stream import Chunks, EventStream, wants_usage
+from chaos.fakes import stream
+from chaos.fakes.answers import parse_json, reply, step_from_prompt, tokens
+from chaos.fakes.attribution import call_attribution
+from chaos.fakes.server import FAIL, INFO, OK, BadRequest, Deliver, FakeServer, JsonHandler
+from chaos.fakes.stream import Chunks, EventStream, wants_usage
 
 PROVIDER_FAULTS = frozenset({"status", "hang", "slow", "reset", "garbage", "bad_content", "schema",
                              "cut"})

@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 
-from .attribution import effect_attribution
-from .server import FAIL, INFO, OK, Deliver, FakeServer, JsonHandler
+from chaos.fakes.attribution import effect_attribution
+from chaos.fakes.server import FAIL, INFO, OK, Deliver, FakeServer, JsonHandler
 
 RECEIVER_FAULTS = frozenset({"status", "timeout", "drop", "lost"})
 

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .ledger import Ledger, LedgerWriteError
-from .peer import PeerFinder
+from chaos.fakes.ledger import Ledger, LedgerWriteError
+from chaos.fakes.peer import PeerFinder
 
 #: A ledger entry's `completion`, Jepsen's three outcomes from the caller's point of view: it got
 #: a usable answer (ok), a definite answer it cannot use (fail), or it cannot have had the

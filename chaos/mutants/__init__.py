@@ -12,7 +12,7 @@ from typing import Any
 
 
 def __getattr__(name: str) -> Any:
-    from ..reference.mutants.catalog import ENGINES  # lazy: `ninelives mutants` may not need it
+    from chaos.reference.mutants.catalog import ENGINES  # lazy: `ninelives mutants` may not need it
     try:
         return ENGINES[name]
     except KeyError:

@@ -34,12 +34,12 @@ from typing import Any, Iterable
 
 from rich.console import Console
 
-from ..backends import Backend, add_backend_flags, check_backend, command_backend
-from ..checkers import INVARIANTS
-from ..console import AUTO, Column, Progress, plural, table
-from ..flags import SEEDS_HELP, at_least, seeds, seeds_text
-from ..reference.mutants.catalog import BY_NAME, CATALOG, Mutant
-from ..supervisor import OwnedPool, evidence_in
+from chaos.backends import Backend, add_backend_flags, check_backend, command_backend
+from chaos.checkers import INVARIANTS
+from chaos.console import AUTO, Column, Progress, plural, table
+from chaos.flags import SEEDS_HELP, at_least, seeds, seeds_text
+from chaos.reference.mutants.catalog import BY_NAME, CATALOG, Mutant
+from chaos.supervisor import OwnedPool, evidence_in
 
 SCHEMA = "ninelives.mutants/1"
 REFERENCE = "reference"
@@ -86,9 +86,9 @@ def run_task(task: Task) -> dict[str, Any]:
     result is "pass", "fail", "error" (the run did not exercise its scenario: exit code 2)
     or "harness-error" (it could not run at all; `error` says why).
     """
-    from ..contract import load_engine
-    from ..runner import HarnessError, run_campaign
-    from ..scenario import load_scenario
+    from chaos.contract import load_engine
+    from chaos.runner import HarnessError, run_campaign
+    from chaos.scenario import load_scenario
     started = time.time()
     # what the matrix keeps of the task: its backend by name (a --pg-url may hold a password)
     row: dict[str, Any] = {"engine": task.engine, "scenario": task.scenario,
@@ -336,7 +336,7 @@ def write_outputs(matrix: dict[str, Any], out: str) -> list[str]:
     with open(paths[1], "w", encoding="utf-8") as fh:
         fh.write(render_markdown(matrix))
     try:
-        from ..render import render_run
+        from chaos.render import render_run
     except ImportError:
         return paths
     shown = [m["run_dir"] for m in matrix["mutants"]] + [
@@ -397,7 +397,7 @@ def on_backend(mutants: list[Mutant], backend: Backend, named: bool) -> list[Mut
     """The mutants to run on `backend`. One that does not run there (its mechanism is another
     backend's) is refused with BackendError where it was `named` (--only), never counted
     missed; from the whole catalog it is left out, saying why on stderr."""
-    from ..contract import load_engine
+    from chaos.contract import load_engine
     kept = []
     for mutant in mutants:
         engine = load_engine(mutant.spec)

@@ -37,7 +37,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
-from .mount import Mount, unavailable
+from chaos.powerloss.mount import Mount, unavailable
 
 #: The drop modes a cut cycles through in "mixed" (the default), by the cut's pick.
 CUT_MODES = ("all", "torn-seq", "torn-op")

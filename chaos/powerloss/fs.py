@@ -28,7 +28,7 @@ from typing import Any
 import mfusepy
 from mfusepy import FuseOSError
 
-from .journal import Journal
+from chaos.powerloss.journal import Journal
 
 
 #: The errors a file system answers every day (a lookup of a name that does not exist):

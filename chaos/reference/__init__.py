@@ -1,4 +1,4 @@
 """The reference engine's adapter, its audit triggers and its observer (see `adapter`)."""
-from .adapter import REFERENCE, ReferenceEngine, backoff_bounds, chaos_pipeline
+from chaos.reference.adapter import REFERENCE, ReferenceEngine, backoff_bounds, chaos_pipeline
 
 __all__ = ["REFERENCE", "ReferenceEngine", "backoff_bounds", "chaos_pipeline"]

@@ -18,13 +18,13 @@ from engine.config import FIELDS as CONFIG_FIELDS
 from engine.states import Pipeline as EnginePipeline
 from engine.store import OperatorError, SubmissionConflict, is_postgres_url
 
-from .. import sqlite
-from ..contract import Command, EngineSettings, ProcessContext
-from ..history import Event, fingerprint
-from ..pipeline import Pipeline, Step
-from ..runfiles import is_secret, secret_names
-from . import audit, observer, pg_audit
-from .leases import expire_leases
+from chaos import sqlite
+from chaos.contract import Command, EngineSettings, ProcessContext
+from chaos.history import Event, fingerprint
+from chaos.pipeline import Pipeline, Step
+from chaos.runfiles import is_secret, secret_names
+from chaos.reference import audit, observer, pg_audit
+from chaos.reference.leases import expire_leases
 
 #: The reference engine's CLI names the outbox role "send".
 ROLE_COMMANDS = {"worker": "worker", "sender": "send"}
@@ -220,7 +220,7 @@ class ReferenceEngine:
     def simulate(self, spec, choices, *, keep_db: str | None = None):
         """One schedule of a simulation (see chaos.sim): the engine's worker and sender
         classes as threads scheduled at its crash points, on virtual time."""
-        from .inprocess.run import simulate
+        from chaos.reference.inprocess.run import simulate
         return simulate(spec, choices, keep_db=keep_db)
 
     # -- controls ----------------------------------------------------------------------------

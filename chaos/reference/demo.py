@@ -14,12 +14,12 @@ from datetime import datetime, timezone
 from engine import DOCUMENT, open_store
 from engine.operate import print_rows
 
-from ..console import Progress, plural
-from ..contract import ProcessContext
-from ..documents import make_documents
-from ..fakes import FakeProvider, FakeReceiver
-from ..supervisor import Supervisor, evidence_in
-from .adapter import REFERENCE
+from chaos.console import Progress, plural
+from chaos.contract import ProcessContext
+from chaos.documents import make_documents
+from chaos.fakes import FakeProvider, FakeReceiver
+from chaos.supervisor import Supervisor, evidence_in
+from chaos.reference.adapter import REFERENCE
 
 
 def run_demo(jobs: int = 300, workers: int = 2, seed: int = 1, out: str = "reports/demo",

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ..history import Event
-from ..pipeline import Pipeline
+from chaos.history import Event
+from chaos.pipeline import Pipeline
 
 #: updated_by prefixes -> the actor of the history's vocabulary.
 ACTORS = (("worker:", "worker"), ("sender:", "sender"), ("operator", "operator"),

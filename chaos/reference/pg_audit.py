@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import psycopg
 
-from . import audit
+from chaos.reference import audit
 
 #: Seconds since the epoch on the server's clock, when the trigger runs.
 NOW = "extract(epoch FROM clock_timestamp())::float8"

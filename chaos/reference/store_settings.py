@@ -20,8 +20,8 @@ import sqlite3
 import sys
 from typing import Any
 
-from ..contract import Command, ProcessContext
-from .adapter import ReferenceEngine
+from chaos.contract import Command, ProcessContext
+from chaos.reference.adapter import ReferenceEngine
 
 SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 JOURNALS = ("WAL", "DELETE")

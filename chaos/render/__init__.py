@@ -115,20 +115,20 @@ def history_origin(run_dir: str, report: dict) -> float:
 
 
 def _html(run_dir: str, report: dict) -> str:
-    from ..history import read_history
-    from .html import render_html
+    from chaos.history import read_history
+    from chaos.render.html import render_html
     path = os.path.join(run_dir, "history.jsonl")
     history = read_history(path) if os.path.exists(path) else None
     return render_html(report, history, load_json(run_dir, "snapshot.json"))
 
 
 def _junit(report: dict, t0: float) -> str:
-    from .junit import render_junit
+    from chaos.render.junit import render_junit
     return render_junit(report, t0)
 
 
 def _markdown(report: dict) -> str:
-    from .markdown import render_markdown
+    from chaos.render.markdown import render_markdown
     return render_markdown(report)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
-from ..history import Event
+from chaos.history import Event
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..aim import summary_lines as aim_summary_lines
-from ..report_text import crash_point_lines, skew_text
-from .evidence import ordered
+from chaos.aim import summary_lines as aim_summary_lines
+from chaos.report_text import crash_point_lines, skew_text
+from chaos.render.evidence import ordered
 
 ICON = {"pass": "✅", "fail": "❌", "unknown": "❓", "error": "⚠️", "partial": "⚠️"}
 MAX_REASON = 160

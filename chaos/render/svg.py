@@ -6,7 +6,7 @@ import math
 from html import escape
 from typing import Iterable
 
-from .timeline import HARNESS, Bar, Band, Lane, Mark, Timeline
+from chaos.render.timeline import HARNESS, Bar, Band, Lane, Mark, Timeline
 
 STEP_COLOURS = ("#4e79a7", "#f28e2b", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
                 "#9c755f")

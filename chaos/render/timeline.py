@@ -17,10 +17,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..checkers.cuts import kill_cuts
-from ..checkers.ops import is_job, is_worker, pids_by_worker, takes_lease
-from ..history import Event
-from .evidence import at, describe, event_key, writer_names
+from chaos.checkers.cuts import kill_cuts
+from chaos.checkers.ops import is_job, is_worker, pids_by_worker, takes_lease
+from chaos.history import Event
+from chaos.render.evidence import at, describe, event_key, writer_names
 
 HARNESS = "harness"
 MAX_BARS = 700      # per lane and kind; beyond that bars are merged into time buckets

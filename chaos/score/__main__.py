@@ -2,6 +2,6 @@
 runs in each mutated copy)."""
 import sys
 
-from . import main
+from chaos.score import main
 
 sys.exit(main())

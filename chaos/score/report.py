@@ -11,9 +11,9 @@ import tomllib
 from collections import Counter, defaultdict
 from typing import Any
 
-from ..console import Column
-from ..console import table as table_of
-from .checkout import ROOT
+from chaos.console import Column
+from chaos.console import table as table_of
+from chaos.score.checkout import ROOT
 
 EQUIVALENT = os.path.join(ROOT, "mutation", "equivalent.toml")
 TARGET = 0.90

@@ -14,11 +14,11 @@ contract's in_process capability: its adapter's in-process hooks, run by chaos.s
 engine's, chaos.reference.inprocess); both on the engine-neutral run of chaos.sim.driver.
 The scheduler and the virtual clock: chaos.sim.scheduler; the fakes: chaos.sim.world.
 """
-from .choices import DrawnChoices, ReplayChoices, ReplayDiverged, SeededChoices
-from .run import simulate
-from .spec import SimResult, SimSpec
-from .shrink import Shrunk, load_schedule, replay, save_schedule, shrink
-from .story import headline, tell
+from chaos.sim.choices import DrawnChoices, ReplayChoices, ReplayDiverged, SeededChoices
+from chaos.sim.run import simulate
+from chaos.sim.spec import SimResult, SimSpec
+from chaos.sim.shrink import Shrunk, load_schedule, replay, save_schedule, shrink
+from chaos.sim.story import headline, tell
 
 __all__ = ["DrawnChoices", "ReplayChoices", "ReplayDiverged", "SeededChoices", "SimResult",
            "SimSpec", "Shrunk", "headline", "load_schedule", "replay", "save_schedule",

@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .. import aim as aims
-from .controls import SimControls
-from .scheduler import INF, Actor, Process
+from chaos import aim as aims
+from chaos.sim.controls import SimControls
+from chaos.sim.scheduler import INF, Actor, Process
 
 #: Virtual seconds between two reads of the operations while a hold waits for a takeover.
 LOOK = 0.05

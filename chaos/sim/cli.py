@@ -19,19 +19,19 @@ import sys
 import time
 from typing import Any
 
-from ..aim import summary_lines as aim_summary_lines
-from ..campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
-from ..console import Progress
-from ..flags import SEEDS_HELP, at_least, seeds, seeds_text
-from ..report_text import situations_lines, verdict_table
-from ..shards import SHARD_HELP, WHOLE, shard
-from .choices import SeededChoices
-from .output import run_dir_for, write_run
-from .run import simulate
-from .spec import SimResult, SimSpec, scratch_dir
-from .shrink import Shrunk, replay, save_schedule, shrink
-from .story import headline, shape, tell
-from .swarm import describe as describe_swarm, swarm_spec
+from chaos.aim import summary_lines as aim_summary_lines
+from chaos.campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
+from chaos.console import Progress
+from chaos.flags import SEEDS_HELP, at_least, seeds, seeds_text
+from chaos.report_text import situations_lines, verdict_table
+from chaos.shards import SHARD_HELP, WHOLE, shard
+from chaos.sim.choices import SeededChoices
+from chaos.sim.output import run_dir_for, write_run
+from chaos.sim.run import simulate
+from chaos.sim.spec import SimResult, SimSpec, scratch_dir
+from chaos.sim.shrink import Shrunk, replay, save_schedule, shrink
+from chaos.sim.story import headline, shape, tell
+from chaos.sim.swarm import describe as describe_swarm, swarm_spec
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -79,8 +79,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
         return _replay(args)
     if not args.scenario:
         raise ValueError("ninelives sim needs a SCENARIO (or --replay FILE)")
-    from ..contract import load_engine
-    from ..scenario import POSTGRES_FAULTS, ScenarioError, load_scenario, parse_engine_set
+    from chaos.contract import load_engine
+    from chaos.scenario import POSTGRES_FAULTS, ScenarioError, load_scenario, parse_engine_set
     engine = load_engine(args.engine)
     scenario = load_scenario(args.scenario, args.profile, engine,
                              parse_engine_set(args.engine_set))
@@ -116,10 +116,10 @@ def _required(run_dir: str, code: int, args: argparse.Namespace) -> int:
     pass with an invariant not exercised becomes an error (exit 2)."""
     if not getattr(args, "require_exercised", False):
         return code
-    from ..report import require_exercised, write_report
-    from ..report_text import result_line
-    from ..runner import render_reports
-    from ..saved import load_report
+    from chaos.report import require_exercised, write_report
+    from chaos.report_text import result_line
+    from chaos.runner import render_reports
+    from chaos.saved import load_report
     report = require_exercised(load_report(run_dir))
     write_report(run_dir, report)
     render_reports(run_dir)
@@ -161,8 +161,8 @@ def _campaign(scenario, args: argparse.Namespace, tally: Tally, began: float,
 
 def _tally(tally: Tally, result: SimResult, run_dir: str | None, out: str) -> None:
     """Add one seed's run to the campaign: a failing one with its folder and commands."""
-    from ..situations import recognise
-    from .output import sim_command
+    from chaos.situations import recognise
+    from chaos.sim.output import sim_command
     kept = {} if run_dir is None else {
         "run_dir": os.path.relpath(run_dir, out), "rerun": sim_command(result),
         "replay": f"ninelives sim --replay {os.path.join(run_dir, 'schedule.json')}"}
@@ -223,7 +223,7 @@ def _remove_scratch(db: str) -> None:
 
 
 def _print_result(result: SimResult, run_dir: str, target: str | None = None) -> None:
-    from .output import report_for
+    from chaos.sim.output import report_for
     report = report_for(result, run_dir, os.path.join(run_dir, "schedule.json"))
     print(verdict_table(report))
     for line in situations_lines(report):

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol
 
-from ..history import Event
-from ..nemesis import FaultPolicy
-from ..plan import FaultPlan
-from ..scenario import Scenario
-from .scheduler import Actor, Process, Scheduler
+from chaos.history import Event
+from chaos.nemesis import FaultPolicy
+from chaos.plan import FaultPlan
+from chaos.scenario import Scenario
+from chaos.sim.scheduler import Actor, Process, Scheduler
 
 
 class SimControls(Protocol):

@@ -21,19 +21,19 @@ import traceback
 import time
 from typing import Any, Callable
 
-from .. import aim as aims
-from .. import crashpoints
-from .. import history as hist
-from ..checkers import run_checkers
-from ..contract import EngineSettings, ProcessContext, process_counts
-from ..expect import harness_snapshot, process_context
-from ..nemesis import FaultPolicy
-from .aim import SimAims
-from .choices import Choices, everything
-from .nemesis import SimNemesis
-from .scheduler import CRASH, RUN, STALL as STALLED, Actor, PointHook, Process, Scheduler
-from .spec import START, SimResult, SimSpec, plan_for
-from .world import PROVIDER_URL, RECEIVER_URL, ClientErrors, SimProvider, SimReceiver
+from chaos import aim as aims
+from chaos import crashpoints
+from chaos import history as hist
+from chaos.checkers import run_checkers
+from chaos.contract import EngineSettings, ProcessContext, process_counts
+from chaos.expect import harness_snapshot, process_context
+from chaos.nemesis import FaultPolicy
+from chaos.sim.aim import SimAims
+from chaos.sim.choices import Choices, everything
+from chaos.sim.nemesis import SimNemesis
+from chaos.sim.scheduler import CRASH, RUN, STALL as STALLED, Actor, PointHook, Process, Scheduler
+from chaos.sim.spec import START, SimResult, SimSpec, plan_for
+from chaos.sim.world import PROVIDER_URL, RECEIVER_URL, ClientErrors, SimProvider, SimReceiver
 
 TICK = 0.01           # virtual seconds a turn takes: more than the checkers' 5 ms tolerance
 STALL = 0.1           # virtual seconds a stalled thread is left waiting

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ..adapter_guard import described
-from ..nemesis import different_payload
-from .controls import SimControls
+from chaos.adapter_guard import described
+from chaos.nemesis import different_payload
+from chaos.sim.controls import SimControls
 
 
 class SimNemesis:

@@ -20,16 +20,16 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from .. import history as hist
-from ..fired import faults_applied
-from ..report import build_report, write_report
-from ..runner import render_reports
-from ..runfiles import scenario_record
-from ..limits import shown
-from ..scenario import engine_set_args
-from .spec import SimResult
-from .shrink import save_schedule
-from .story import headline, tell
+from chaos import history as hist
+from chaos.fired import faults_applied
+from chaos.report import build_report, write_report
+from chaos.runner import render_reports
+from chaos.runfiles import scenario_record
+from chaos.limits import shown
+from chaos.scenario import engine_set_args
+from chaos.sim.spec import SimResult
+from chaos.sim.shrink import save_schedule
+from chaos.sim.story import headline, tell
 
 
 def run_dir_for(out: str, result: SimResult, label: str = "") -> str:

@@ -6,9 +6,9 @@ all where it has one (the reference engine); otherwise its `in_process` hooks ar
 `chaos.sim.threads`."""
 from __future__ import annotations
 
-from ..contract import has
-from .choices import Choices
-from .spec import SimResult, SimSpec
+from chaos.contract import has
+from chaos.sim.choices import Choices
+from chaos.sim.spec import SimResult, SimSpec
 
 
 def simulate(spec: SimSpec, choices: Choices, *, keep_db: str | None = None) -> SimResult:
@@ -21,5 +21,5 @@ def simulate(spec: SimSpec, choices: Choices, *, keep_db: str | None = None) -> 
                          "declare the in_process capability (see docs/engines.md)")
     if hasattr(spec.engine, "simulate"):
         return spec.engine.simulate(spec, choices, keep_db=keep_db)
-    from .threads import simulate as threaded
+    from chaos.sim.threads import simulate as threaded
     return threaded(spec, choices, keep_db=keep_db)

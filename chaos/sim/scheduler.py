@@ -34,7 +34,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from .. import probe
+from chaos import probe
 
 INF = float("inf")
 US = 1_000_000

@@ -14,13 +14,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from ..aim import read_aims
-from ..contract import load_engine
-from ..runfiles import scenario_record
-from ..scenario import Expect, Faults, Run, Scenario, check_saved
-from .choices import DrawnChoices, ReplayChoices
-from .run import simulate
-from .spec import SimResult, SimSpec
+from chaos.aim import read_aims
+from chaos.contract import load_engine
+from chaos.runfiles import scenario_record
+from chaos.scenario import Expect, Faults, Run, Scenario, check_saved
+from chaos.sim.choices import DrawnChoices, ReplayChoices
+from chaos.sim.run import simulate
+from chaos.sim.spec import SimResult, SimSpec
 
 SCHEDULE_FORMAT = "ninelives.sim-schedule/1"
 
@@ -50,7 +50,7 @@ def shrink(failing: SimResult, target: tuple[str, str] | None = None, *, budget:
     replays its own). Raises ValueError if `failing` did not fail (that way), RuntimeError
     if its choices do not fail again (the simulation would not be deterministic).
     """
-    from .choices import ShapeDrawnChoices
+    from chaos.sim.choices import ShapeDrawnChoices
     signature = failing.signature()
     if not signature:
         raise ValueError("the run did not fail: there is nothing to shrink")

@@ -10,12 +10,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import history as hist
-from ..checkers import Verdict
-from ..contract import load_engine
-from ..pipeline import Pipeline
-from ..plan import FaultPlan, documents_for, make_plan
-from ..scenario import Scenario, check_numbers
+from chaos import history as hist
+from chaos.checkers import Verdict
+from chaos.contract import load_engine
+from chaos.pipeline import Pipeline
+from chaos.plan import FaultPlan, documents_for, make_plan
+from chaos.scenario import Scenario, check_numbers
 
 START = 1_000_000.0   # the virtual epoch (seconds)
 

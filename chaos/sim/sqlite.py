@@ -31,7 +31,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-from .scheduler import Actor, Process, Scheduler
+from chaos.sim.scheduler import Actor, Process, Scheduler
 
 NOW_FUNCTION = "ninelives_now"
 NOW_SQL = f"{NOW_FUNCTION}()"

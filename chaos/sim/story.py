@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..checkers import Verdict
-from ..checkers.ops import pids_by_worker
-from ..history import Event
+from chaos.checkers import Verdict
+from chaos.checkers.ops import pids_by_worker
+from chaos.history import Event
 
 FAULTS = ("pause", "resume", "kill", "expire", "outage", "outage_end", "contention",
           "contention_end", "operator", "duplicate_submit")

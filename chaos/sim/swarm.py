@@ -27,10 +27,10 @@ import math
 import random
 from typing import Any
 
-from .. import aim as aims
-from .. import crashpoints
-from ..scenario import POSTGRES_FAULTS, RATES, SHARES, Scenario
-from .spec import SimSpec
+from chaos import aim as aims
+from chaos import crashpoints
+from chaos.scenario import POSTGRES_FAULTS, RATES, SHARES, Scenario
+from chaos.sim.spec import SimSpec
 
 #: A kept fault runs at between these multiples of its configured rate or share.
 LOWEST, HIGHEST = 0.5, 3.0

@@ -37,16 +37,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Protocol
 
-from .. import history as hist
-from .. import probe
-from ..contract import ProcessContext, has, submitter
-from ..expect import settled
-from .choices import Choices
-from .driver import Simulation
-from .scheduler import INF, Actor, Process, Scheduler
-from .spec import SimResult, SimSpec, scratch_dir
-from .sqlite import NOW_FUNCTION, NOW_SQL, VirtualSQLite
-from .world import PROVIDER_URL, RECEIVER_URL, ClientErrors
+from chaos import history as hist
+from chaos import probe
+from chaos.contract import ProcessContext, has, submitter
+from chaos.expect import settled
+from chaos.sim.choices import Choices
+from chaos.sim.driver import Simulation
+from chaos.sim.scheduler import INF, Actor, Process, Scheduler
+from chaos.sim.spec import SimResult, SimSpec, scratch_dir
+from chaos.sim.sqlite import NOW_FUNCTION, NOW_SQL, VirtualSQLite
+from chaos.sim.world import PROVIDER_URL, RECEIVER_URL, ClientErrors
 
 
 def park(sched: Scheduler, timeout: float | None) -> None:

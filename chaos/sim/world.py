@@ -15,12 +15,12 @@ from collections import Counter
 from typing import Any, Protocol
 
 
-from ..fakes.attribution import call_attribution, effect_attribution
-from ..fakes.answers import reply, step_from_prompt, tokens
-from ..fakes.provider import PRICE_PER_1K, _error_body, retry_after_header
-from ..fakes.receiver import apply_status
-from ..fakes.server import BadRequest
-from .scheduler import Scheduler
+from chaos.fakes.attribution import call_attribution, effect_attribution
+from chaos.fakes.answers import reply, step_from_prompt, tokens
+from chaos.fakes.provider import PRICE_PER_1K, _error_body, retry_after_header
+from chaos.fakes.receiver import apply_status
+from chaos.fakes.server import BadRequest
+from chaos.sim.scheduler import Scheduler
 
 #: Virtual seconds a provider call or receiver request takes when nothing slows it down.
 LATENCY = 0.01

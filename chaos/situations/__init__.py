@@ -34,9 +34,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..history import Event
-from . import leases, work  # noqa: F401  (each registers its situations)
-from .catalog import CATALOG, EXERCISES, MAX_EXAMPLES, RECOGNISERS, Context, Reached, situation
+from chaos.history import Event
+from chaos.situations import leases, work  # noqa: F401  (each registers its situations)
+from chaos.situations.catalog import CATALOG, EXERCISES, MAX_EXAMPLES, RECOGNISERS, Context, Reached, situation
 
 __all__ = ["CATALOG", "EXERCISES", "Reached", "exercise", "not_exercised", "recognise",
            "situation", "summary_line"]

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..checkers.index import readings
-from ..checkers.ops import TOL, is_engine, is_worker
-from ..history import Event
+from chaos.checkers.index import readings
+from chaos.checkers.ops import TOL, is_engine, is_worker
+from chaos.history import Event
 
 MAX_EXAMPLES = 3
 

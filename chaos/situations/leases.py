@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import bisect
 
-from ..checkers.ops import (LOCK_WINDOWS, TOL, capable, is_engine, is_heartbeat, is_worker,
+from chaos.checkers.ops import (LOCK_WINDOWS, TOL, capable, is_engine, is_heartbeat, is_worker,
                            takes_lease)
-from .catalog import Context, attributed, situation
+from chaos.situations.catalog import Context, attributed, situation
 
 
 # -- leases ---------------------------------------------------------------------------------

@@ -5,9 +5,9 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-from ..checkers.ops import TOL, capable, is_engine, is_job, is_operator, is_worker
-from ..history import Event
-from .catalog import Context, situation
+from chaos.checkers.ops import TOL, capable, is_engine, is_job, is_operator, is_worker
+from chaos.history import Event
+from chaos.situations.catalog import Context, situation
 
 
 # -- steps and memos ------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import threading
 from contextlib import contextmanager, nullcontext
 from typing import Any, ContextManager, Iterator
 
-from ...adapter_guard import unguarded
+from chaos.adapter_guard import unguarded
 
 #: The engine modules a patch may touch; `restored()` puts their contents back.
 ENGINE_MODULES = ("engine.worker", "engine.slots", "engine.outbox", "engine.retry",
@@ -76,7 +76,7 @@ def in_process(engine: Any, spec: str = "?") -> ContextManager[None]:
 
 @contextmanager
 def _mutant(name: str) -> Iterator[None]:
-    from ..mutants import patches, sql
+    from chaos.reference.mutants import patches, sql
     with restored():
         if name in patches.NAMES:
             patches.apply(name, ("sqlite",))  # the simulation runs on SQLite

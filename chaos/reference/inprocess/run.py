@@ -26,15 +26,15 @@ from engine.slots import Slots
 from engine.store import OperatorError, SubmissionConflict
 from engine.worker import Worker
 
-from ...sim.choices import Choices
-from ...sim.driver import Simulation
-from ...sim.scheduler import Process, VirtualClock
-from ...sim.spec import SimResult, SimSpec, scratch_dir
-from ...sim.threads import SimCondition, SimThread
-from .. import audit, observer
-from ..leases import expire_leases
-from .patches import in_process
-from .world import (EngineErrors, EngineHooks, PROVIDER_URL, RECEIVER_URL,
+from chaos.sim.choices import Choices
+from chaos.sim.driver import Simulation
+from chaos.sim.scheduler import Process, VirtualClock
+from chaos.sim.spec import SimResult, SimSpec, scratch_dir
+from chaos.sim.threads import SimCondition, SimThread
+from chaos.reference import audit, observer
+from chaos.reference.leases import expire_leases
+from chaos.reference.inprocess.patches import in_process
+from chaos.reference.inprocess.world import (EngineErrors, EngineHooks, PROVIDER_URL, RECEIVER_URL,
                     install_audit, routed, sim_store)
 
 

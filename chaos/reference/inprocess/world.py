@@ -14,9 +14,9 @@ from engine.http import parse_retry_after
 from engine.retry import classify_status
 from engine.store import SQLiteStore, open_store
 
-from ...sim.scheduler import Scheduler, VirtualClock
-from ...sim.world import PROVIDER_URL, RECEIVER_URL, SimProvider, SimReceiver
-from .. import audit
+from chaos.sim.scheduler import Scheduler, VirtualClock
+from chaos.sim.world import PROVIDER_URL, RECEIVER_URL, SimProvider, SimReceiver
+from chaos.reference import audit
 
 NOW_FUNCTION = "ninelives_sim_now"
 

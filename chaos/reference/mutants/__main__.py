@@ -9,7 +9,7 @@ import sys
 from engine.cli import main as engine_main
 from engine.store import is_postgres_url
 
-from .patches import BACKENDS, NAMES, apply
+from chaos.reference.mutants.patches import BACKENDS, NAMES, apply
 
 
 def backends_of(argv: list[str]) -> tuple[str, ...]:

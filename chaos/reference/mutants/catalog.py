@@ -13,10 +13,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ...contract import Command, ProcessContext
-from ..adapter import ReferenceEngine
-from .patches import operator_move_not_written
-from .sql import edit_store_sql, sql_edits
+from chaos.contract import Command, ProcessContext
+from chaos.reference.adapter import ReferenceEngine
+from chaos.reference.mutants.patches import operator_move_not_written
+from chaos.reference.mutants.sql import edit_store_sql, sql_edits
 
 
 @dataclass(frozen=True)

@@ -27,13 +27,13 @@ from engine import hooks, retry, worker
 from engine.store import Claim, LeaseLost, SQLiteStore
 from engine.worker import Worker
 
-from .sender_patches import (claims_newest_first, client_fails_before_sending, commit_not_durable,
+from chaos.reference.mutants.sender_patches import (claims_newest_first, client_fails_before_sending, commit_not_durable,
                              dead_letter_at_first_failure, group_stale_fails_all,
                              heartbeat_inverted, heartbeat_one_slot, key_from_row_id,
                              mark_sent_before_send, outbox_claim_lease_in_past,
                              outbox_retry_at_once, sender_without_key, senders_without_claim)
-from .sql import EditingConnection, MutantOutOfDate, SQLEdit, edit_sql
-from .wrapping import BACKENDS, edits_of, store_classes, wrap
+from chaos.reference.mutants.sql import EditingConnection, MutantOutOfDate, SQLEdit, edit_sql
+from chaos.reference.mutants.wrapping import BACKENDS, edits_of, store_classes, wrap
 
 __all__ = ["EditingConnection", "MutantOutOfDate", "PATCHES", "SQLEdit", "STORE_PATCHES",
            "apply", "store_classes"]
@@ -45,7 +45,7 @@ def no_state_guard(store: type) -> None:
     """The article's claim: read a due job, then take it in a later transaction with an
     update guarded by lease time only (`lease_until <= now`), not by the state it read."""
     if store.backend == "postgres":
-        from .pg_claim import article_claim
+        from chaos.reference.mutants.pg_claim import article_claim
         wrap(store, "claim", article_claim)
         return
 

@@ -13,8 +13,8 @@ from engine.outbox import Sender
 from engine.slots import GroupCommit
 from engine.worker import Worker
 
-from .sql import edit_sql
-from .wrapping import edits_of, wrap
+from chaos.reference.mutants.sql import edit_sql
+from chaos.reference.mutants.wrapping import edits_of, wrap
 
 
 def sender_without_key() -> None:

@@ -6,7 +6,7 @@ from typing import Any, Callable, Iterable
 
 from engine.store import SQLiteStore
 
-from .sql import SQLEdit, sql_edits
+from chaos.reference.mutants.sql import SQLEdit, sql_edits
 
 
 BACKENDS = ("sqlite", "postgres")
