@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any, Iterable
 
-from chaos import crashpoints
+from chaos.engines import crashpoints
 
 ACTIONS = ("hold", "expire")
 TAKEOVER = "takeover"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from chaos import aim as aims
-from chaos.adapter_guard import described
+from chaos.engines.adapter_guard import described
 from chaos.history import Event
 
 POLL = 0.02

@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_explore_parser(sub)
     from chaos.mutants.matrix import add_parser as add_mutants_parser
     add_mutants_parser(sub)
-    from chaos.doctor import add_parser as add_doctor_parser
+    from chaos.engines.doctor import add_parser as add_doctor_parser
     add_doctor_parser(sub)
     from chaos.merge import add_parser as add_merge_parser
     add_merge_parser(sub)
@@ -296,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)  # imports every command's parser
     except KeyboardInterrupt as stop:
         return interrupted(stop)
-    from chaos.adapter_guard import AdapterError
+    from chaos.engines.adapter_guard import AdapterError
     from chaos.runner import HarnessError
     from chaos.scenario import ScenarioError
     from chaos.supervisor import stop_on_signals
@@ -315,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from chaos.mutants.matrix import cmd_mutants
             return cmd_mutants(args)
         if args.command == "doctor":
-            from chaos.doctor import cmd_doctor
+            from chaos.engines.doctor import cmd_doctor
             return cmd_doctor(args)
         if args.command == "merge":
             from chaos.merge import cmd_merge
@@ -347,7 +347,7 @@ def internal_error(exc: Exception) -> int:
     it started is stopped by then), its traceback kept in a file the line names; return 2."""
     import tempfile
     import traceback
-    from chaos.adapter_guard import described, hide
+    from chaos.engines.adapter_guard import described, hide
     fd, path = tempfile.mkstemp(prefix="ninelives-error-", suffix=".txt")
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(hide("".join(traceback.format_exception(exc))))

@@ -10,7 +10,7 @@ from chaos import history as hist
 from chaos.backends import SQLITE_FILE
 from chaos.contract import Engine
 from chaos.fakes import read_ledger
-from chaos.writers import attribute_writes
+from chaos.engines.writers import attribute_writes
 
 
 def collect_history(run_dir: str, engine: Engine, recorded: list[hist.Event],

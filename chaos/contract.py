@@ -29,11 +29,11 @@ name no worker: the worker id that the process the harness started (its spawn re
 name, role, slot, pid) writes under, so that a request the fakes tied to its process
 (by its socket) is tied to the worker too; and `write_points`, the probe points after which a process writes to the job it names
 (with crash_points), for an engine whose rows do not say who wrote: the harness traces every
-point and attributes such writes itself (`chaos.writers`); `store_settings(db) -> dict`, the
+point and attributes such writes itself (`chaos.engines.writers`); `store_settings(db) -> dict`, the
 `EngineSettings` fields whose values depend on the store at `db` (an engine with several
 backends: whose clock places leases, `lease_clock`; which claim order it keeps there);
 `point_roles`, with crash_points: role -> the engine's points that play it, for the roles
-of `chaos.crashpoints.ROLES` the engine has (a scenario names `role:after_call`; a role
+of `chaos.engines.crashpoints.ROLES` the engine has (a scenario names `role:after_call`; a role
 the adapter leaves out is one the engine lacks); `durability(settings) -> (promised,
 setting)`: whether, with the scenario's `[engine]` table `settings`, every transaction the
 engine acknowledges survives a power cut (the data fsynced before the acknowledgement), and
@@ -56,8 +56,8 @@ crashes, as a queue's receive count is).
 
 The snapshot: {"jobs": {id: row}, "memos": [row], "outbox": [row], "spend": [row] or None
 (without spend_records), "orphans": {name: count}}; each table's fields are in
-`chaos.schema.SNAPSHOT` (docs/history.md), and a snapshot is checked against it as it is read.
-`operations(db)` is checked against `chaos.schema.SCHEMA` the same way. A field an engine does
+`chaos.engines.schema.SNAPSHOT` (docs/history.md), and a snapshot is checked against it as it is read.
+`operations(db)` is checked against `chaos.engines.schema.SCHEMA` the same way. A field an engine does
 not keep is None.
 
 `load_engine(spec)` loads `module:object` and validates the whole adapter at once, naming
@@ -73,8 +73,9 @@ import sys
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ContextManager, Protocol
 
-from chaos.adapter_guard import AdapterError, guard, raise_adapter_error  # AdapterError: re-exported
-from chaos.crashpoints import role_gaps
+# AdapterError: re-exported for adapters
+from chaos.engines.adapter_guard import AdapterError, guard, raise_adapter_error
+from chaos.engines.crashpoints import role_gaps
 from chaos.history import Event
 from chaos.pipeline import Pipeline
 
@@ -290,7 +291,7 @@ def contract_gaps(engine: Any) -> list[str]:
 
 def load_engine(spec: str | None) -> Any:
     """The adapter named by `--engine`: None or "reference", or `module:object` (an object,
-    or a class called with no argument), validated and guarded (`chaos.adapter_guard`: what
+    or a class called with no argument), validated and guarded (`chaos.engines.adapter_guard`: what
     its methods raise becomes AdapterError). Raises ContractError naming what is wrong, or
     AdapterError when its module raises on import (other than ImportError) or its class
     raises when built."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Iterable
 
-from chaos import crashpoints
+from chaos.engines import crashpoints
 from chaos.history import Event, of
 from chaos.plan import FaultPlan
 from chaos.scenario import Scenario

@@ -12,7 +12,7 @@ Every engine operation completed "ok" (it was committed) and names who wrote it 
 `worker`, `pid`, `token`). Their types and fields (submitted, claimed, state, removed, memo,
 effect_queued, effect_claimed, effect_sent, effect_state, billed), which fields are required,
 what a field left out is read as, and which checks go unknown without it, are data in
-`chaos.schema`, the one source: the reference page docs/history.md is generated from it, and
+`chaos.engines.schema`, the one source: the reference page docs/history.md is generated from it, and
 what an adapter's `operations(db)` returns is checked against it as it is read.
 src "provider": the fake model provider's ledger, one per request, t = t_start:
   call           job, step, worker, n, t_start, t_end, status, outcome ("ok" | "error" |

@@ -1,4 +1,4 @@
-"""The history's reference page, docs/history.md, generated from the schema (`chaos.schema`)
+"""The history's reference page, docs/history.md, generated from the schema (`chaos.engines.schema`)
 and the fields each checker declares it reads (`chaos.checkers.READS`):
 `python -m chaos.history_page --write docs/history.md`. A test fails when the page is stale."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from chaos.checkers import READS, load
-from chaos.schema import (DEFAULTED, ENGINE, EVIDENCE, KINDS, REQUIRED, SNAPSHOT, Field, OpType, opt,
+from chaos.engines.schema import (DEFAULTED, ENGINE, EVIDENCE, KINDS, REQUIRED, SNAPSHOT, Field, OpType, opt,
                      req)
 
 
@@ -101,7 +101,7 @@ def reference_page(reads: dict[str, tuple[str, ...]] | None = None) -> str:
     out = [
         "# The history: operations",
         "",
-        "<!-- Generated from chaos/schema.py by `python -m chaos.history_page --write "
+        "<!-- Generated from chaos/engines/schema.py by `python -m chaos.history_page --write "
         "docs/history.md`; a test fails when it is stale. Do not edit by hand. -->",
         "",
         "The history (`history.jsonl`) is a time-ordered list of operations. An adapter's "

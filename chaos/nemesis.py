@@ -15,7 +15,7 @@ from collections import Counter
 from functools import cached_property
 from typing import Any, Callable
 
-from chaos.adapter_guard import described
+from chaos.engines.adapter_guard import described
 from chaos.contract import Engine, submitter
 from chaos.history import Event, payload_hash
 from chaos.plan import (FaultPlan, document_fault, documents_for, forced_provider_fault,

@@ -239,7 +239,7 @@ class NineLives:
     def _guarded(self, run: Any, *args: Any, **kwargs: Any) -> Any:
         """Run a check; what the harness refuses to run (a scenario, an engine, a setting)
         fails the test with its one-line reason, as the command line exits 2 with it."""
-        from chaos.adapter_guard import AdapterError
+        from chaos.engines.adapter_guard import AdapterError
         from chaos.runner import HarnessError
         try:
             return run(*args, **kwargs)

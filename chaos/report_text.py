@@ -7,7 +7,7 @@ import os
 
 from rich.console import Console
 
-from chaos import crashpoints
+from chaos.engines import crashpoints
 from chaos.aim import summary_lines as aim_summary_lines
 from chaos.console import AUTO, Column, table
 from chaos.report import gathered_text, skew_of

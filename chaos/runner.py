@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from chaos import aim
 from chaos import history as hist
-from chaos.adapter_guard import AdapterError
+from chaos.engines.adapter_guard import AdapterError
 from chaos.backends import (SQLITE_FILE, Backend, RunDatabase, check_backend, database_name,
                        run_database)
 from chaos.checkers import run_checkers

@@ -14,7 +14,7 @@ durations and rates are bounded as written and as scaled (`chaos.limits`: at mos
 jobs, 256 workers or senders, a day of any duration, 100 faults per second of a rate, 100,000
 fault events in all), and a file is read only if it is a regular one of at most 1 MiB of
 UTF-8. Errors name the file, the field and the reason. `faults.crash_points` names points by
-the engine's own names or by role, optional with a trailing `?` (`chaos.crashpoints`); a name
+the engine's own names or by role, optional with a trailing `?` (`chaos.engines.crashpoints`); a name
 the engine does not declare is refused when the scenario is loaded for it.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from chaos import crashpoints
+from chaos.engines import crashpoints
 from chaos.aim import Aim, read_aims, resolve as resolve_aims
 from chaos.latency import LatencyError, parse_latency
 from chaos.limits import MAX_FAULT_EVENTS, MAX_JOBS, MAX_RATE, MAX_SECONDS, MAX_WORKERS, excerpt, shown
@@ -59,7 +59,7 @@ class Faults:
     kill_senders: bool = True             # kills may strike senders too, not only workers
     crash_points: tuple[str, ...] = ()    # points armed in spawned processes ("*": all,
                                           # "role:after_call" by role, "name?" optional:
-                                          # see chaos.crashpoints)
+                                          # see chaos.engines.crashpoints)
     crash_point_probability: float = 0.0  # chance per hit of an armed point
     pause: float = 0.0                    # SIGSTOP/SIGCONT per second, of a random worker
     pause_seconds: float = 3.0            # how long a paused process stays stopped
@@ -323,7 +323,7 @@ def check_aims(scenario: Scenario, engine: Any) -> None:
 
 
 def check_crash_points(scenario: Scenario, engine: Any) -> crashpoints.Resolution:
-    """What the scenario's `faults.crash_points` arm on `engine` (`chaos.crashpoints`).
+    """What the scenario's `faults.crash_points` arm on `engine` (`chaos.engines.crashpoints`).
     Raises ScenarioError naming the file, the field, every name the engine does not declare
     (neither a point of its own nor a role it maps) that is not marked optional, and the
     engine's points and roles."""

@@ -45,14 +45,14 @@ import traceback
 from typing import Any, Callable
 
 from chaos.history import Event
-from chaos.schema import missing_evidence
+from chaos.engines.schema import missing_evidence
 from chaos.checkers.verdict import Failure, Verdict
 
 Checker = Callable[[list[Event], dict[str, Any]], Verdict]
 
 #: Invariant name -> checker, in the order reports list them. Filled by `load`.
 CHECKERS: dict[str, Checker] = {}
-#: Invariant name -> the engine fields it reads ("type.field", see chaos.schema). Filled by
+#: Invariant name -> the engine fields it reads ("type.field", see chaos.engines.schema). Filled by
 #: `load` from each checker module's READS.
 READS: dict[str, tuple[str, ...]] = {}
 

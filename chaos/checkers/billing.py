@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from chaos.history import Event
-from chaos.schema import reads
+from chaos.engines.schema import reads
 from chaos.checkers.calls import Key, memoized_call, needs_ledger
 from chaos.checkers.index import readings
 from chaos.checkers.memos import Memos
@@ -446,7 +446,7 @@ CHECKS = {
     "cost-accounted": check_cost_accounted,
 }
 
-#: the engine fields each check reads (chaos.schema): an evidence field an engine leaves out
+#: the engine fields each check reads (chaos.engines.schema): an evidence field an engine leaves out
 #: makes exactly these checks unknown, naming it
 READS = {
     "cost-accounted": reads(

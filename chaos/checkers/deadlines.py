@@ -31,7 +31,7 @@ from typing import Any, Iterator
 
 from chaos.fakes.provider import TRICKLE_INTERVAL
 from chaos.history import Event
-from chaos.schema import reads
+from chaos.engines.schema import reads
 from chaos.checkers.index import Readings, readings
 from chaos.checkers.ops import TOL, held_back, is_effect, machine_slack
 from chaos.checkers.verdict import Verdict
@@ -248,7 +248,7 @@ def _used_late_answer(kind: str, request: Event, writes: dict, answered: float) 
 
 CHECKS = {"deadlines-kept": check_deadlines_kept}
 
-#: the engine fields each check reads (chaos.schema): an evidence field an engine leaves out
+#: the engine fields each check reads (chaos.engines.schema): an evidence field an engine leaves out
 #: makes exactly these checks unknown, naming it
 READS = {
     "deadlines-kept": reads(

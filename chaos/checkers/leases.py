@@ -9,7 +9,7 @@ import math
 from typing import Any, Callable
 
 from chaos.history import Event
-from chaos.schema import reads
+from chaos.engines.schema import reads
 from chaos.checkers.billing import COST_TOLERANCE
 from chaos.checkers.calls import memoized_call, needs_ledger
 from chaos.checkers.index import readings
@@ -367,7 +367,7 @@ CHECKS = {
     "lease-kept": check_lease_kept,
 }
 
-#: the engine fields each check reads (chaos.schema): an evidence field an engine leaves out
+#: the engine fields each check reads (chaos.engines.schema): an evidence field an engine leaves out
 #: makes exactly these checks unknown, naming it
 READS = {
     "fenced-writes": reads(

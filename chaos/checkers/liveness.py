@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Any
 
 from chaos.history import Event
-from chaos.schema import reads
+from chaos.engines.schema import reads
 from chaos.checkers.index import readings
 from chaos.checkers.lost import LostJobs, unsettled_jobs
 from chaos.checkers.ops import TOL, capable, disturbed, is_effect, is_operator
@@ -201,7 +201,7 @@ def _check_crash_loop(verdict: Verdict, tl: Timeline, snapshot: dict, job: str) 
 
 CHECKS = {"all-jobs-settle": check_all_jobs_settle, "bounded-work": check_bounded_work}
 
-#: the engine fields each check reads (chaos.schema): an evidence field an engine leaves out
+#: the engine fields each check reads (chaos.engines.schema): an evidence field an engine leaves out
 #: makes exactly these checks unknown, naming it
 READS = {
     "all-jobs-settle": reads(

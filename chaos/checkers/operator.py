@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from chaos.history import Event
-from chaos.schema import reads
+from chaos.engines.schema import reads
 from chaos.checkers.ops import TOL, capable, is_job, is_operator
 from chaos.checkers.verdict import Verdict
 
@@ -116,7 +116,7 @@ def _judge_refusal(verdict: Verdict, e: Event, jobs: dict[str, list[Event]],
 
 CHECKS = {"operator-moves": check_operator_moves}
 
-#: the engine fields each check reads (chaos.schema): an evidence field an engine leaves out
+#: the engine fields each check reads (chaos.engines.schema): an evidence field an engine leaves out
 #: makes exactly these checks unknown, naming it
 READS = {
     "operator-moves": reads(

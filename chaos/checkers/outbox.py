@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from chaos.history import Event
-from chaos.schema import reads
+from chaos.engines.schema import reads
 from chaos.checkers.index import readings
 from chaos.checkers.effects import Effect, OutboxIndex
 from chaos.checkers.shared_keys import judge_shared_keys
@@ -468,7 +468,7 @@ def _some(event: Event | None) -> tuple[Event, ...]:
 
 CHECKS = {"outbox-bounded": check_outbox_bounded, "effects-complete": check_effects_complete}
 
-#: the engine fields each check reads (chaos.schema): an evidence field an engine leaves out
+#: the engine fields each check reads (chaos.engines.schema): an evidence field an engine leaves out
 #: makes exactly these checks unknown, naming it
 READS = {
     "effects-complete": reads(

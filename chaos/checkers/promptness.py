@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaos.history import Event
-from chaos.schema import reads
+from chaos.engines.schema import reads
 from chaos.checkers.index import readings
 from chaos.checkers.ops import (RUN_SLACK, capable, is_effect, is_job, is_operator, is_worker,
                   machine_slack)
@@ -455,7 +455,7 @@ def _overlaps(windows: list, start: float, end: float) -> list:
 
 CHECKS = {"claims-prompt": check_claims_prompt}
 
-#: the engine fields each check reads (chaos.schema): an evidence field an engine leaves out
+#: the engine fields each check reads (chaos.engines.schema): an evidence field an engine leaves out
 #: makes exactly these checks unknown, naming it
 READS = {
     "claims-prompt": reads(

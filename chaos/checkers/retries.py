@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from chaos.history import Event
-from chaos.schema import reads
+from chaos.engines.schema import reads
 from chaos.checkers.index import readings
 from chaos.checkers.ops import TOL, is_operator, is_worker
 from chaos.checkers.timeline import Timeline, counts_every_claim, unknown_without_audit
@@ -283,7 +283,7 @@ def _check_outage(verdict: Verdict, tl: Timeline, settings: dict, snapshot: dict
 
 CHECKS = {"retry-discipline": check_retry_discipline}
 
-#: the engine fields the check reads (chaos.schema): an evidence field an engine leaves out
+#: the engine fields the check reads (chaos.engines.schema): an evidence field an engine leaves out
 #: makes exactly this check unknown, naming it
 READS = {
     "retry-discipline": reads(

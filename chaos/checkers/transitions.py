@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from chaos.history import Event
-from chaos.schema import reads
+from chaos.engines.schema import reads
 from chaos.checkers.ops import (TOL, ends_an_operation, is_job, is_operator, pids_by_worker, takes_lease,
                   worker_processes)
 from chaos.checkers.verdict import Verdict
@@ -297,7 +297,7 @@ CHECKS = {
     "submissions-idempotent": check_submissions_idempotent,
 }
 
-#: the engine fields each check reads (chaos.schema): an evidence field an engine leaves out
+#: the engine fields each check reads (chaos.engines.schema): an evidence field an engine leaves out
 #: makes exactly these checks unknown, naming it
 READS = {
     "legal-transitions": reads(

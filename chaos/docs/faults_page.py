@@ -1,6 +1,6 @@
 """The faults' reference page, generated from the code: the random faults a scenario's
 `[faults]` table draws (`chaos.scenario.Faults`, grouped as there), the crash windows by role
-(`chaos.crashpoints.ROLES`), the reference engine's own points (`engine.hooks`), the aimed
+(`chaos.engines.crashpoints.ROLES`), the reference engine's own points (`engine.hooks`), the aimed
 faults (`chaos.aim`) and what the nemesis records of each (`chaos.history_page`)."""
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from dataclasses import fields
 
 def page() -> str:
     """docs/reference/faults.md's text."""
-    from chaos import aim, crashpoints
+    from chaos import aim
+    from chaos.engines import crashpoints
     from chaos.reference.docs import crashpoints_source
     from chaos.scenario import RATES, SHARES, Faults
     from chaos.docs.scenario_page import comments

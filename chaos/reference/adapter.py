@@ -76,7 +76,7 @@ class ReferenceEngine:
     #: the stores it runs on (chaos.backends): a SQLite file, or a PostgreSQL database
     backends = ("sqlite", "postgres")
     crashpoints = CRASHPOINTS
-    #: its points by role (chaos.crashpoints.ROLES); the slot group's two commit points
+    #: its points by role (chaos.engines.crashpoints.ROLES); the slot group's two commit points
     #: play no role of their own: a scenario names them, optional, by their names
     point_roles = {
         "submit": ("submit.before_commit",), "claim": ("claim.before_commit",),

@@ -22,7 +22,7 @@ import time
 from typing import Any, Callable
 
 from chaos import aim as aims
-from chaos import crashpoints
+from chaos.engines import crashpoints
 from chaos import history as hist
 from chaos.checkers import run_checkers
 from chaos.contract import EngineSettings, ProcessContext, process_counts
@@ -58,7 +58,7 @@ class Simulation:
                                hooks=hooks)
         self.policy = FaultPolicy(self.scenario, self.plan, settings.send_timeout)
         # the engine's own points the scenario's names arm (roles resolved, "*": all), as a
-        # real run arms them (chaos.crashpoints)
+        # real run arms them (chaos.engines.crashpoints)
         self.armed_points = frozenset(
             crashpoints.resolve(self.scenario.faults.crash_points, self.engine).armed)
         self.provider = SimProvider(self.sched, self.policy, errors)

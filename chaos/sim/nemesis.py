@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from chaos.adapter_guard import described
+from chaos.engines.adapter_guard import described
 from chaos.nemesis import different_payload
 from chaos.sim.controls import SimControls
 

@@ -28,7 +28,7 @@ import random
 from typing import Any
 
 from chaos import aim as aims
-from chaos import crashpoints
+from chaos.engines import crashpoints
 from chaos.scenario import POSTGRES_FAULTS, RATES, SHARES, Scenario
 from chaos.sim.spec import SimSpec
 

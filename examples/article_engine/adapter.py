@@ -152,7 +152,7 @@ class ArticleEngine:
         "crash_points", "outbox", "operator", "heartbeat", "lease_expiry", "write_lock",
         "integrity", "attempt_cap", "backoff", "clock_skew", "in_process"})
     crashpoints = engine.POINTS
-    #: its points by role (chaos.crashpoints.ROLES); its claim, submit and sent mark have none
+    #: its points by role (chaos.engines.crashpoints.ROLES); its claim, submit and sent mark have none
     point_roles = {
         "after_claim": ("worker.after_claim",), "memo_hit": ("worker.memo_hit",),
         "before_call": ("worker.before_call",), "after_call": ("worker.after_call",),
@@ -162,7 +162,7 @@ class ArticleEngine:
     pid_of = staticmethod(observer.pid_of)   # WORKER is hostname:pid
     #: After these points a process writes to the job (a step without a call writes right
     #: after its claim): the article's rows keep no writer, so
-    #: the harness attributes those writes from the probe's trace (chaos.writers).
+    #: the harness attributes those writes from the probe's trace (chaos.engines.writers).
     write_points = frozenset({"worker.after_claim", "worker.after_call", "worker.memo_hit",
                               "worker.before_fail", "worker.heartbeat", "sender.after_send"})
     crash_loop_point = engine.CRASH_LOOP_POINT

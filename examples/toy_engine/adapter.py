@@ -53,7 +53,7 @@ class ToyEngine:
                               "write_lock", "integrity", "crash_loop_cap", "attempt_cap",
                               "backoff", "in_process"})
     crashpoints = POINTS
-    #: its points by role (chaos.crashpoints.ROLES). One commit point serves every write of
+    #: its points by role (chaos.engines.crashpoints.ROLES). One commit point serves every write of
     #: a step (done, retried, parked, from a memo): it plays before_commit alone, so that
     #: naming before_fail or memo_hit does not kill the toy at every commit
     point_roles = {

@@ -1,4 +1,4 @@
-"""The checkers read nothing the history's schema does not state (chaos.schema), and each
+"""The checkers read nothing the history's schema does not state (chaos.engines.schema), and each
 declares what it reads (its module's READS): every field each checker asks of the engine's
 operations is recorded over real simulated histories of three engines of different shapes."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 from collections import defaultdict
 
 from chaos import history as hist
-from chaos import schema
+from chaos.engines import schema
 from chaos.checkers import CHECKERS, INVARIANTS, READS, Snapshot, load
 from chaos.checkers import index as checker_index
 

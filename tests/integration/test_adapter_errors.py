@@ -118,7 +118,7 @@ def test_sim_with_an_observer_that_raises_exits_2(tmp_path):
 
 def test_operations_the_vocabulary_cannot_read_end_the_run_with_exit_2_naming_the_field(
         tmp_path):
-    """A claim without its step (chaos.schema: required) is the adapter's error, named with
+    """A claim without its step (chaos.engines.schema: required) is the adapter's error, named with
     the operation type, the field, an example and the method; never a checker's crash."""
     spec = f"{BROKEN}:UNREADABLE_OPERATIONS"
     line, out = run_broken(tmp_path, spec)
@@ -137,7 +137,7 @@ def test_a_snapshot_the_harness_cannot_read_ends_the_run_with_exit_2_naming_the_
 
 
 def test_evidence_left_out_makes_exactly_its_readers_unknown_naming_it(tmp_path):
-    """A claim's lease_until left out (chaos.schema: evidence): the checks that read it are
+    """A claim's lease_until left out (chaos.engines.schema: evidence): the checks that read it are
     unknown naming it, every other verdict stands, and the run is no adapter error."""
     out = tmp_path / "out"
     done, mark = ninelives("sim", "everything", "--seed", "1", "--engine",

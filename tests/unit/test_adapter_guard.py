@@ -1,4 +1,4 @@
-"""The adapter guard (chaos.adapter_guard): what an adapter raises becomes AdapterError,
+"""The adapter guard (chaos.engines.adapter_guard): what an adapter raises becomes AdapterError,
 and everything else about the adapter reads as before."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from chaos.adapter_guard import AdapterError, described, guard, unguarded
+from chaos.engines.adapter_guard import AdapterError, described, guard, unguarded
 from chaos.contract import has, load_engine
 
 

@@ -1,4 +1,4 @@
-"""Crash points named by role, by an engine's own name, optional, or all (chaos.crashpoints):
+"""Crash points named by role, by an engine's own name, optional, or all (chaos.engines.crashpoints):
 what each arms on an engine, the scenario errors for a name the engine lacks, what the report
 says of optional names an engine lacks, and the shipped scenarios' roles arming on the
 reference engine exactly the points they named before."""
@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from chaos.contract import ContractError, load_engine, validate
-from chaos.crashpoints import ROLES, parse, resolve
+from chaos.engines.crashpoints import ROLES, parse, resolve
 from chaos.reference import REFERENCE, ReferenceEngine
 from chaos.fired import crash_point_names, not_applicable
 from chaos.report_text import crash_point_lines

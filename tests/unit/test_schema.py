@@ -1,4 +1,4 @@
-"""The history's vocabulary as data (chaos.schema): operations are checked and filled in as
+"""The history's vocabulary as data (chaos.engines.schema): operations are checked and filled in as
 they are read, an evidence field left out makes exactly the checks that read it unknown, the
 checkers read nothing the schema does not state, and docs/history.md is the schema's page."""
 from __future__ import annotations
@@ -10,7 +10,8 @@ import os
 import pytest
 
 from chaos import history as hist
-from chaos import history_page, schema
+from chaos import history_page
+from chaos.engines import schema
 from chaos.checkers import INVARIANTS, READS, load, run_checkers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,7 +1,7 @@
 """Who made a write, from the probe's trace, for an engine whose rows do not say."""
 from __future__ import annotations
 
-from chaos.writers import attribute_writes
+from chaos.engines.writers import attribute_writes
 
 WRITE_POINTS = {"after_call", "before_fail"}
 

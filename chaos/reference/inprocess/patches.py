@@ -15,7 +15,7 @@ import threading
 from contextlib import contextmanager, nullcontext
 from typing import Any, ContextManager, Iterator
 
-from chaos.adapter_guard import unguarded
+from chaos.engines.adapter_guard import unguarded
 
 #: The engine modules a patch may touch; `restored()` puts their contents back.
 ENGINE_MODULES = ("engine.worker", "engine.slots", "engine.outbox", "engine.retry",

@@ -65,7 +65,7 @@ def test_a_malformed_history_makes_its_readers_unknown_not_crash(malformed, read
     history = delivered_job("doc-1") + [malformed]
     got = statuses(history, snapshot_of(delivered_job("doc-1")))
     # unknown either way: a checker that crashed on it, or one whose evidence it leaves out
-    # (chaos.schema: a state write without its lease_until)
+    # (chaos.engines.schema: a state write without its lease_until)
     lacks = ("unknown", "the engine's operations leave out evidence this check reads")
     assert all(got[name] in (CRASHED, lacks) for name in readers), got
     assert got["db-intact"][0] == "pass"

@@ -5,7 +5,7 @@ It loads the adapter and lists every contract gap; installs a fresh SQLite store
 temporary folder; submits a few jobs; runs one worker (and one sender) from the adapter's
 own `command(role, ctx)` against the fakes, with no fault, until every job is finished or
 the deadline passes; reads back its operations and snapshot; tries each declared control
-once; and prints every gap at once, each with its fix (`chaos.doctor_checks` draws the
+once; and prints every gap at once, each with its fix (`chaos.engines.doctor_checks` draws the
 conclusions). Exit 0: ready (warnings and notes allowed); exit 2: not ready. Exit 1 says
 an invariant failed, and doctor judges no invariant, so it never exits 1.
 
@@ -25,14 +25,14 @@ from contextlib import ExitStack
 from dataclasses import replace
 from typing import Any, Callable
 
-from chaos.adapter_guard import AdapterError, guard, guarded_call, unguarded
+from chaos.engines.adapter_guard import AdapterError, guard, guarded_call, unguarded
 from chaos.contract import (REQUIRED, Command, ContractError, EngineSettings, ProcessContext,
                        contract_gaps, has, import_adapter, submitter)
-from chaos.doctor_checks import (CONTROL_FIXES, GAP, NOTE, OK, WARNING, Evidence, Finding,
+from chaos.engines.doctor_checks import (CONTROL_FIXES, GAP, NOTE, OK, WARNING, Evidence, Finding,
                             capability_findings, contract_fix, evidence_left_out, excerpt, gap,
                             history_findings, hold, int_answer, ok_answer, progress_shape,
                             read_all, see)
-from chaos.schema import OperationError, read_snapshot
+from chaos.engines.schema import OperationError, read_snapshot
 
 #: Jobs doctor submits, the seconds it waits for them, and how often it looks.
 JOBS = 4

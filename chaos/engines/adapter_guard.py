@@ -230,10 +230,10 @@ class GuardedAdapter:
 
 def read_by_schema(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
     """The adapter's `operations` or `snapshot`, its answer checked against the schema as it
-    is read (`chaos.schema.read_operations`, which also fills in absent defaulted fields, or
+    is read (`chaos.engines.schema.read_operations`, which also fills in absent defaulted fields, or
     `read_snapshot`): an answer the harness cannot read raises OperationError, which the
     guard reports as the adapter's error (exit 2), never as a checker's crash."""
-    from chaos.schema import read_operations, read_snapshot
+    from chaos.engines.schema import read_operations, read_snapshot
     check = read_operations if name == "operations" else read_snapshot
 
     def read(*args: Any, **kwargs: Any) -> Any:

@@ -2,9 +2,9 @@
 operations read against the history's vocabulary (every problem at once, not the first),
 the evidence they leave out, what the declared capabilities promise and the history must
 then show, and the facts every correct run shows. Pure functions over the evidence; each
-returns `Finding`s. `chaos.doctor` gathers the evidence and prints them.
+returns `Finding`s. `chaos.engines.doctor` gathers the evidence and prints them.
 
-Why not `chaos.schema.read_operations`: it stops at the first operation it cannot read,
+Why not `chaos.engines.schema.read_operations`: it stops at the first operation it cannot read,
 which is right for a run and wrong for a diagnosis, so the fields are checked here one by
 one with the schema's own `check_value`.
 """
@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from chaos.contract import EngineSettings
 from chaos.pipeline import Pipeline
-from chaos.schema import DEFAULTED, KINDS, REQUIRED, SCHEMA, check_value, missing_evidence
+from chaos.engines.schema import DEFAULTED, KINDS, REQUIRED, SCHEMA, check_value, missing_evidence
 
 GAP, WARNING, NOTE, OK = "gap", "warning", "note", "ok"
 ENGINES_DOC = "docs/engines.md"
@@ -170,7 +170,7 @@ def contract_fix(text: str) -> str:
     """The fix of one contract gap (`chaos.contract.contract_gaps`), by what it is about."""
     if "point_roles" in text or "crashpoints" in text:
         return ("map each role to points the adapter lists in crashpoints, and only roles of "
-                "chaos.crashpoints.ROLES " + see("Crash points by role"))
+                "chaos.engines.crashpoints.ROLES " + see("Crash points by role"))
     if text.startswith("lacks "):
         return ("give the adapter the attribute the contract requires "
                 + see("The contract, by role"))

@@ -477,6 +477,6 @@ def reads(**by_type: str) -> tuple[str, ...]:
         for name in names.split():
             if spec.field(name) is None:
                 raise ValueError(f"reads(): a {kind!r} operation has no field {name!r} in "
-                                 "chaos.schema")
+                                 "chaos.engines.schema")
             items.append(f"{kind}.{name}")
     return tuple(items)
