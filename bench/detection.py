@@ -42,7 +42,7 @@ def tasks_for(mutants: list[Mutant], seeds: range, profile: str | None, out: str
 def sim_task(task: Task) -> dict:
     """One simulated schedule of a task (in a pool process), as run_task reports a run."""
     from chaos.contract import load_engine
-    from chaos.scenario import load_scenario
+    from chaos.spec.scenario import load_scenario
     from chaos.sim import SeededChoices, SimSpec, simulate
     started = time.perf_counter()
     engine = load_engine(task.spec)

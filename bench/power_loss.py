@@ -42,7 +42,7 @@ from chaos.contract import validate  # noqa: E402
 from chaos.reference.adapter import ReferenceEngine  # noqa: E402
 from chaos.reference.store_settings import JOURNALS, SYNCHRONOUS, StoreSettingsEngine  # noqa: E402
 from chaos.runner import run_campaign  # noqa: E402
-from chaos.scenario import load_scenario  # noqa: E402
+from chaos.spec.scenario import load_scenario  # noqa: E402
 
 ROWS = [(s, j) for j in JOURNALS for s in reversed(SYNCHRONOUS)]
 #: PostgreSQL's rows: synchronous_commit, and the engine's setting that gives it

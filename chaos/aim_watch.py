@@ -1,4 +1,4 @@
-"""Aimed faults in a real run: the harness's side of the probe's holds (chaos.aim).
+"""Aimed faults in a real run: the harness's side of the probe's holds (chaos.spec.aim).
 
 A process armed with NINELIVES_HOLD_AT appends a line to the hold log and stops itself
 (SIGSTOP) at an aimed point. `AimWatch` reads that log, decides which aim the stop serves,
@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from chaos import aim as aims
+from chaos.spec import aim as aims
 from chaos.engines.adapter_guard import described
 from chaos.history import Event
 

@@ -36,7 +36,7 @@ from typing import Sequence
 
 from chaos.backends import add_backend_flags
 from chaos.flags import SEEDS_HELP, at_least, parse_seconds, seeds
-from chaos.limits import MAX_JOBS, MAX_WORKERS
+from chaos.spec.limits import MAX_JOBS, MAX_WORKERS
 from chaos.shards import SHARD_HELP, shard
 
 EXIT_ERROR = 2
@@ -133,7 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from chaos.contract import load_engine
     from chaos.report_text import summary
     from chaos.runner import run_campaign
-    from chaos.scenario import load_scenario, parse_engine_set
+    from chaos.spec.scenario import load_scenario, parse_engine_set
     backend = Backend(args.backend, args.pg_url)  # BackendError (exit 2) names the flag
     engine = load_engine(args.engine)
     scenario = load_scenario(args.scenario, args.profile, engine,
@@ -171,10 +171,10 @@ def load_report(run: str) -> dict:
 def cmd_replay(args: argparse.Namespace) -> int:
     from chaos.backends import Backend
     from chaos.contract import load_engine
-    from chaos.plan import FaultPlan
+    from chaos.spec.plan import FaultPlan
     from chaos.report import RESULTS
     from chaos.runner import run_campaign
-    from chaos.scenario import load_scenario
+    from chaos.spec.scenario import load_scenario
     from chaos.supervisor import evidence_in
     from contextlib import nullcontext
     if args.tries < 1:
@@ -242,8 +242,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from chaos.backends import Backend, check_backend, command_backend
     from chaos.contract import load_engine
-    from chaos.latency import parse_latency
-    from chaos.scenario import load_scenario
+    from chaos.spec.latency import parse_latency
+    from chaos.spec.scenario import load_scenario
     from chaos.sweep import run_sweep, table
     backend = Backend(args.backend, args.pg_url)  # BackendError (exit 2) names the flag
     try:
@@ -298,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return interrupted(stop)
     from chaos.engines.adapter_guard import AdapterError
     from chaos.runner import HarnessError
-    from chaos.scenario import ScenarioError
+    from chaos.spec.scenario import ScenarioError
     from chaos.supervisor import stop_on_signals
     restore_signals = stop_on_signals()  # SIGTERM unwinds like Ctrl-C
     try:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from chaos.contract import EngineSettings, ProcessContext, has
-from chaos.plan import FaultPlan
-from chaos.scenario import Scenario
+from chaos.spec.plan import FaultPlan
+from chaos.spec.scenario import Scenario
 
 
 def process_context(scenario: Scenario, plan: FaultPlan, settings: EngineSettings, role: str,

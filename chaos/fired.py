@@ -9,8 +9,8 @@ from typing import Any, Iterable
 
 from chaos.engines import crashpoints
 from chaos.history import Event, of
-from chaos.plan import FaultPlan
-from chaos.scenario import Scenario
+from chaos.spec.plan import FaultPlan
+from chaos.spec.scenario import Scenario
 
 
 def faults_applied(plan: FaultPlan, events: list[Event], nemesis: Counter) -> dict[str, int]:
@@ -52,7 +52,7 @@ def faults_applied(plan: FaultPlan, events: list[Event], nemesis: Counter) -> di
         counts["skewed_worker"] += 1
     for e in of(events, "nemesis", "heartbeat_off"):
         counts["heartbeat_off_worker"] += 1
-    for e in of(events, "nemesis"):  # aimed faults (chaos.aim)
+    for e in of(events, "nemesis"):  # aimed faults (chaos.spec.aim)
         if "aim" in e and e["type"] in ("hold", "expire"):
             counts[f"aim_{e['type']}"] += 1
     return dict(sorted((k, v) for k, v in counts.items() if v))

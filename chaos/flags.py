@@ -1,6 +1,6 @@
 """The kinds of value the harness's flags take, one parser each, shared by every command:
 seeds (`N` is seeds 1..N, `A..B` seeds A to B), whole numbers with a floor and a ceiling,
-finite seconds up to a day (the ceilings are chaos.limits').
+finite seconds up to a day (the ceilings are chaos.spec.limits').
 
 Each is an argparse `type`: a bad value exits 2 with argparse's message, which names the flag.
 """
@@ -10,7 +10,7 @@ import argparse
 import math
 from typing import Sequence
 
-from chaos.limits import MAX_COUNT, MAX_SECONDS
+from chaos.spec.limits import MAX_COUNT, MAX_SECONDS
 
 SEEDS_HELP = "N (seeds 1..N) or A..B (seeds A to B, inclusive)"
 

@@ -18,11 +18,11 @@ from typing import Any, Callable
 from chaos.engines.adapter_guard import described
 from chaos.contract import Engine, submitter
 from chaos.history import Event, payload_hash
-from chaos.plan import (FaultPlan, document_fault, documents_for, forced_provider_fault,
+from chaos.spec.plan import (FaultPlan, document_fault, documents_for, forced_provider_fault,
                    forced_receiver_fault, latency_fault, provider_fault, provider_form,
                    receiver_document_fault, receiver_fault)
 from chaos.powerloss.fault import cut as power_cut
-from chaos.scenario import Scenario
+from chaos.spec.scenario import Scenario
 from chaos.supervisor import Supervisor
 
 

@@ -20,7 +20,7 @@ The harness arms the probe through the environment of each process it spawns:
                              either with `/N` (every N-th such pass): at each, append
                              {"t","pid","point","job","action":"hold"} to NINELIVES_HOLD_LOG and
                              stop this whole process (SIGSTOP) until the harness continues it
-                             (an aimed fault, chaos.aim)
+                             (an aimed fault, chaos.spec.aim)
   NINELIVES_HOLD_WATCH       comma-separated points whose passing is appended to the hold log
                              ("action":"reach"), without stopping: a rendezvous's other side
   NINELIVES_HOLD_LOG         the hold log; while a file of its name plus `.off` exists, holds

@@ -17,17 +17,17 @@ import time
 from collections import Counter
 from typing import Any, Iterable
 
-from chaos.aim import aim_section
+from chaos.spec.aim import aim_section
 from chaos.backends import STARTED
 from chaos.checkers import Verdict
 from chaos.checkers.cuts import cut_metrics, kill_cuts, with_jobs_lost
 from chaos.fired import crash_point_names, crashpoint_coverage, not_applicable, prevented, unfired
 from chaos.history import Event, of
-from chaos.plan import FaultPlan
+from chaos.spec.plan import FaultPlan
 from chaos.progress import progress_latency
 from chaos.runfiles import scenario_record, write_json
-from chaos.limits import shown
-from chaos.scenario import Scenario, engine_set_args
+from chaos.spec.limits import shown
+from chaos.spec.scenario import Scenario, engine_set_args
 
 REPORT_SCHEMA = "ninelives.report/1"
 VERSION = "0.1.0"
@@ -179,7 +179,7 @@ def build_report(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str |
     missing = unfired(scenario, applied, skip)
     taken = prevented(plan, events, missing)
     missing = [m for m in missing if m not in taken]
-    aimed = aim_section(scenario.aims, engine, events)  # aimed faults (chaos.aim)
+    aimed = aim_section(scenario.aims, engine, events)  # aimed faults (chaos.spec.aim)
     missing += aimed["aims_unfired"]
     verdicts_json = [v.to_json() for v in verdicts]
     exit_code = exit_code_for(verdicts_json, missing)

@@ -8,7 +8,7 @@ import os
 from rich.console import Console
 
 from chaos.engines import crashpoints
-from chaos.aim import summary_lines as aim_summary_lines
+from chaos.spec.aim import summary_lines as aim_summary_lines
 from chaos.console import AUTO, Column, table
 from chaos.report import gathered_text, skew_of
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from chaos import aim
+from chaos.spec import aim
 from chaos import history as hist
 from chaos.engines.adapter_guard import AdapterError
 from chaos.backends import (SQLITE_FILE, Backend, RunDatabase, check_backend, database_name,
@@ -28,17 +28,17 @@ from chaos.contract import Command, Engine, ProcessContext, has, process_counts,
 from chaos.expect import harness_snapshot, process_context, settled
 from chaos.fakes import FakeProvider, FakeReceiver
 from chaos.nemesis import FaultPolicy, Nemesis
-from chaos.plan import FaultPlan, documents_for, make_plan
+from chaos.spec.plan import FaultPlan, documents_for, make_plan
 from chaos.powerloss.fault import refusal as power_loss_refusal, store_mount
 from chaos.render import render_run
-from chaos.capacity import capacity_warnings
+from chaos.spec.capacity import capacity_warnings
 from chaos.collect import collect_history
 from chaos.fired import faults_applied
 from chaos.report import build_report, start_record, write_report
 from chaos.runfiles import is_secret, scenario_record, secret_names, write_json
 from chaos.aim_watch import AimWatch
 from chaos.runqueue import RunQueueWatch
-from chaos.scenario import (SERVER_FAULTS, Scenario, ScenarioError, check_for_engine,
+from chaos.spec.scenario import (SERVER_FAULTS, Scenario, ScenarioError, check_for_engine,
                        crash_points_for)
 from chaos.supervisor import Supervisor, evidence_in
 
@@ -363,7 +363,7 @@ class Campaign:
             env["NINELIVES_CRASH_AT"] = ",".join(
                 f"{p}@{f.crash_point_probability}" for p in points)
             env["NINELIVES_CRASH_SEED"] = str(self.plan.crash_seeds[n % len(self.plan.crash_seeds)])
-        if self.chaos_on and self.scenario.aims:  # aimed faults (chaos.aim): the holds
+        if self.chaos_on and self.scenario.aims:  # aimed faults (chaos.spec.aim): the holds
             env.update(aim.probe_env(aim.resolve(self.scenario.aims, self.engine), self.plan,
                                      aim.hold_log(self.run_dir)))
         return env
@@ -417,7 +417,7 @@ def _run_on(scenario: Scenario, plan: FaultPlan, engine: Engine, out: str,
     run_dir = run_dir_for(out, scenario, seed)
     started = time.time()
     # More engine processes than this machine's runs are judged reliably with: said before
-    # the run, and in its report (chaos.capacity).
+    # the run, and in its report (chaos.spec.capacity).
     for warning in capacity_warnings(scenario):
         print(f"warning: {warning}", file=sys.stderr)
     # First of all, what runs and how to replay it: a run killed halfway stays usable.

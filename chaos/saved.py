@@ -129,8 +129,8 @@ def partial_snapshot(run: str, report: dict[str, Any], engine: Any) -> dict[str,
     the receiver's ledger (applied effects) and the runner's events (phases)."""
     from chaos.expect import harness_snapshot
     from chaos.fakes import read_ledger
-    from chaos.plan import FaultPlan
-    from chaos.scenario import check_saved
+    from chaos.spec.plan import FaultPlan
+    from chaos.spec.scenario import check_saved
     from chaos.sim.shrink import scenario_from_json
     where = os.path.join(run, "report.json")
     try:

@@ -10,7 +10,7 @@ plans and whole simulated runs within the harness's bounds, and shrink a failure
         assert_holds(run)
 
 `scenarios()` draws a Scenario from a base scenario file with its [run] and [faults]
-redrawn (`runs()`, `faults()`), each value inside chaos.limits and checked as a scenario
+redrawn (`runs()`, `faults()`), each value inside chaos.spec.limits and checked as a scenario
 file's are; `fault_plans()` the plan a drawn scenario and seed give; `simulations()` runs one
 in simulation at a drawn seed. When a run fails, Hypothesis shrinks the scenario and the seed
 (towards fewer jobs, workers and faults), and `assert_holds`, for the example Hypothesis
@@ -28,7 +28,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from chaos.scenario import Faults, Run, Scenario
+from chaos.spec.scenario import Faults, Run, Scenario
 
 #: Fault rates drawn (per second of the chaos phase), with the most each is drawn at.
 RATES = {"kill": 2.0, "pause": 1.0, "lease_expiry": 1.0, "contention": 1.0, "operator": 1.0}
@@ -104,9 +104,9 @@ def scenarios(draw: Any, base: str = "smoke", *, profile: str = "ci", engine: An
     --engine-set gives it), with its [run] and [faults] drawn from `run` and
     `fault_tables` (default `runs()`, `faults()`), its [engine] table kept (its duplicate
     spend allowance raised to SPENDTHRIFT_ALLOWANCE when a SPENDTHRIFT fault is drawn). Each
-    drawn scenario passes the checks a scenario file passes (chaos.scenario.check_saved) and the
+    drawn scenario passes the checks a scenario file passes (chaos.spec.scenario.check_saved) and the
     engine's (its crash points)."""
-    from chaos.scenario import check_for_engine, check_saved
+    from chaos.spec.scenario import check_for_engine, check_saved
     engine = _engine(engine)[0]
     loaded = _base(base, profile, engine, engine_set)
     table = draw(run if run is not None else runs())
@@ -129,9 +129,9 @@ def fault_plans(scenario_strategy: st.SearchStrategy[Scenario] | None = None, *,
                 engine: Any = None,
                 seeds: st.SearchStrategy[int] = st.integers(1, 2**31 - 1)
                 ) -> st.SearchStrategy[Any]:
-    """The fault plan (chaos.plan.FaultPlan) of a drawn scenario (default `scenarios()`)
+    """The fault plan (chaos.spec.plan.FaultPlan) of a drawn scenario (default `scenarios()`)
     and seed on `engine`'s pipeline: what a run of them will do, decided before it starts."""
-    from chaos.plan import make_plan
+    from chaos.spec.plan import make_plan
     adapter = _engine(engine)[0]
     drawn = scenario_strategy if scenario_strategy is not None else scenarios(engine=adapter)
     return st.builds(lambda s, seed: make_plan(s, seed, adapter.pipeline), drawn, seeds)
@@ -240,7 +240,7 @@ def _engine(engine: Any) -> tuple[Any, str | None]:
 
 def _base(base: str, profile: str, engine: Any, engine_set: dict[str, Any] | None) -> Scenario:
     """The base scenario, loaded once per test session (a strategy draws many)."""
-    from chaos.scenario import load_scenario
+    from chaos.spec.scenario import load_scenario
     key = (base, profile, id(engine), repr(sorted((engine_set or {}).items())))
     if key not in _BASES:
         _BASES[key] = load_scenario(base, profile, engine, engine_set)

@@ -125,7 +125,7 @@ def _passed(outcome: Outcome, tally: _Tally, runs: int, require_exercised: bool,
 
 
 def _refuse_server_faults(scenario: Any, what: str) -> None:
-    from chaos.scenario import POSTGRES_FAULTS, ScenarioError
+    from chaos.spec.scenario import POSTGRES_FAULTS, ScenarioError
     server = [name for name in POSTGRES_FAULTS if getattr(scenario.faults, name)]
     if server:  # the simulation has no database server: no silent pass without its faults
         raise ScenarioError(f"{scenario.path}: faults.{server[0]} {POSTGRES_FAULTS[server[0]]}"
@@ -143,7 +143,7 @@ def check_sim(scenario: str, engine_spec: str, *, seeds: Iterable[int], profile:
     Raises ScenarioError, ValueError for a scenario or engine that cannot run, as `ninelives
     sim` refuses them."""
     from chaos.contract import load_engine
-    from chaos.scenario import load_scenario
+    from chaos.spec.scenario import load_scenario
     from chaos.sim.choices import SeededChoices
     from chaos.sim.run import simulate
     from chaos.sim.spec import SimSpec
@@ -248,7 +248,7 @@ def check_run(scenario: str, engine_spec: str, *, seeds: Iterable[int], profile:
     from chaos.contract import load_engine
     from chaos.report_text import summary
     from chaos.runner import run_campaign
-    from chaos.scenario import load_scenario
+    from chaos.spec.scenario import load_scenario
     engine = load_engine(engine_spec)
     loaded = load_scenario(scenario, profile, engine, engine_set)
     bank = RememberedSeeds(database, check_key("run", engine_spec, loaded.name, loaded.profile,
@@ -307,7 +307,7 @@ def check_explore(scenario: str, engine_spec: str, *, budget: float, profile: st
     from chaos.contract import has, load_engine
     from chaos.explore.corpus import Corpus
     from chaos.explore.search import Explorer
-    from chaos.scenario import load_scenario
+    from chaos.spec.scenario import load_scenario
     engine = load_engine(engine_spec)
     if not has(engine, "in_process"):
         raise ValueError(f"engine {engine_spec!r} cannot be explored: it does not declare the "

@@ -24,9 +24,9 @@ from chaos.contract import load_engine
 from chaos.flags import seeds_text
 from chaos.checkers.ops import is_job, takes_lease
 from chaos.history import Event, of, read_history
-from chaos.latency import parse_latency
+from chaos.spec.latency import parse_latency
 from chaos.runner import run_campaign
-from chaos.scenario import Scenario
+from chaos.spec.scenario import Scenario
 from chaos.supervisor import OwnedPool, evidence_in
 from chaos.sweep_plot import line_chart
 

@@ -1,7 +1,7 @@
 """The faults' reference page, generated from the code: the random faults a scenario's
-`[faults]` table draws (`chaos.scenario.Faults`, grouped as there), the crash windows by role
+`[faults]` table draws (`chaos.spec.scenario.Faults`, grouped as there), the crash windows by role
 (`chaos.engines.crashpoints.ROLES`), the reference engine's own points (`engine.hooks`), the aimed
-faults (`chaos.aim`) and what the nemesis records of each (`chaos.history_page`)."""
+faults (`chaos.spec.aim`) and what the nemesis records of each (`chaos.history_page`)."""
 from __future__ import annotations
 
 from dataclasses import fields
@@ -9,10 +9,10 @@ from dataclasses import fields
 
 def page() -> str:
     """docs/reference/faults.md's text."""
-    from chaos import aim
+    from chaos.spec import aim
     from chaos.engines import crashpoints
     from chaos.reference.docs import crashpoints_source
-    from chaos.scenario import RATES, SHARES, Faults
+    from chaos.spec.scenario import RATES, SHARES, Faults
     from chaos.docs.scenario_page import comments
     docs, sections = comments(Faults)
     lines = ["# The faults", "",

@@ -1,7 +1,7 @@
 """The scenario format's reference page, generated from the scenario's dataclasses
-(`chaos.scenario`: each field's type, default and the comment beside it), the bounds the
-loader enforces (`chaos.limits`, the shares and rates of `chaos.scenario`), the reference
-engine's settings (`engine.config`), the `[[aim]]` table (`chaos.aim`) and the profiles."""
+(`chaos.spec.scenario`: each field's type, default and the comment beside it), the bounds the
+loader enforces (`chaos.spec.limits`, the shares and rates of `chaos.spec.scenario`), the reference
+engine's settings (`engine.config`), the `[[aim]]` table (`chaos.spec.aim`) and the profiles."""
 from __future__ import annotations
 
 import inspect
@@ -10,13 +10,13 @@ import tokenize
 from dataclasses import MISSING, fields
 from typing import Any
 
-from chaos.limits import MAX_SECONDS
+from chaos.spec.limits import MAX_SECONDS
 
 
 def page() -> str:
     """docs/reference/scenario.md's text."""
-    from chaos import aim, limits
-    from chaos.scenario import RATES, SHARES, Expect, Faults, Run, load_profiles
+    from chaos.spec import aim, limits
+    from chaos.spec.scenario import RATES, SHARES, Expect, Faults, Run, load_profiles
     lines = ["# The scenario format", "",
              "Generated from the code (`python -m chaos.docs --write`). A scenario is a TOML "
              "file: `name` (a slug: it names the run's folder), `description`, and the tables "
@@ -47,8 +47,8 @@ def page() -> str:
 
 
 def _capacity() -> list[str]:
-    """How many workers a real run is judged reliably with (chaos.capacity)."""
-    from chaos.capacity import SLOTS_PER_CPU
+    """How many workers a real run is judged reliably with (chaos.spec.capacity)."""
+    from chaos.spec.capacity import SLOTS_PER_CPU
     return ["## How many workers a machine judges", "",
             f"A real run is judged reliably with up to {SLOTS_PER_CPU} worker job slots "
             "(`workers` × `slots`) per CPU: on 2 CPUs, "

@@ -222,7 +222,7 @@ class Doctor:
 
     def submit_all(self, db: str) -> tuple[str, ...]:
         """Submit the jobs (each must be "created"), and the first one again ("exists")."""
-        from chaos.documents import make_documents
+        from chaos.spec.documents import make_documents
         docs = make_documents(self.jobs, seed=1, prefix="doctor")
         submit = submitter(self.engine, self.table)
         fix = "have submit(db, job, payload) answer created, exists or rejected"
@@ -431,7 +431,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_doctor(args: Any) -> int:
-    from chaos.scenario import parse_engine_set
+    from chaos.spec.scenario import parse_engine_set
     if args.jobs < 1 or not args.timeout > 0:
         raise ValueError("--jobs must be at least 1 and --timeout above 0")
     doctor = Doctor(args.engine, parse_engine_set(args.engine_set), args.jobs, args.timeout,

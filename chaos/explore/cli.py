@@ -81,7 +81,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_explore(args: argparse.Namespace) -> int:
     from chaos.contract import load_engine
-    from chaos.scenario import POSTGRES_FAULTS, ScenarioError, load_scenario, parse_engine_set
+    from chaos.spec.scenario import POSTGRES_FAULTS, ScenarioError, load_scenario, parse_engine_set
     engine = load_engine(args.engine)
     if not has(engine, "in_process"):
         raise ValueError(f"engine {args.engine!r} cannot be explored: it does not declare the "

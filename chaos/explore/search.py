@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from chaos.scenario import Scenario
+from chaos.spec.scenario import Scenario
 from chaos.sim.run import simulate
 from chaos.sim.spec import SimResult, SimSpec
 from chaos.sim.swarm import swarm_spec

@@ -88,7 +88,7 @@ def run_task(task: Task) -> dict[str, Any]:
     """
     from chaos.contract import load_engine
     from chaos.runner import HarnessError, run_campaign
-    from chaos.scenario import load_scenario
+    from chaos.spec.scenario import load_scenario
     started = time.time()
     # what the matrix keeps of the task: its backend by name (a --pg-url may hold a password)
     row: dict[str, Any] = {"engine": task.engine, "scenario": task.scenario,

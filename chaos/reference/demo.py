@@ -16,7 +16,7 @@ from engine.operate import print_rows
 
 from chaos.console import Progress, plural
 from chaos.contract import ProcessContext
-from chaos.documents import make_documents
+from chaos.spec.documents import make_documents
 from chaos.fakes import FakeProvider, FakeReceiver
 from chaos.supervisor import Supervisor, evidence_in
 from chaos.reference.adapter import REFERENCE

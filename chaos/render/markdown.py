@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from chaos.aim import summary_lines as aim_summary_lines
+from chaos.spec.aim import summary_lines as aim_summary_lines
 from chaos.report_text import crash_point_lines, skew_text
 from chaos.render.evidence import ordered
 

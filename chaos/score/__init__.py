@@ -47,7 +47,7 @@ from typing import Any
 from chaos.console import Progress, plural
 from chaos.flags import SEEDS_HELP, at_least, seeds, seeds_text
 from chaos.flags import seconds as flag_seconds
-from chaos.limits import MAX_WORKERS, excerpt
+from chaos.spec.limits import MAX_WORKERS, excerpt
 from chaos.score.checkout import (COPIED, HARNESS, ROOT, StaleCampaign, copy_checkout, refresh_engine,
                        write_sitecustomize)
 from chaos.score.report import TARGET, argued, equivalents, print_report, results, summarize
@@ -75,7 +75,7 @@ EXCLUDED_OPERATORS = (
 def kill(seeds: range, deep: int, run: range, out: str) -> int:
     """Exit 1 when any invariant fails for the engine as it is on disk now (the mutant is
     killed), 0 when every stage passed. Prints which stage, scenario and seed caught it."""
-    from chaos.scenario import load_scenario
+    from chaos.spec.scenario import load_scenario
     from chaos.sim import SeededChoices, SimSpec, simulate
     from chaos.supervisor import run_owned
     stages = [("smoke", SIM_SCENARIOS, seeds), ("ci", DEEP_SCENARIOS, range(1, deep + 1))]

@@ -1,4 +1,4 @@
-"""Aimed faults in a simulation (chaos.aim): a thread that reaches an aimed point parks there,
+"""Aimed faults in a simulation (chaos.spec.aim): a thread that reaches an aimed point parks there,
 its whole process kept off the schedule as a real one is stopped, until the aim's condition
 comes; or its leases are expired before it goes on.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from chaos import aim as aims
+from chaos.spec import aim as aims
 from chaos.sim.controls import SimControls
 from chaos.sim.scheduler import INF, Actor, Process
 

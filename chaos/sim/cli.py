@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any
 
-from chaos.aim import summary_lines as aim_summary_lines
+from chaos.spec.aim import summary_lines as aim_summary_lines
 from chaos.campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
 from chaos.console import Progress
 from chaos.flags import SEEDS_HELP, at_least, seeds, seeds_text
@@ -80,7 +80,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if not args.scenario:
         raise ValueError("ninelives sim needs a SCENARIO (or --replay FILE)")
     from chaos.contract import load_engine
-    from chaos.scenario import POSTGRES_FAULTS, ScenarioError, load_scenario, parse_engine_set
+    from chaos.spec.scenario import POSTGRES_FAULTS, ScenarioError, load_scenario, parse_engine_set
     engine = load_engine(args.engine)
     scenario = load_scenario(args.scenario, args.profile, engine,
                              parse_engine_set(args.engine_set))
@@ -228,7 +228,7 @@ def _print_result(result: SimResult, run_dir: str, target: str | None = None) ->
     print(verdict_table(report))
     for line in situations_lines(report):
         print(line)
-    for line in aim_summary_lines(report):  # aimed faults (chaos.aim): fired, with evidence
+    for line in aim_summary_lines(report):  # aimed faults (chaos.spec.aim): fired, with evidence
         print(line)
     print(f"\n{'FAIL' if result.failed else 'PASS'}: {headline(result.verdicts, target)}")
     if result.spec.swarm is not None:

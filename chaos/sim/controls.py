@@ -8,8 +8,8 @@ from typing import Any, Callable, Protocol
 
 from chaos.history import Event
 from chaos.nemesis import FaultPolicy
-from chaos.plan import FaultPlan
-from chaos.scenario import Scenario
+from chaos.spec.plan import FaultPlan
+from chaos.spec.scenario import Scenario
 from chaos.sim.scheduler import Actor, Process, Scheduler
 
 

@@ -21,7 +21,7 @@ import traceback
 import time
 from typing import Any, Callable
 
-from chaos import aim as aims
+from chaos.spec import aim as aims
 from chaos.engines import crashpoints
 from chaos import history as hist
 from chaos.checkers import run_checkers

@@ -25,8 +25,8 @@ from chaos.fired import faults_applied
 from chaos.report import build_report, write_report
 from chaos.runner import render_reports
 from chaos.runfiles import scenario_record
-from chaos.limits import shown
-from chaos.scenario import engine_set_args
+from chaos.spec.limits import shown
+from chaos.spec.scenario import engine_set_args
 from chaos.sim.spec import SimResult
 from chaos.sim.shrink import save_schedule
 from chaos.sim.story import headline, tell

@@ -14,10 +14,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from chaos.aim import read_aims
+from chaos.spec.aim import read_aims
 from chaos.contract import load_engine
 from chaos.runfiles import scenario_record
-from chaos.scenario import Expect, Faults, Run, Scenario, check_saved
+from chaos.spec.scenario import Expect, Faults, Run, Scenario, check_saved
 from chaos.sim.choices import DrawnChoices, ReplayChoices
 from chaos.sim.run import simulate
 from chaos.sim.spec import SimResult, SimSpec

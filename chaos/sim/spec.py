@@ -14,8 +14,8 @@ from chaos import history as hist
 from chaos.checkers import Verdict
 from chaos.contract import load_engine
 from chaos.pipeline import Pipeline
-from chaos.plan import FaultPlan, documents_for, make_plan
-from chaos.scenario import Scenario, check_numbers
+from chaos.spec.plan import FaultPlan, documents_for, make_plan
+from chaos.spec.scenario import Scenario, check_numbers
 
 START = 1_000_000.0   # the virtual epoch (seconds)
 

@@ -9,7 +9,7 @@ three times its rate or share; of the crash points the scenario arms, each is ar
 probability 1/2. Only faults the scenario configures take part: a swarm never adds one.
 
 Random timing rarely lands in the narrow lease windows, so half the swarm seeds also aim
-at one of them (`WINDOWS`): the aimed faults of one classic window (chaos.aim), by role and
+at one of them (`WINDOWS`): the aimed faults of one classic window (chaos.spec.aim), by role and
 optional, added to the scenario's own. Only windows whose points the engine declares are
 drawn; a hold's deadline is four of the scenario's leases, so another worker can take over.
 
@@ -27,16 +27,16 @@ import math
 import random
 from typing import Any
 
-from chaos import aim as aims
+from chaos.spec import aim as aims
 from chaos.engines import crashpoints
-from chaos.scenario import POSTGRES_FAULTS, RATES, SHARES, Scenario
+from chaos.spec.scenario import POSTGRES_FAULTS, RATES, SHARES, Scenario
 from chaos.sim.spec import SimSpec
 
 #: A kept fault runs at between these multiples of its configured rate or share.
 LOWEST, HIGHEST = 0.5, 3.0
 #: The chance that a swarm seed leaves out each configured fault, and each armed point.
 LEAVE_OUT = 0.5
-#: Shares of the documents that together may not pass this (as `chaos.scenario` demands).
+#: Shares of the documents that together may not pass this (as `chaos.spec.scenario` demands).
 DOCUMENT_SHARES = ("poison", "crash_loop")
 DOCUMENT_CAP = 0.5
 #: Faults that are counts or windows: kept as configured, or left out.

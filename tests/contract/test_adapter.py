@@ -213,7 +213,7 @@ NO_SIMULATION = {
 
 
 def test_an_in_process_engine_runs_a_schedule_of_its_own_loops_in_simulation(spec):
-    from chaos.scenario import load_scenario
+    from chaos.spec.scenario import load_scenario
     from chaos.sim import SeededChoices, SimSpec, simulate
     engine = raw(spec)
     if any(KNOWN[name] == spec for name in NO_SIMULATION):

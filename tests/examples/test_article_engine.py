@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from chaos.contract import Command, ProcessContext, validate
-from chaos.documents import make_documents
+from chaos.spec.documents import make_documents
 from chaos.fakes import FakeProvider, FakeReceiver, ScriptedFaults
 from chaos.progress import progress_latency
 from chaos.supervisor import Supervisor

@@ -14,7 +14,7 @@ import pytest
 
 from chaos.contract import load_engine
 from chaos.history import write_history
-from chaos.scenario import load_scenario
+from chaos.spec.scenario import load_scenario
 from chaos.sim import SeededChoices, SimSpec, simulate
 
 ARTICLE = "examples.article_engine.adapter:ARTICLE"

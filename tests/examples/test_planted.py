@@ -10,7 +10,7 @@ import re
 import pytest
 
 from chaos.contract import load_engine
-from chaos.scenario import load_scenario
+from chaos.spec.scenario import load_scenario
 from chaos.render.html import render_html
 from chaos.report_text import summary
 from chaos.sim import SeededChoices, SimSpec, simulate

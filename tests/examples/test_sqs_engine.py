@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from chaos.contract import load_engine
-from chaos.scenario import load_scenario
+from chaos.spec.scenario import load_scenario
 from chaos.sim import SeededChoices, SimSpec, simulate
 
 SQS = "examples.sqs_engine.adapter:SQS"

@@ -8,9 +8,9 @@ from typing import Any
 
 from chaos.contract import submitter
 from chaos.nemesis import Nemesis
-from chaos.plan import make_plan
+from chaos.spec.plan import make_plan
 from chaos.runner import Campaign
-from chaos.scenario import load_scenario
+from chaos.spec.scenario import load_scenario
 from chaos.sim import SeededChoices, SimSpec, simulate
 from examples.toy_engine.adapter import ToyEngine
 

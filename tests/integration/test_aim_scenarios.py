@@ -12,7 +12,7 @@ import pytest
 
 from chaos.contract import load_engine
 from chaos.report import exit_code_for
-from chaos.scenario import load_scenario
+from chaos.spec.scenario import load_scenario
 from chaos.sim import SeededChoices, SimSpec, simulate
 from tests.marked import MARK, carrying
 

@@ -1,15 +1,15 @@
 """A real run of more worker job slots than the machine is judged reliably with is warned of at
-plan time, on stderr and in report.json, and still runs (chaos.capacity)."""
+plan time, on stderr and in report.json, and still runs (chaos.spec.capacity)."""
 from __future__ import annotations
 
 import json
 
-import chaos.capacity
+import chaos.spec.capacity
 from chaos import cli
 
 
 def test_a_run_past_the_machines_capacity_is_warned_of_and_runs(tmp_path, monkeypatch, capfd):
-    monkeypatch.setattr(chaos.capacity, "SLOTS_PER_CPU", 0)  # this machine judges none
+    monkeypatch.setattr(chaos.spec.capacity, "SLOTS_PER_CPU", 0)  # this machine judges none
     code = cli.main(["run", "smoke", "--profile", "smoke", "--seed", "1", "--out",
                      str(tmp_path), "--quiet"])
     err = capfd.readouterr().err

@@ -14,7 +14,7 @@ from chaos.backends import Backend
 from chaos.contract import load_engine
 from chaos.powerloss import mount as pl
 from chaos.runner import HarnessError, run_campaign
-from chaos.scenario import load_scenario
+from chaos.spec.scenario import load_scenario
 
 
 def test_power_loss_passes_on_the_reference_engine_and_each_cut_has_evidence(tmp_path):

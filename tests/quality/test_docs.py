@@ -12,7 +12,7 @@ import pytest
 
 from chaos import docs
 from chaos.docs.scenario_page import comments
-from chaos.scenario import Expect, Faults, Run
+from chaos.spec.scenario import Expect, Faults, Run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -23,7 +23,7 @@ from chaos.reference.mutants.patches import (PATCHES, STORE_PATCHES, MutantOutOf
 from chaos.reference.mutants.sql import sql_edits
 from chaos.report_text import verdict_table
 from chaos.runner import run_campaign
-from chaos.scenario import load_scenario
+from chaos.spec.scenario import load_scenario
 
 PROFILE = "smoke"
 SCENARIOS = sorted({m.scenario for m in CATALOG})

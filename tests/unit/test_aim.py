@@ -1,4 +1,4 @@
-"""Aimed faults (chaos.aim): scenario validation naming the field, what an aim arms on an
+"""Aimed faults (chaos.spec.aim): scenario validation naming the field, what an aim arms on an
 engine or why it does not apply, the probe's hold in a real child process, the release logic
 of a real run's watch, and the sentences a report gives."""
 from __future__ import annotations
@@ -13,13 +13,13 @@ import time
 
 import pytest
 
-from chaos import aim as aims
-from chaos.aim import Aim, Target
+from chaos.spec import aim as aims
+from chaos.spec.aim import Aim, Target
 from chaos.aim_watch import AimWatch, _stopped_or_gone
 from chaos.checkers.ops import harness_windows
-from chaos.plan import FaultPlan
+from chaos.spec.plan import FaultPlan
 from chaos.reference.adapter import ReferenceEngine
-from chaos.scenario import ScenarioError, check_aims, load_scenario
+from chaos.spec.scenario import ScenarioError, check_aims, load_scenario
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -18,7 +18,7 @@ from chaos.expect import expectations
 from chaos.reference import REFERENCE
 from chaos.reference.mutants import catalog
 from chaos.reference.mutants.catalog import BY_NAME, ENGINES, ON_POSTGRES, MutantEngine
-from chaos.scenario import load_scenario
+from chaos.spec.scenario import load_scenario
 
 
 @pytest.mark.parametrize("name, url, words", [

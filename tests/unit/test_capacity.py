@@ -1,13 +1,13 @@
 """The warning a real run gets at plan time when its scenario runs more worker job slots than
-this machine's runs are judged reliably with (chaos.capacity): on stderr and in report.json,
+this machine's runs are judged reliably with (chaos.spec.capacity): on stderr and in report.json,
 never a refusal."""
 from __future__ import annotations
 
 import dataclasses
 
-from chaos.capacity import SLOTS_PER_CPU, capacity_warnings, job_slots
+from chaos.spec.capacity import SLOTS_PER_CPU, capacity_warnings, job_slots
 from chaos.runner import with_capacity
-from chaos.scenario import load_scenario
+from chaos.spec.scenario import load_scenario
 
 SMOKE = load_scenario("smoke", "smoke")
 

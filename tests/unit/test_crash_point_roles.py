@@ -13,7 +13,7 @@ from chaos.engines.crashpoints import ROLES, parse, resolve
 from chaos.reference import REFERENCE, ReferenceEngine
 from chaos.fired import crash_point_names, not_applicable
 from chaos.report_text import crash_point_lines
-from chaos.scenario import Faults, Run, ScenarioError, crash_points_for, load_scenario
+from chaos.spec.scenario import Faults, Run, ScenarioError, crash_points_for, load_scenario
 from chaos.sim import SeededChoices, SimSpec, simulate
 
 TOY = "examples.toy_engine.adapter:TOY"

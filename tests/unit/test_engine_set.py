@@ -11,9 +11,9 @@ import pytest
 import chaos.runner
 from chaos.cli import main
 from chaos.contract import load_engine
-from chaos.plan import make_plan
+from chaos.spec.plan import make_plan
 from chaos.report import run_command
-from chaos.scenario import ScenarioError, engine_set_args, load_scenario, parse_engine_set
+from chaos.spec.scenario import ScenarioError, engine_set_args, load_scenario, parse_engine_set
 
 
 def test_values_are_read_as_toml_and_a_bare_word_as_a_string():

@@ -14,7 +14,7 @@ from chaos.explore import Corpus, Explorer, PrefixChoices, measure
 from chaos.explore.cli import budget
 from chaos.explore.schedules import ANY, DRAW, Kept, change, cut, mutate, seeded_rng, splice
 from chaos.history import write_history
-from chaos.scenario import RATES, SHARES, load_scenario
+from chaos.spec.scenario import RATES, SHARES, load_scenario
 from chaos.sim import ReplayChoices, SeededChoices, SimSpec, load_schedule, save_schedule, simulate
 from chaos.sim.swarm import WINDOWS, apply, draw, swarm_spec
 

@@ -15,10 +15,10 @@ import pytest
 
 from chaos.checkers.ops import harness_windows, lock_windows
 from chaos.nemesis import STATEMENT_WAIT, Nemesis
-from chaos.plan import make_plan
+from chaos.spec.plan import make_plan
 from chaos.reference import REFERENCE
 from chaos.fired import not_applicable, prevented, unfired
-from chaos.scenario import POSTGRES_FAULTS, RATES, SERVER_FAULTS, ScenarioError, load_scenario
+from chaos.spec.scenario import POSTGRES_FAULTS, RATES, SERVER_FAULTS, ScenarioError, load_scenario
 
 PIPELINE = REFERENCE.pipeline
 

@@ -14,13 +14,13 @@ from collections import Counter
 
 import pytest
 
-from chaos.documents import make_documents
+from chaos.spec.documents import make_documents
 from chaos.nemesis import FaultPolicy
-from chaos.plan import (POISON_KINDS, POISON_STATUSES, RETRY_AFTER_DATE_SHARE,
+from chaos.spec.plan import (POISON_KINDS, POISON_STATUSES, RETRY_AFTER_DATE_SHARE,
                         RETRY_AFTER_JUNK_SHARE, TRICKLE_SHARE, FaultPlan, documents_for,
                         make_plan, poison_status, provider_fault, receiver_fault)
 from chaos.reference import REFERENCE
-from chaos.scenario import RATES, SCENARIO_DIR, load_scenario
+from chaos.spec.scenario import RATES, SCENARIO_DIR, load_scenario
 
 PIPELINE = REFERENCE.pipeline
 MODEL_STEPS = PIPELINE.model_steps

@@ -10,7 +10,7 @@ import pytest
 
 from chaos.powerloss import fault
 from chaos.reference.adapter import ReferenceEngine
-from chaos.scenario import load_scenario
+from chaos.spec.scenario import load_scenario
 
 
 def test_power_loss_runs_on_a_server_of_the_runs_own_and_refuses_one_it_does_not_own():

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from chaos.contract import EngineSettings
 from chaos.expect import process_context
-from chaos.scenario import load_scenario
+from chaos.spec.scenario import load_scenario
 
 PLAN = SimpleNamespace(skewed=[])
 

@@ -10,10 +10,10 @@ from collections import Counter
 import pytest
 
 from chaos.checkers import Verdict
-from chaos.plan import FaultPlan
+from chaos.spec.plan import FaultPlan
 from chaos.fired import crashpoint_coverage, faults_applied, prevented, unfired
 from chaos.report_text import verdict_table
-from chaos.scenario import Faults, load_scenario
+from chaos.spec.scenario import Faults, load_scenario
 from engine.hooks import CRASHPOINTS
 
 LOOPING, OTHER = "doc-00002", "doc-00001"

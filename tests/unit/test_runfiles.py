@@ -7,7 +7,7 @@ import os
 import pytest
 
 from chaos.runfiles import REDACTED, redact, scenario_record, write_json
-from chaos.scenario import load_scenario
+from chaos.spec.scenario import load_scenario
 
 
 def test_every_setting_named_for_a_secret_is_redacted_at_any_depth_in_any_case():
@@ -27,7 +27,7 @@ def test_an_adapter_names_more_secrets_and_an_empty_key_stays_visible():
 
 @pytest.mark.parametrize("value", ['["sk-live-4711"]', "nan", '{ k = "sk-live-4711" }'])
 def test_a_scenario_error_never_shows_a_secrets_value(tmp_path, value):
-    from chaos.scenario import ScenarioError, load_scenario
+    from chaos.spec.scenario import ScenarioError, load_scenario
     scenario = tmp_path / "leaky.toml"
     scenario.write_text(f'name = "leaky"\n[engine]\napi_token = {value}\n')
     with pytest.raises(ScenarioError) as error:

@@ -10,8 +10,8 @@ import tomllib
 
 import pytest
 
-import chaos.scenario
-from chaos.scenario import (RATES, SCENARIO_DIR, SHARES, Run, ScenarioError, apply_profile,
+import chaos.spec.scenario
+from chaos.spec.scenario import (RATES, SCENARIO_DIR, SHARES, Run, ScenarioError, apply_profile,
                             load_scenario)
 
 SCENARIOS = pathlib.Path(SCENARIO_DIR)
@@ -52,7 +52,7 @@ def test_every_scenario_loads_under_every_profile_scaled_as_the_profile_says(pat
 def test_a_profile_scales_rates_and_outage_windows(monkeypatch):
     # The shipped profiles all keep rates = 1.0; a made-up one shows rates really scale.
     base = load_scenario("everything")
-    monkeypatch.setattr(chaos.scenario, "load_profiles",
+    monkeypatch.setattr(chaos.spec.scenario, "load_profiles",
                         lambda: {"hot": {"jobs": 2.0, "duration": 3.0, "rates": 2.5}})
     hot = apply_profile(base, "hot")
     assert (hot.profile, hot.run.jobs) == ("hot", base.run.jobs * 2)
@@ -152,7 +152,7 @@ BAD = [
     ("name-with-nul", 'name = "a\\u0000b"\n', ["'name'", "slug"]),
     ("name-too-long", f'name = "{"x" * 5000}"\n', ["'name'", "at most 100", "..."]),
     ("invalid-toml", 'name = "x"\n[run\njobs = 2\n', ["not valid TOML", "line 2"]),
-    # counts, durations and rates past chaos.limits: each would sit silent for hours
+    # counts, durations and rates past chaos.spec.limits: each would sit silent for hours
     ("jobs-1e11", 'name = "x"\n[run]\njobs = 100000000000\n',
      ["run.jobs", "at most 100,000", "100000000000"]),
     ("jobs-5e6", 'name = "x"\n[run]\njobs = 5000000\n', ["run.jobs", "at most 100,000"]),
@@ -253,10 +253,10 @@ def test_a_negative_duration_names_that_field_and_no_other(tmp_path, field):
 def test_a_profile_factor_must_be_a_finite_number_at_least_zero(tmp_path, monkeypatch, body,
                                                                  field):
     (tmp_path / "profiles.toml").write_text(f"[hot]\n{body}\n")
-    monkeypatch.setattr(chaos.scenario, "SCENARIO_DIR", str(tmp_path))
+    monkeypatch.setattr(chaos.spec.scenario, "SCENARIO_DIR", str(tmp_path))
     with pytest.raises(ScenarioError, match=rf"profiles.toml: field 'hot.{field}' must be a "
                                             "finite number >= 0"):
-        chaos.scenario.load_profiles()
+        chaos.spec.scenario.load_profiles()
 
 
 @pytest.mark.parametrize("body,scale,field", [
@@ -268,8 +268,8 @@ def test_a_value_a_profile_scales_past_its_bound_is_refused(tmp_path, monkeypatc
     path = tmp_path / "big.toml"
     path.write_text(f'name = "x"\n{body}')
     load_scenario(str(path))  # within the bound as written
-    base = chaos.scenario.load_profiles
-    monkeypatch.setattr(chaos.scenario, "load_profiles", lambda: {**base(), "hot": scale})
+    base = chaos.spec.scenario.load_profiles
+    monkeypatch.setattr(chaos.spec.scenario, "load_profiles", lambda: {**base(), "hot": scale})
     with pytest.raises(ScenarioError, match=rf"big.toml: field '{field}' must be at most .*"
                                             r"\(scaled by profile 'hot'\)"):
         load_scenario(str(path), "hot")
@@ -311,7 +311,7 @@ def test_a_crash_point_the_engine_does_not_declare_is_refused_unless_optional(tm
     # (resolution by role and engine name: tests/unit/test_crashpoints.py)
     from chaos.reference import REFERENCE
     from chaos.fired import not_applicable
-    from chaos.scenario import crash_points_for
+    from chaos.spec.scenario import crash_points_for
     path = tmp_path / "points.toml"
     path.write_text('name = "x"\n[faults]\ncrash_points = ["worker.nowhere", '
                     '"worker.before_call"]\ncrash_point_probability = 0.1\n')

@@ -16,8 +16,8 @@ import pytest
 from chaos.reference import ReferenceEngine
 from chaos.checkers.ops import is_worker, pids_by_worker
 from chaos.history import write_history
-from chaos.plan import provider_fault, receiver_fault
-from chaos.scenario import Expect, Faults, Run, load_scenario
+from chaos.spec.plan import provider_fault, receiver_fault
+from chaos.spec.scenario import Expect, Faults, Run, load_scenario
 from chaos.sim import (ReplayChoices, ReplayDiverged, SeededChoices, SimSpec, load_schedule,
                        save_schedule, shrink, simulate, tell)
 from chaos.reference.inprocess.patches import restored

@@ -18,7 +18,7 @@ import pytest
 import engine.slots
 from chaos.reference.inprocess.run import ReferenceSimulation
 from chaos.reference.observer import pid_of
-from chaos.scenario import load_scenario
+from chaos.spec.scenario import load_scenario
 from chaos.sim import ReplayChoices, load_schedule, save_schedule, shrink, simulate
 from chaos.sim.output import sim_command
 from chaos.sim.scheduler import RUN

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 
 from chaos.contract import load_engine
 from chaos.remembered import FORGET_AFTER, RememberedSeeds, check_key, order
-from chaos.scenario import check_for_engine, check_saved, load_scenario
+from chaos.spec.scenario import check_for_engine, check_saved, load_scenario
 from chaos.sim import SeededChoices, SimSpec, simulate
 from chaos.strategies import assert_holds, fault_plans, faults, scenarios, simulations
 

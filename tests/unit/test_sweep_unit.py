@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.latency import LatencyError, parse_latency
+from chaos.spec.latency import LatencyError, parse_latency
 from chaos.sweep import Cell, cell_scenario, recommend, recovery_times
-from chaos.scenario import load_scenario
+from chaos.spec.scenario import load_scenario
 
 
 @pytest.mark.parametrize("spec, q, expected", [

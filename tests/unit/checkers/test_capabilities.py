@@ -13,7 +13,7 @@ from chaos.checkers.retries import check_retry_discipline
 from chaos.checkers.outbox import check_effects_complete, check_outbox_bounded
 from chaos.contract import CAPABILITIES
 from chaos.fired import not_applicable
-from chaos.scenario import load_scenario
+from chaos.spec.scenario import load_scenario
 
 DOC = "doc-1"
 

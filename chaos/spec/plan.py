@@ -13,10 +13,10 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chaos.documents import make_documents
-from chaos.latency import parse_latency
+from chaos.spec.documents import make_documents
+from chaos.spec.latency import parse_latency
 from chaos.pipeline import Pipeline
-from chaos.scenario import POSTGRES_FAULTS, Scenario
+from chaos.spec.scenario import POSTGRES_FAULTS, Scenario
 
 PLAN_VERSION = 1
 POISON_KINDS = ("status400", "bad_content", "schema")

@@ -1,4 +1,4 @@
-"""A scenario file as TOML: read within chaos.limits (a regular file, of bounded size, UTF-8),
+"""A scenario file as TOML: read within chaos.spec.limits (a regular file, of bounded size, UTF-8),
 its tables typed field by field against the scenario's dataclasses, and its `[engine]` table
 kept as plain values for the engine to read; every error names the file and the field."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import tomllib
 from dataclasses import fields
 from typing import Any
 
-from chaos.limits import read_text, shown
+from chaos.spec.limits import read_text, shown
 from chaos.runfiles import is_secret
 
 
@@ -17,7 +17,7 @@ class ScenarioError(ValueError):
 
 
 def read_toml(path: str) -> dict:
-    """The TOML table of the file at `path`, read within chaos.limits (a regular file, of
+    """The TOML table of the file at `path`, read within chaos.spec.limits (a regular file, of
     bounded size, UTF-8). Raises ScenarioError naming the file and what is wrong with it."""
     try:
         text = read_text(path)

@@ -10,7 +10,7 @@ A scenario file has four tables, each optional but `name`:
     [expect]  allowances the invariants use when a scenario breaks their assumptions
 
 Profiles (`scenarios/profiles.toml`) scale job count, duration and fault rates. Counts,
-durations and rates are bounded as written and as scaled (`chaos.limits`: at most 100,000
+durations and rates are bounded as written and as scaled (`chaos.spec.limits`: at most 100,000
 jobs, 256 workers or senders, a day of any duration, 100 faults per second of a rate, 100,000
 fault events in all), and a file is read only if it is a regular one of at most 1 MiB of
 UTF-8. Errors name the file, the field and the reason. `faults.crash_points` names points by
@@ -27,14 +27,14 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from chaos.engines import crashpoints
-from chaos.aim import Aim, read_aims, resolve as resolve_aims
-from chaos.latency import LatencyError, parse_latency
-from chaos.limits import MAX_FAULT_EVENTS, MAX_JOBS, MAX_RATE, MAX_SECONDS, MAX_WORKERS, excerpt, shown
+from chaos.spec.aim import Aim, read_aims, resolve as resolve_aims
+from chaos.spec.latency import LatencyError, parse_latency
+from chaos.spec.limits import MAX_FAULT_EVENTS, MAX_JOBS, MAX_RATE, MAX_SECONDS, MAX_WORKERS, excerpt, shown
 from chaos.runfiles import is_secret
-from chaos.scenario_file import ScenarioError, engine_table, finite, read_table, read_toml
+from chaos.spec.scenario_file import ScenarioError, engine_table, finite, read_table, read_toml
 
-SCENARIO_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                            "scenarios")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCENARIO_DIR = os.path.join(ROOT, "scenarios")
 
 
 #: What a scenario's name may be: it names the run's folder under --out.
@@ -142,7 +142,7 @@ class Scenario:
     #: engine settings given on the command line over the file's [engine] table (already
     #: in `engine`), kept apart so that a rerun and a replay give them again
     engine_set: dict[str, Any] = field(default_factory=dict)
-    #: faults aimed at the engine's own points (`[[aim]]`, chaos.aim)
+    #: faults aimed at the engine's own points (`[[aim]]`, chaos.spec.aim)
     aims: tuple[Aim, ...] = ()
 
     def to_json(self) -> dict:
@@ -424,7 +424,7 @@ def _check(where: str, s: Scenario) -> None:
 
 def _check_bounds(where: str, r: Run, f: Faults, profile: str | None = None) -> None:
     """Raise ScenarioError naming the first count, duration or rate of `r` and `f` past its
-    bound in chaos.limits, or the fault events all rates plan over the chaos phase, and
+    bound in chaos.spec.limits, or the fault events all rates plan over the chaos phase, and
     `profile` when it scaled them: a run past them would sit silent for hours."""
     scaled = f" (scaled by profile {profile!r})" if profile else ""
     durations = [f"run.{n}" for n in ("chaos", "heal", "drain")] + [

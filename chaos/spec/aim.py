@@ -208,7 +208,7 @@ def resolve(aims: Iterable[Aim], engine: Any) -> list[Target]:
 
 def job_filter(target: Target, plan: Any) -> str | None:
     """The job id the aim's process-side filter keeps, or None for any job. `plan` is the
-    run's chaos.plan.FaultPlan (not imported: the plan reads the scenario, which reads
+    run's chaos.spec.plan.FaultPlan (not imported: the plan reads the scenario, which reads
     aims)."""
     job = target.aim.job
     if job == "pick":
