@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from chaos import flags  # noqa: E402
 from chaos.reference.mutants.catalog import Mutant  # noqa: E402
 from chaos.mutants.matrix import REFERENCE, Task, caught_by, run_task, select  # noqa: E402
-from chaos.supervisor import die_with_parent  # noqa: E402
+from chaos.run.supervisor import die_with_parent  # noqa: E402
 
 
 def tasks_for(mutants: list[Mutant], seeds: range, profile: str | None, out: str) -> list[Task]:

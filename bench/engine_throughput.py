@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from chaos.reference.observer import pid_of  # noqa: E402
-from chaos.supervisor import OwnedPool, die_with_parent, log_tail  # noqa: E402
+from chaos.run.supervisor import OwnedPool, die_with_parent, log_tail  # noqa: E402
 from engine import DOCUMENT, open_store  # noqa: E402
 from engine.store import is_postgres_url  # noqa: E402
 from pg_statements import StatementCounter  # noqa: E402

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from chaos import flags  # noqa: E402
 from chaos.contract import load_engine  # noqa: E402
-from chaos.supervisor import die_with_parent  # noqa: E402
+from chaos.run.supervisor import die_with_parent  # noqa: E402
 from chaos.spec.scenario import load_scenario, parse_engine_set  # noqa: E402
 from chaos.sim import SeededChoices, SimSpec, simulate  # noqa: E402
 

@@ -51,7 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from chaos.contract import ProcessContext  # noqa: E402
 from chaos.fakes import FakeProvider  # noqa: E402
 from chaos.reference.adapter import REFERENCE  # noqa: E402
-from chaos.supervisor import Supervisor, log_tail  # noqa: E402
+from chaos.run.supervisor import Supervisor, log_tail  # noqa: E402
 from engine import DOCUMENT, open_store  # noqa: E402
 from engine_throughput import (EngineRun, dbos_rates, engine_run,  # noqa: E402
                                raw_commit_ceiling)

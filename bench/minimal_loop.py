@@ -21,7 +21,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from chaos.supervisor import die_with_parent  # noqa: E402
+from chaos.run.supervisor import die_with_parent  # noqa: E402
 from engine import DOCUMENT, open_store  # noqa: E402
 from engine.steps import InstantSteps, StepContext  # noqa: E402
 from engine.store import canonical_json  # noqa: E402

@@ -1,6 +1,6 @@
 """The benchmarks' PostgreSQL server, and a count of the statements an engine sends it.
 
-BenchServer is chaos.pgserver's server with PostgreSQL's own durability defaults: fsync and
+BenchServer is chaos.run.pgserver's server with PostgreSQL's own durability defaults: fsync and
 full_page_writes on, so `synchronous_commit=on` means a commit waits for the disk, as
 SQLite's FULL does. (The tests' server turns fsync off: its durability is not under test.)
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from chaos.pgserver import PostgresServer  # noqa: E402
+from chaos.run.pgserver import PostgresServer  # noqa: E402
 
 
 class BenchServer(PostgresServer):

@@ -37,11 +37,11 @@ from dataclasses import replace
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from chaos.backends import Backend  # noqa: E402
+from chaos.run.backends import Backend  # noqa: E402
 from chaos.contract import validate  # noqa: E402
 from chaos.reference.adapter import ReferenceEngine  # noqa: E402
 from chaos.reference.store_settings import JOURNALS, SYNCHRONOUS, StoreSettingsEngine  # noqa: E402
-from chaos.runner import run_campaign  # noqa: E402
+from chaos.run.runner import run_campaign  # noqa: E402
 from chaos.spec.scenario import load_scenario  # noqa: E402
 
 ROWS = [(s, j) for j in JOURNALS for s in reversed(SYNCHRONOUS)]

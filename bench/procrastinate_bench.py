@@ -23,7 +23,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from chaos.supervisor import die_with_parent  # noqa: E402
+from chaos.run.supervisor import die_with_parent  # noqa: E402
 from pg_statements import StatementCounter  # noqa: E402
 
 QUEUE = "bench"

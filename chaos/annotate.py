@@ -29,14 +29,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def cmd_annotate(args: argparse.Namespace) -> int:
     """Print the folder's annotations; returns its exit code. Raises ValueError naming the
     folder when it holds no record."""
-    from chaos.campaign import CAMPAIGN_FILE
+    from chaos.run.campaign import CAMPAIGN_FILE
     from chaos.render.campaign import annotations, run_annotations
     if os.path.exists(os.path.join(args.folder, CAMPAIGN_FILE)):
         from chaos.merge import read_campaign
         record = read_campaign(args.folder)
         lines, code = annotations(record), record["exit_code"]
     elif os.path.exists(os.path.join(args.folder, "report.json")):
-        from chaos.saved import load_report
+        from chaos.run.saved import load_report
         report = load_report(args.folder)
         lines, code = run_annotations(report), report.get("exit_code")
         code = 2 if code is None else code  # a partial run has no verdict

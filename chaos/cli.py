@@ -34,10 +34,10 @@ import os
 import sys
 from typing import Sequence
 
-from chaos.backends import add_backend_flags
+from chaos.run.backends import add_backend_flags
 from chaos.flags import SEEDS_HELP, at_least, parse_seconds, seeds
 from chaos.spec.limits import MAX_JOBS, MAX_WORKERS
-from chaos.shards import SHARD_HELP, shard
+from chaos.run.shards import SHARD_HELP, shard
 
 EXIT_ERROR = 2
 
@@ -129,10 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from chaos.backends import Backend
+    from chaos.run.backends import Backend
     from chaos.contract import load_engine
     from chaos.report_text import summary
-    from chaos.runner import run_campaign
+    from chaos.run.runner import run_campaign
     from chaos.spec.scenario import load_scenario, parse_engine_set
     backend = Backend(args.backend, args.pg_url)  # BackendError (exit 2) names the flag
     engine = load_engine(args.engine)
@@ -141,7 +141,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.shard is not None and args.seeds is None:
         raise ValueError(f"--shard {args.shard} splits --seeds A..B among shards; give --seeds")
     if args.seeds is not None:
-        from chaos.seed_runs import run_seeds
+        from chaos.run.seed_runs import run_seeds
         return run_seeds(args, scenario, engine, backend)
     print(f"ninelives run {scenario.name} (profile {scenario.profile}, seed {args.seed}, "
           f"engine {args.engine}, backend {backend.name}): {scenario.run.jobs} jobs, "
@@ -151,7 +151,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                           backend=backend, progress=not args.quiet)
     if args.require_exercised:
         from chaos.report import require_exercised, write_report
-        from chaos.runner import render_reports
+        from chaos.run.runner import render_reports
         write_report(result.run_dir, require_exercised(result.report))
         render_reports(result.run_dir)
     print(summary(result.report))
@@ -164,25 +164,25 @@ def cmd_run(args: argparse.Namespace) -> int:
 def load_report(run: str) -> dict:
     """report.json of a run folder (a partial one, of a killed run, marked so); raises
     ValueError naming the file."""
-    from chaos.saved import load_report as load
+    from chaos.run.saved import load_report as load
     return load(run)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from chaos.backends import Backend
+    from chaos.run.backends import Backend
     from chaos.contract import load_engine
     from chaos.spec.plan import FaultPlan
     from chaos.report import RESULTS
-    from chaos.runner import run_campaign
+    from chaos.run.runner import run_campaign
     from chaos.spec.scenario import load_scenario
-    from chaos.supervisor import evidence_in
+    from chaos.run.supervisor import evidence_in
     from contextlib import nullcontext
     if args.tries < 1:
         raise ValueError(f"--tries must be at least 1, got {args.tries}")
     report = load_report(args.run)
     engine = load_engine(report["engine"])
     # The settings the run was given on the command line, over the file's [engine] table
-    from chaos.runfiles import REDACTED
+    from chaos.run.runfiles import REDACTED
     given = {k: v for k, v in (report["scenario"].get("engine_set") or {}).items()
              if v != REDACTED}  # a secret was not kept: the engine's default, or its env
     scenario = load_scenario(report["scenario"]["path"], report["profile"], engine, given)
@@ -223,9 +223,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from chaos.recheck import check_folder_lines, keep_check, now, recheck
+    from chaos.run.recheck import check_folder_lines, keep_check, now, recheck
     from chaos.report_text import incomplete_lines, result_line, situations_lines, verdict_table
-    from chaos.saved import load_run
+    from chaos.run.saved import load_run
     saved = load_run(args.run)
     report = recheck(saved, args.require_exercised, now())
     paths = keep_check(saved, report)
@@ -240,7 +240,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from chaos.backends import Backend, check_backend, command_backend
+    from chaos.run.backends import Backend, check_backend, command_backend
     from chaos.contract import load_engine
     from chaos.spec.latency import parse_latency
     from chaos.spec.scenario import load_scenario
@@ -297,9 +297,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as stop:
         return interrupted(stop)
     from chaos.engines.adapter_guard import AdapterError
-    from chaos.runner import HarnessError
+    from chaos.run.runner import HarnessError
     from chaos.spec.scenario import ScenarioError
-    from chaos.supervisor import stop_on_signals
+    from chaos.run.supervisor import stop_on_signals
     restore_signals = stop_on_signals()  # SIGTERM unwinds like Ctrl-C
     try:
         if args.command == "demo":
@@ -361,7 +361,7 @@ def interrupted(stop: KeyboardInterrupt) -> int:
     ended by then: each `finally` on the way stopped what it started) and return its exit
     code: 130 for SIGINT, 143 for SIGTERM."""
     import signal
-    from chaos.supervisor import exit_code_of
+    from chaos.run.supervisor import exit_code_of
     code = exit_code_of(stop)
     folder = getattr(stop, "evidence", None)
     where = (f"its partial evidence is in {folder}" if folder and os.path.isdir(folder)

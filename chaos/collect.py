@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from chaos import history as hist
-from chaos.backends import SQLITE_FILE
+from chaos.run.backends import SQLITE_FILE
 from chaos.contract import Engine
 from chaos.fakes import read_ledger
 from chaos.engines.writers import attribute_writes

@@ -20,7 +20,7 @@ controls   `submit(db, job, payload)` -> "created" | "exists" | "rejected" (a `s
            manager holding the store's write lock; `integrity(db)` -> "ok" or the problems.
 
 Optional: `secret_settings`, names of settings whose values are secrets besides those whose
-names say key, token, secret or password (`chaos.runfiles.is_secret`): the harness redacts
+names say key, token, secret or password (`chaos.run.runfiles.is_secret`): the harness redacts
 them in every record it writes, and the adapter passes them to processes by environment;
 `pid_of(worker_id) -> int | None`, the process id inside the engine's own worker
 ids, so that calls and effects in the fakes' ledgers (which name only the worker id) are

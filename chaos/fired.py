@@ -24,7 +24,7 @@ def faults_applied(plan: FaultPlan, events: list[Event], nemesis: Counter) -> di
         fault, status = e.get("fault"), e.get("status")
         if fault == "status" and status and status >= 500 \
                 and plan.unavailable.get(e.get("job")) == e.get("step"):
-            # the document's own 503s, outage or not: its fault comes first (chaos.nemesis)
+            # the document's own 503s, outage or not: its fault comes first (chaos.run.nemesis)
             counts["unavailable"] += 1
         elif fault == "status" and any(a <= e["t"] <= b for a, b in outages):
             counts["outage_503"] += 1  # the outage's doing, not evidence of random 5xx

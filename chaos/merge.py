@@ -3,7 +3,7 @@
     ninelives merge FOLDER... [--out DIR]
 
 Each FOLDER is the --out of one shard (`sim --seeds A..B --shard I/N`, `run --seeds A..B
---shard I/N`, `explore --shard I/N`): its campaign.json (chaos.campaign). The merged record
+--shard I/N`, `explore --shard I/N`): its campaign.json (chaos.run.campaign). The merged record
 is written into --out as campaign.json, summary.md, junit.xml and report.html; its verdicts
 combine the shards' (a failure in any shard fails the invariant, unknown or "not exercised"
 only where no shard exercised it, situations summed), and so does the exit code: 0 pass,
@@ -19,9 +19,9 @@ import json
 import os
 from typing import Any
 
-from chaos.campaign import CAMPAIGN_FILE, CAMPAIGN_SCHEMA, Tally, campaign_lines, campaign_record, \
+from chaos.run.campaign import CAMPAIGN_FILE, CAMPAIGN_SCHEMA, Tally, campaign_lines, campaign_record, \
     write_campaign
-from chaos.shards import Shard
+from chaos.run.shards import Shard
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

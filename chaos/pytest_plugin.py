@@ -240,7 +240,7 @@ class NineLives:
         """Run a check; what the harness refuses to run (a scenario, an engine, a setting)
         fails the test with its one-line reason, as the command line exits 2 with it."""
         from chaos.engines.adapter_guard import AdapterError
-        from chaos.runner import HarnessError
+        from chaos.run.runner import HarnessError
         try:
             return run(*args, **kwargs)
         except (AdapterError, HarnessError, ValueError, OSError) as exc:
@@ -284,9 +284,9 @@ class NineLives:
             pytest.fail(f"ninelives {where}: {exc}", pytrace=False)
 
     def _shard(self) -> Any:
-        """The shard of --ninelives-shard (chaos.shards, the parser `--shard` uses), None
+        """The shard of --ninelives-shard (chaos.run.shards, the parser `--shard` uses), None
         for all the seeds."""
-        from chaos.shards import parse_shard
+        from chaos.run.shards import parse_shard
         text = self.settings.get("shard").strip()
         if not text:
             return None

@@ -18,14 +18,14 @@ from collections import Counter
 from typing import Any, Iterable
 
 from chaos.spec.aim import aim_section
-from chaos.backends import STARTED
+from chaos.run.backends import STARTED
 from chaos.checkers import Verdict
 from chaos.checkers.cuts import cut_metrics, kill_cuts, with_jobs_lost
 from chaos.fired import crash_point_names, crashpoint_coverage, not_applicable, prevented, unfired
 from chaos.history import Event, of
 from chaos.spec.plan import FaultPlan
 from chaos.progress import progress_latency
-from chaos.runfiles import scenario_record, write_json
+from chaos.run.runfiles import scenario_record, write_json
 from chaos.spec.limits import shown
 from chaos.spec.scenario import Scenario, engine_set_args
 
@@ -148,7 +148,7 @@ RESULTS = {0: "pass", 1: "fail", 2: "error"}
 def start_record(scenario: Scenario, plan: FaultPlan, engine, engine_spec: str | None,
                  run_dir: str, started: float, database: dict | None = None) -> dict:
     """What report.json says from a run's start: what runs, with which plan, on which
-    database (`database`: chaos.backends.RunDatabase.to_json(), never a password), and how
+    database (`database`: chaos.run.backends.RunDatabase.to_json(), never a password), and how
     to rerun and replay it; `partial` until the run's end replaces it with the whole report,
     so that a run killed halfway can still be checked, replayed and rendered."""
     database = database or {"backend": "sqlite", "name": "engine.db", "server": None,

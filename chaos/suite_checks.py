@@ -139,7 +139,7 @@ def check_sim(scenario: str, engine_spec: str, *, seeds: Iterable[int], profile:
     """Simulate `scenario` on the engine `engine_spec` (an adapter that declares in_process)
     at the remembered failing seeds, then at `seeds`, until one fails. A failing seed's run
     folder goes under `out`, with its schedule; with `shrink_budget` > 0 it is shrunk within
-    that many simulations; with `shard` (chaos.shards.Shard) only that shard's seeds run.
+    that many simulations; with `shard` (chaos.run.shards.Shard) only that shard's seeds run.
     Raises ScenarioError, ValueError for a scenario or engine that cannot run, as `ninelives
     sim` refuses them."""
     from chaos.contract import load_engine
@@ -247,7 +247,7 @@ def check_run(scenario: str, engine_spec: str, *, seeds: Iterable[int], profile:
     `ninelives run` would exit 2 on them."""
     from chaos.contract import load_engine
     from chaos.report_text import summary
-    from chaos.runner import run_campaign
+    from chaos.run.runner import run_campaign
     from chaos.spec.scenario import load_scenario
     engine = load_engine(engine_spec)
     loaded = load_scenario(scenario, profile, engine, engine_set)
@@ -282,7 +282,7 @@ def check_run(scenario: str, engine_spec: str, *, seeds: Iterable[int], profile:
 def _sharded(remembered: list[int], seeds: Iterable[int],
              shard: Any) -> list[tuple[int, bool]]:
     """The seeds to try (chaos.remembered.order), only `shard`'s when one is given: of the
-    range, its own seeds (chaos.shards); of the remembered, those it would own in it."""
+    range, its own seeds (chaos.run.shards); of the remembered, those it would own in it."""
     seeds = list(seeds)
     if shard is None or not seeds:
         return order(remembered, seeds)
@@ -319,7 +319,7 @@ def check_explore(scenario: str, engine_spec: str, *, budget: float, profile: st
     corpus = Corpus(os.path.join(database, "corpus", slug(key))) if database else None
     outcome = Outcome("explore", f"ninelives explore {loaded.name} (profile {loaded.profile}, "
                                  f"engine {engine_spec}, budget {budget:g} s)")
-    from chaos.shards import WHOLE
+    from chaos.run.shards import WHOLE
     found = Explorer(loaded, engine, engine_spec, seed=seed, swarm=swarm, corpus=corpus,
                      shard=shard or WHOLE).explore(budget)
     if found.failure is not None:

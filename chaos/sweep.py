@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
-from chaos.backends import Backend
+from chaos.run.backends import Backend
 from chaos.console import AUTO, Column, Progress
 from chaos.console import table as table_of
 from chaos.contract import load_engine
@@ -25,9 +25,9 @@ from chaos.flags import seeds_text
 from chaos.checkers.ops import is_job, takes_lease
 from chaos.history import Event, of, read_history
 from chaos.spec.latency import parse_latency
-from chaos.runner import run_campaign
+from chaos.run.runner import run_campaign
 from chaos.spec.scenario import Scenario
-from chaos.supervisor import OwnedPool, evidence_in
+from chaos.run.supervisor import OwnedPool, evidence_in
 from chaos.sweep_plot import line_chart
 
 LOST_LEASE = "lost-lease"  # the waste cause (cost-accounted) that is duplicate spend

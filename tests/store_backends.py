@@ -13,7 +13,7 @@ BACKENDS = ("sqlite", "postgres")
 def started_pg_server():
     """A PostgreSQL server of the tests' own, stopped on leaving whatever happened; its
     template is migrated once, and every database made on it is a copy of that."""
-    from chaos.pgserver import PostgresServer
+    from chaos.run.pgserver import PostgresServer
     server = PostgresServer()
     try:
         yield server.start(prepare=lambda url: open_store(url).close())

@@ -2,7 +2,7 @@
 
 A checker never touches a process or a database. It reads the history (operations, see
 chaos.history for the vocabulary) and the final snapshot, a dict built when the run ends
-(see chaos.contract for the engine's part and chaos.expect for the harness's):
+(see chaos.contract for the engine's part and chaos.run.expect for the harness's):
 
   engine:    {"name", "capabilities": [...]}   what the engine declared (chaos.contract)
   pipeline:  chaos.pipeline.Pipeline.to_json(): steps, edges, operator_edges, terminal,

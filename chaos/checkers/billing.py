@@ -23,7 +23,7 @@ from chaos.checkers.transitions import JobIndex, clock_of, is_update, job_ops
 from chaos.checkers.verdict import Verdict
 
 COST_TOLERANCE = 1e-9
-#: The run-queue watch's sampling period (chaos.runqueue.INTERVAL): a stall it records may
+#: The run-queue watch's sampling period (chaos.run.runqueue.INTERVAL): a stall it records may
 #: begin or end up to one sample from when the process was in fact left unrun.
 STALL_SAMPLE = 0.05
 
@@ -401,7 +401,7 @@ class _KeptResults:
 
     def _late_for(self, call: Event) -> bool:
         """Whether the answer came too late for its caller however soon the provider gave
-        it: the machine left the caller unrun (chaos.runqueue) from the answer's arrival to
+        it: the machine left the caller unrun (chaos.run.runqueue) from the answer's arrival to
         the end of its call timeout (which ran from no later than the call's arrival), but
         for one sample of the run-queue watch; it could not read the answer in time."""
         pid = call.get("pid") or self.shared.jobs.pids.get(call["worker"])

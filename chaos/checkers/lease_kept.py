@@ -26,7 +26,7 @@ def check_lease_kept(history: list[Event], snapshot: dict[str, Any]) -> Verdict:
 
     A lapse is judged only while the worker waits on a provider call of its step (a process
     the machine stopped running as a whole is no heartbeat's failure), and is excused when
-    the holder's process was left unrun (a thread ready to run and not run: chaos.runqueue)
+    the holder's process was left unrun (a thread ready to run and not run: chaos.run.runqueue)
     for all but one heartbeat interval between its last renewal and the lapse. Not judged
     where the
     harness takes leases on purpose: a holding during which the nemesis
@@ -241,7 +241,7 @@ def _check_renewals(verdict: Verdict, shared, tl, settings: dict, clock: str | N
 
 
 def _stalled_through(shared, pid: int | None, start: float, end: float, spare: float) -> bool:
-    """Whether process `pid` was left unrun (its stalls: chaos.runqueue, or the
+    """Whether process `pid` was left unrun (its stalls: chaos.run.runqueue, or the
     simulation's) for all of [start, end] but `spare` seconds: a stall delays a write by at
     most its own length, so only one that long explains the delay."""
     return end > start and shared.stalled(pid, start, end) >= (end - start) - spare - TOL

@@ -24,7 +24,7 @@ import sys
 import traceback
 from typing import Any, Callable, Iterable
 
-from chaos.runfiles import REDACTED, SECRET_WORDS
+from chaos.run.runfiles import REDACTED, SECRET_WORDS
 
 #: The file in a run folder that holds an adapter's traceback.
 TRACEBACK_FILE = "adapter-error.txt"

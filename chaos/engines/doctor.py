@@ -189,7 +189,7 @@ class Doctor:
 
     def run_in(self, folder: str, settings: EngineSettings) -> None:
         from chaos.fakes import FakeProvider, FakeReceiver, ScriptedFaults
-        from chaos.supervisor import Supervisor
+        from chaos.run.supervisor import Supervisor
         e, db = self.engine, os.path.join(folder, "engine.db")
         self.attempt(lambda: e.install(db), "create the store in install(db)")
         if hasattr(unguarded(e), "store_settings"):
@@ -270,7 +270,7 @@ class Doctor:
         """Start one worker (and one sender), then wait until progress(db) shows every job
         finished and nothing unsent; False when the deadline passed first."""
         from chaos.console import Progress
-        from chaos.expect import settled
+        from chaos.run.expect import settled
         e = self.engine
         roles = ["worker"] + (["sender"] if has(e, "outbox") or e.pipeline.effects else [])
         for role in roles:
@@ -377,7 +377,7 @@ def _ledger(path: str) -> list[dict]:
 
 
 def _last_line(path: str | None) -> str | None:
-    from chaos.supervisor import log_tail
+    from chaos.run.supervisor import log_tail
     tail = log_tail(path)
     lines = [line for line in (tail or "").splitlines() if line.strip()]
     return lines[-1] if lines else None

@@ -8,9 +8,9 @@ Prints a line for each situation first reached (and every few seconds how far it
 at the first failure with its shrunk counterexample and the command that replays it (exit
 1), or at the end of the budget with the table of situations reached and not (exit 0). Exit
 2: the command could not run (an engine without the in_process capability among others).
-The campaign's record goes into --out (chaos.campaign: campaign.json, summary.md, junit.xml,
+The campaign's record goes into --out (chaos.run.campaign: campaign.json, summary.md, junit.xml,
 report.html). `--shard I/N` explores 1/N of the budget with the seeds of shard I alone
-(chaos.shards); `ninelives merge` combines the shards' folders.
+(chaos.run.shards); `ninelives merge` combines the shards' folders.
 """
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ import shutil
 import sys
 import time
 
-from chaos.campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
+from chaos.run.campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
 from chaos.console import Column, table
 from chaos.contract import has
-from chaos.shards import WHOLE, shard
+from chaos.run.shards import WHOLE, shard
 from chaos.sim.choices import ReplayChoices
 from chaos.sim.cli import shrink_and_tell
 from chaos.sim.output import run_dir_for, write_run

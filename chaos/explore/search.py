@@ -19,7 +19,7 @@ from chaos.spec.scenario import Scenario
 from chaos.sim.run import simulate
 from chaos.sim.spec import SimResult, SimSpec
 from chaos.sim.swarm import swarm_spec
-from chaos.shards import WHOLE, Shard
+from chaos.run.shards import WHOLE, Shard
 from chaos.explore.corpus import Corpus
 from chaos.explore.coverage import Coverage, measure
 from chaos.explore.schedules import Candidate, Kept, mutate
@@ -60,7 +60,7 @@ class Explorer:
     """Explores `scenario` on `engine` (an adapter with in_process). `seed`: the explorer's
     own randomness; `swarm`: each fresh seed its own mix of faults; `corpus`: where kept
     schedules go and are replayed from (None: kept in memory only); `shard`: the seeds this
-    explorer draws, replays and mutates are its shard's alone (chaos.shards)."""
+    explorer draws, replays and mutates are its shard's alone (chaos.run.shards)."""
 
     scenario: Scenario
     engine: Any

@@ -2,7 +2,7 @@
 
 A ledger that cannot be written (a full disk, an I/O error) stops at its first failed line and
 keeps that error (`Ledger.failure`): lines after a half-written one would be glued onto it.
-Whoever runs a fake asks it, and says so once (chaos.fakes.__main__, chaos.runner).
+Whoever runs a fake asks it, and says so once (chaos.fakes.__main__, chaos.run.runner).
 """
 
 import errno

@@ -34,12 +34,12 @@ from typing import Any, Iterable
 
 from rich.console import Console
 
-from chaos.backends import Backend, add_backend_flags, check_backend, command_backend
+from chaos.run.backends import Backend, add_backend_flags, check_backend, command_backend
 from chaos.checkers import INVARIANTS
 from chaos.console import AUTO, Column, Progress, plural, table
 from chaos.flags import SEEDS_HELP, at_least, seeds, seeds_text
 from chaos.reference.mutants.catalog import BY_NAME, CATALOG, Mutant
-from chaos.supervisor import OwnedPool, evidence_in
+from chaos.run.supervisor import OwnedPool, evidence_in
 
 SCHEMA = "ninelives.mutants/1"
 REFERENCE = "reference"
@@ -87,7 +87,7 @@ def run_task(task: Task) -> dict[str, Any]:
     or "harness-error" (it could not run at all; `error` says why).
     """
     from chaos.contract import load_engine
-    from chaos.runner import HarnessError, run_campaign
+    from chaos.run.runner import HarnessError, run_campaign
     from chaos.spec.scenario import load_scenario
     started = time.time()
     # what the matrix keeps of the task: its backend by name (a --pg-url may hold a password)

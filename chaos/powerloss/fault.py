@@ -15,7 +15,7 @@ the nemesis does for one planned cut, holding the runner's reads and respawns ba
 
 The runner then respawns the processes and the run goes on.
 
-On PostgreSQL (a server the run started, chaos.pgserver) the server's data directory is
+On PostgreSQL (a server the run started, chaos.run.pgserver) the server's data directory is
 copied onto the file system's disk before the mount and the server runs durable there (fsync
 and full_page_writes on), and the server is part of the machine: before step 1 the engine's
 processes and the server's WAL writer are stopped (SIGSTOP) and the live server is read
@@ -62,7 +62,7 @@ def refusal(scenario: Any, backend: str = "sqlite", *, own_server: bool = True) 
 def store_mount(scenario: Any, run_dir: str, server: Any = None) -> Iterator[Mount | None]:
     """The run's lost-fsync mount when its scenario plans power cuts, else None; always
     unmounted on the way out. `server`: the PostgreSQL server the run started
-    (chaos.pgserver), moved onto the mount, and stopped before the unmount."""
+    (chaos.run.pgserver), moved onto the mount, and stopped before the unmount."""
     if not getattr(scenario.faults, "power_loss", 0):
         yield None
         return

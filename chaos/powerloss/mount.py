@@ -71,7 +71,7 @@ class Mount:
                  shared: bool = False) -> None:
         self.base, self.mountpoint, self.log = base, mountpoint, log
         # shared: other users may use the mount too (FUSE's allow_other; root may always
-        # ask for it): a PostgreSQL server runs as its own user (chaos.pgserver)
+        # ask for it): a PostgreSQL server runs as its own user (chaos.run.pgserver)
         self.shared = shared
         # an abstract socket (Linux): no path to outgrow 108 bytes, no file to remove
         self.control = f"ninelives-powerloss-{os.getpid()}-{uuid.uuid4().hex[:12]}"

@@ -22,7 +22,7 @@ from chaos import sqlite
 from chaos.contract import Command, EngineSettings, ProcessContext
 from chaos.history import Event, fingerprint
 from chaos.pipeline import Pipeline, Step
-from chaos.runfiles import is_secret, secret_names
+from chaos.run.runfiles import is_secret, secret_names
 from chaos.reference import audit, observer, pg_audit
 from chaos.reference.leases import expire_leases
 
@@ -73,7 +73,7 @@ class ReferenceEngine:
         "fencing", "spend_records", "crash_points", "outbox", "operator", "heartbeat",
         "lease_expiry", "write_lock", "integrity", "crash_loop_cap", "attempt_cap", "backoff",
         "clock_skew", "in_process"})
-    #: the stores it runs on (chaos.backends): a SQLite file, or a PostgreSQL database
+    #: the stores it runs on (chaos.run.backends): a SQLite file, or a PostgreSQL database
     backends = ("sqlite", "postgres")
     crashpoints = CRASHPOINTS
     #: its points by role (chaos.engines.crashpoints.ROLES); the slot group's two commit points
@@ -98,7 +98,7 @@ class ReferenceEngine:
 
     def command(self, role: str, ctx: ProcessContext) -> Command:
         """`python -m engine worker|send --exit-with-parent --setting value ...`; a secret
-        setting (`chaos.runfiles.is_secret`: the provider key) goes in the environment as
+        setting (`chaos.run.runfiles.is_secret`: the provider key) goes in the environment as
         NINELIVES_<SETTING>, never on the command line, which any user can read."""
         if role not in ROLE_COMMANDS:
             raise ValueError(f"role must be one of {sorted(ROLE_COMMANDS)}, got {role!r}")
@@ -151,7 +151,7 @@ class ReferenceEngine:
 
     # -- observer ----------------------------------------------------------------------------
 
-    # `db` is a SQLite file's path or a postgresql:// URL (chaos.backends); on PostgreSQL
+    # `db` is a SQLite file's path or a postgresql:// URL (chaos.run.backends); on PostgreSQL
     # the audit is chaos.reference.pg_audit's triggers, read through the same mapping.
 
     def install(self, db: str) -> None:

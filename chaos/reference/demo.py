@@ -18,7 +18,7 @@ from chaos.console import Progress, plural
 from chaos.contract import ProcessContext
 from chaos.spec.documents import make_documents
 from chaos.fakes import FakeProvider, FakeReceiver
-from chaos.supervisor import Supervisor, evidence_in
+from chaos.run.supervisor import Supervisor, evidence_in
 from chaos.reference.adapter import REFERENCE
 
 

@@ -1,4 +1,4 @@
-"""A campaign's pages (chaos.campaign): summary.md for a CI job summary, junit.xml with one
+"""A campaign's pages (chaos.run.campaign): summary.md for a CI job summary, junit.xml with one
 test case per invariant, report.html (one self-contained page, no network request), and the
 GitHub Actions workflow commands (`::error ...::`) that annotate a failing invariant.
 

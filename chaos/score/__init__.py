@@ -77,7 +77,7 @@ def kill(seeds: range, deep: int, run: range, out: str) -> int:
     killed), 0 when every stage passed. Prints which stage, scenario and seed caught it."""
     from chaos.spec.scenario import load_scenario
     from chaos.sim import SeededChoices, SimSpec, simulate
-    from chaos.supervisor import run_owned
+    from chaos.run.supervisor import run_owned
     stages = [("smoke", SIM_SCENARIOS, seeds), ("ci", DEEP_SCENARIOS, range(1, deep + 1))]
     for profile, names, chosen in stages:
         for name in names:
@@ -208,7 +208,7 @@ def serve_worker(port: int) -> None:
 def campaign(workdir: str, modules: list[str], args: argparse.Namespace, fresh: bool) -> str:
     """Initialise (unless resuming), filter and execute the session over `args.jobs`
     workers; returns its path. Every worker and test command dies with this one."""
-    from chaos.supervisor import run_owned, start_owned
+    from chaos.run.supervisor import run_owned, start_owned
     tools = os.path.dirname(sys.executable)
     session = os.path.join(workdir, "session.sqlite")
     copies = [os.path.join(workdir, f"worker-{i + 1}") for i in range(args.jobs)]
@@ -318,7 +318,7 @@ def die_with_worker() -> None:
     it with no parent-death signal, and the worker dies with the campaign; a worker that
     died before this request (the campaign SIGKILLed while the command started) makes it
     exit at once, rather than judge its mutant for minutes with no one to tell."""
-    from chaos.supervisor import die_with_parent
+    from chaos.run.supervisor import die_with_parent
     owner = os.environ.pop(WORKER_PID, "")
     die_with_parent(int(owner) if owner.isdigit() else None)
 
@@ -441,7 +441,7 @@ def score(args: argparse.Namespace) -> int:
         [f"then real runs, seeds {seeds_text(args.run_seeds)}"] if args.run else [])
     print(f"mutation campaign in {workdir} ({'new' if fresh else 'resumed'}, {args.jobs} "
           f"workers): {', '.join(modules)}; {', '.join(stages)}", flush=True)
-    from chaos.supervisor import evidence_in
+    from chaos.run.supervisor import evidence_in
     try:
         with evidence_in(workdir):  # an interrupted campaign resumes from its workdir
             session = campaign(workdir, modules, args, fresh)

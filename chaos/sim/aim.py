@@ -8,7 +8,7 @@ claim of what the held one held, from the engine's operations every `LOOK` virtu
 another process reaching the aim's rendezvous point for the same job, as it reaches it; a
 number of virtual seconds; the aim's deadline at the latest. Everything here is a function
 of the schedule, so the same seed gives the same holds. It records the same `hold`,
-`release` and `expire` events as a real run's `chaos.aim_watch`.
+`release` and `expire` events as a real run's `chaos.run.aim_watch`.
 """
 from __future__ import annotations
 

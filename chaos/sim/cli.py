@@ -4,9 +4,9 @@
                   [--out DIR] [--engine-set NAME=VALUE ...] [--swarm] [--shrink] [--budget K]
     ninelives sim --replay FILE [--out DIR]
 
-Over several seeds it writes the campaign's record into --out (chaos.campaign:
+Over several seeds it writes the campaign's record into --out (chaos.run.campaign:
 campaign.json, summary.md, junit.xml, report.html); `--shard I/N` runs the seeds of shard I
-only (chaos.shards) and `ninelives merge` combines the shards' folders.
+only (chaos.run.shards) and `ninelives merge` combines the shards' folders.
 
 Exit codes: 0 every explored schedule passed, 1 one failed, 2 the command could not run.
 """
@@ -20,11 +20,11 @@ import time
 from typing import Any
 
 from chaos.spec.aim import summary_lines as aim_summary_lines
-from chaos.campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
+from chaos.run.campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
 from chaos.console import Progress
 from chaos.flags import SEEDS_HELP, at_least, seeds, seeds_text
 from chaos.report_text import situations_lines, verdict_table
-from chaos.shards import SHARD_HELP, WHOLE, shard
+from chaos.run.shards import SHARD_HELP, WHOLE, shard
 from chaos.sim.choices import SeededChoices
 from chaos.sim.output import run_dir_for, write_run
 from chaos.sim.run import simulate
@@ -118,8 +118,8 @@ def _required(run_dir: str, code: int, args: argparse.Namespace) -> int:
         return code
     from chaos.report import require_exercised, write_report
     from chaos.report_text import result_line
-    from chaos.runner import render_reports
-    from chaos.saved import load_report
+    from chaos.run.runner import render_reports
+    from chaos.run.saved import load_report
     report = require_exercised(load_report(run_dir))
     write_report(run_dir, report)
     render_reports(run_dir)
@@ -150,7 +150,7 @@ def _explore(scenario, engine, seeds: range, args: argparse.Namespace) -> int:
 
 def _campaign(scenario, args: argparse.Namespace, tally: Tally, began: float,
               stopped: bool) -> dict:
-    """Write the campaign's record and pages (chaos.campaign) into --out; returns it."""
+    """Write the campaign's record and pages (chaos.run.campaign) into --out; returns it."""
     key = campaign_key("sim", scenario, args.engine, seeds=seeds_text(args.seeds),
                        swarm=bool(args.swarm))
     extra = {"stopped_at_first_failure": True} if stopped else {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable, Protocol
 
 from chaos.history import Event
-from chaos.nemesis import FaultPolicy
+from chaos.run.nemesis import FaultPolicy
 from chaos.spec.plan import FaultPlan
 from chaos.spec.scenario import Scenario
 from chaos.sim.scheduler import Actor, Process, Scheduler

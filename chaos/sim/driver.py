@@ -26,8 +26,8 @@ from chaos.engines import crashpoints
 from chaos import history as hist
 from chaos.checkers import run_checkers
 from chaos.contract import EngineSettings, ProcessContext, process_counts
-from chaos.expect import harness_snapshot, process_context
-from chaos.nemesis import FaultPolicy
+from chaos.run.expect import harness_snapshot, process_context
+from chaos.run.nemesis import FaultPolicy
 from chaos.sim.aim import SimAims
 from chaos.sim.choices import Choices, everything
 from chaos.sim.nemesis import SimNemesis
@@ -170,7 +170,7 @@ class Simulation:
                          "call_timeout": ctx.call_timeout})
 
     def slot_context(self, slot: int, role: str = "worker") -> ProcessContext:
-        """The per-slot settings a real run gives (chaos.expect.process_context)."""
+        """The per-slot settings a real run gives (chaos.run.expect.process_context)."""
         return process_context(self.scenario, self.plan, self.settings, role, slot, self.db,
                                PROVIDER_URL, RECEIVER_URL)
 

@@ -1,6 +1,6 @@
 """The simulation's nemesis: applies the fault plan's timeline at virtual times.
 
-The same timeline as a real run (`chaos.nemesis`), with the same target picks and the same
+The same timeline as a real run (`chaos.run.nemesis`), with the same target picks and the same
 history events; a kill unwinds the target's threads at once, a pause keeps its threads off
 the schedule for the pause's virtual length, a contention holds the write lock for virtual
 seconds. It runs as an actor of its own, so where its writes land among the workers' is a
@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 from chaos.engines.adapter_guard import described
-from chaos.nemesis import different_payload
+from chaos.run.nemesis import different_payload
 from chaos.sim.controls import SimControls
 
 

@@ -23,8 +23,8 @@ from typing import Any
 from chaos import history as hist
 from chaos.fired import faults_applied
 from chaos.report import build_report, write_report
-from chaos.runner import render_reports
-from chaos.runfiles import scenario_record
+from chaos.run.runner import render_reports
+from chaos.run.runfiles import scenario_record
 from chaos.spec.limits import shown
 from chaos.spec.scenario import engine_set_args
 from chaos.sim.spec import SimResult

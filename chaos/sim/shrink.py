@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 
 from chaos.spec.aim import read_aims
 from chaos.contract import load_engine
-from chaos.runfiles import scenario_record
+from chaos.run.runfiles import scenario_record
 from chaos.spec.scenario import Expect, Faults, Run, Scenario, check_saved
 from chaos.sim.choices import DrawnChoices, ReplayChoices
 from chaos.sim.run import simulate

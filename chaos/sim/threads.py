@@ -40,7 +40,7 @@ from typing import Any, Callable, ContextManager, Protocol
 from chaos import history as hist
 from chaos import probe
 from chaos.contract import ProcessContext, has, submitter
-from chaos.expect import settled
+from chaos.run.expect import settled
 from chaos.sim.choices import Choices
 from chaos.sim.driver import Simulation
 from chaos.sim.scheduler import INF, Actor, Process, Scheduler

@@ -6,7 +6,7 @@ process reaches `point` for the chosen job, it is *held* there (a real process s
 SIGSTOP, a simulated one parked) until the condition comes, or its lease is *expired* before
 it goes on. This module owns the plain description (`Aim`, built from a scenario's `[[aim]]`
 tables or from code), its validation, what it arms on one engine (`resolve`), the probe's
-environment for it, and how its evidence reads (`aim_section`); `chaos.aim_watch` carries
+environment for it, and how its evidence reads (`aim_section`); `chaos.run.aim_watch` carries
 aims out in a real run, `chaos.sim.aim` in a simulation.
 
     [[aim]]

@@ -30,7 +30,7 @@ from chaos.engines import crashpoints
 from chaos.spec.aim import Aim, read_aims, resolve as resolve_aims
 from chaos.spec.latency import LatencyError, parse_latency
 from chaos.spec.limits import MAX_FAULT_EVENTS, MAX_JOBS, MAX_RATE, MAX_SECONDS, MAX_WORKERS, excerpt, shown
-from chaos.runfiles import is_secret
+from chaos.run.runfiles import is_secret
 from chaos.spec.scenario_file import ScenarioError, engine_table, finite, read_table, read_toml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -162,7 +162,7 @@ RATES = ("kill", "pause", "lease_expiry", "contention", "operator", "server_rest
          "connection_kill", "statement_timeout", "row_lock", "power_loss")
 #: How a power cut drops the unsynced writes (chaos.powerloss.journal), or "mixed": cut by cut.
 POWER_LOSS_MODES = ("mixed", "all", "torn-seq", "torn-op")
-#: The faults of a PostgreSQL server the run started itself (chaos.backends).
+#: The faults of a PostgreSQL server the run started itself (chaos.run.backends).
 SERVER_FAULTS = ("server_restart", "connection_kill", "statement_timeout")
 #: The faults only a PostgreSQL store can undergo (the server's, and a row's lock: SQLite
 #: locks the whole database), in the order the plan draws them, after every other fault (a
@@ -242,7 +242,7 @@ def parse_engine_set(items: list[str] | None) -> dict[str, Any]:
 
 def engine_set_args(engine_set: dict[str, Any]) -> list[str]:
     """The `--engine-set` arguments that give `engine_set` again (parse_engine_set's
-    inverse): what a rerun command shows. A secret setting (chaos.runfiles.is_secret) is
+    inverse): what a rerun command shows. A secret setting (chaos.run.runfiles.is_secret) is
     left out: it is never written down, so it must be given again by hand."""
     def toml(value: Any) -> str:
         if isinstance(value, bool):

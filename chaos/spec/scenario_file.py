@@ -9,7 +9,7 @@ from dataclasses import fields
 from typing import Any
 
 from chaos.spec.limits import read_text, shown
-from chaos.runfiles import is_secret
+from chaos.run.runfiles import is_secret
 
 
 class ScenarioError(ValueError):

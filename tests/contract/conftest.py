@@ -14,7 +14,7 @@ import pytest
 
 from chaos.contract import ProcessContext, load_engine
 from chaos.fakes import FakeProvider, FakeReceiver
-from chaos.supervisor import Supervisor
+from chaos.run.supervisor import Supervisor
 
 #: name -> the --engine spec of every adapter the suite knows.
 KNOWN = {"reference": "reference",

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from chaos.contract import submitter
-from chaos.nemesis import Nemesis
+from chaos.run.nemesis import Nemesis
 from chaos.spec.plan import make_plan
-from chaos.runner import Campaign
+from chaos.run.runner import Campaign
 from chaos.spec.scenario import load_scenario
 from chaos.sim import SeededChoices, SimSpec, simulate
 from examples.toy_engine.adapter import ToyEngine

@@ -185,7 +185,7 @@ def test_a_child_whose_parent_died_before_it_asked_to_die_with_it_exits_at_once(
     parent than the one that started it (here: any other pid) must not go on to exec."""
     from functools import partial
 
-    from chaos.supervisor import die_with_parent
+    from chaos.run.supervisor import die_with_parent
     argv = [sys.executable, "-c", "print('ran')"]
     ran = subprocess.run(argv, capture_output=True, text=True, timeout=30,
                          preexec_fn=partial(die_with_parent, os.getpid() + 1_000_000))

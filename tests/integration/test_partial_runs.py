@@ -100,12 +100,12 @@ def test_a_killed_run_is_checked_rendered_and_replayed_marked_partial(tmp_path):
 def test_an_interrupted_replay_names_the_folder_it_had_written(tmp_path, monkeypatch, capsys):
     """Ctrl-C while a replay's try checks its history (after its campaign's processes
     stopped, its folder long made): the interrupted line names that folder."""
-    import chaos.runner
+    import chaos.run.runner
     from chaos.cli import main
 
     def interrupted(*_):
         raise KeyboardInterrupt
-    monkeypatch.setattr(chaos.runner, "run_checkers", interrupted)
+    monkeypatch.setattr(chaos.run.runner, "run_checkers", interrupted)
     out = tmp_path / "replays"
     fixture = os.path.join(ROOT, "tests", "fixtures", "runs", "pass")
     assert main(["replay", fixture, "--out", str(out)]) == 130

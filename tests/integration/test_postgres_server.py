@@ -1,4 +1,4 @@
-"""The PostgreSQL server the tests and the harness start (chaos.pgserver) leaves nothing behind: stopped at the end of a session,
+"""The PostgreSQL server the tests and the harness start (chaos.run.pgserver) leaves nothing behind: stopped at the end of a session,
 and stopped by its watchdog when the process that started it is SIGKILLed."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos import pgserver
-from chaos.pgserver import PostgresServer
+from chaos.run import pgserver
+from chaos.run.pgserver import PostgresServer
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -57,7 +57,7 @@ def test_a_stopped_server_leaves_no_process_and_no_folder():
 def test_a_test_run_killed_outright_does_not_leave_its_server_running():
     script = textwrap.dedent("""
         import sys, time
-        from chaos.pgserver import PostgresServer
+        from chaos.run.pgserver import PostgresServer
         server = PostgresServer().start()
         print(server.data, flush=True)
         time.sleep(600)

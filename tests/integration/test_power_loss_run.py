@@ -10,10 +10,10 @@ import tempfile
 
 import pytest
 
-from chaos.backends import Backend
+from chaos.run.backends import Backend
 from chaos.contract import load_engine
 from chaos.powerloss import mount as pl
-from chaos.runner import HarnessError, run_campaign
+from chaos.run.runner import HarnessError, run_campaign
 from chaos.spec.scenario import load_scenario
 
 

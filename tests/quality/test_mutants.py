@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.backends import Backend
+from chaos.run.backends import Backend
 from chaos.contract import load_engine
 from chaos.checkers import INVARIANTS
 from chaos.reference.mutants.catalog import BY_NAME, CATALOG, ON_POSTGRES, SQLITE_ONLY
@@ -22,7 +22,7 @@ from chaos.reference.mutants.patches import (PATCHES, STORE_PATCHES, MutantOutOf
                                              store_classes)
 from chaos.reference.mutants.sql import sql_edits
 from chaos.report_text import verdict_table
-from chaos.runner import run_campaign
+from chaos.run.runner import run_campaign
 from chaos.spec.scenario import load_scenario
 
 PROFILE = "smoke"

@@ -15,7 +15,7 @@ import pytest
 
 from chaos.spec import aim as aims
 from chaos.spec.aim import Aim, Target
-from chaos.aim_watch import AimWatch, _stopped_or_gone
+from chaos.run.aim_watch import AimWatch, _stopped_or_gone
 from chaos.checkers.ops import harness_windows
 from chaos.spec.plan import FaultPlan
 from chaos.reference.adapter import ReferenceEngine
@@ -321,7 +321,7 @@ def test_a_release_is_stamped_before_the_process_goes_on(tmp_path, monkeypatch):
     hold after the first release: the release's time is read before the SIGCONT, so the
     history's order pairs each hold with its own release (a release stamped after it, behind
     the next hold, left the checkers a pause of a few microseconds instead of the hold)."""
-    import chaos.aim_watch as aim_watch
+    import chaos.run.aim_watch as aim_watch
     sent, kill = [], os.kill
 
     def kill_and_stamp(pid, sig):

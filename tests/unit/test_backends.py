@@ -1,4 +1,4 @@
-"""Where a run's engine database lives (chaos.backends): the flags checked at once and named,
+"""Where a run's engine database lives (chaos.run.backends): the flags checked at once and named,
 a password kept out of every target and record, a database made per run, nothing left when
 a server cannot be had; and what a store's clock changes in the run's expectations."""
 from __future__ import annotations
@@ -9,12 +9,12 @@ import os
 import psycopg
 import pytest
 
-from chaos import pgserver
-from chaos.backends import (STARTED_FOR_COMMAND, Backend, BackendError, check_backend,
+from chaos.run import pgserver
+from chaos.run.backends import (STARTED_FOR_COMMAND, Backend, BackendError, check_backend,
                             command_backend, database_name, redacted, run_database,
                             saved_target, split_password, with_dbname)
 from chaos.contract import EngineSettings
-from chaos.expect import expectations
+from chaos.run.expect import expectations
 from chaos.reference import REFERENCE
 from chaos.reference.mutants import catalog
 from chaos.reference.mutants.catalog import BY_NAME, ENGINES, ON_POSTGRES, MutantEngine

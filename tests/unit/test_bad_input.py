@@ -412,7 +412,7 @@ def test_each_row_of_the_harness_bad_input_table_exits_2_before_anything_runs(ro
     def started(*args, **kwargs):  # bad input let through fails here, not by running for good
         raise AssertionError("a run started")
 
-    monkeypatch.setattr("chaos.runner.run_campaign", started)
+    monkeypatch.setattr("chaos.run.runner.run_campaign", started)
     monkeypatch.setattr("chaos.sweep.run_sweep", started)
     monkeypatch.setattr("chaos.score.campaign", started)
     argv, fragments = harness_case(row, str(tmp_path))

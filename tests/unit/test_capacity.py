@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from chaos.spec.capacity import SLOTS_PER_CPU, capacity_warnings, job_slots
-from chaos.runner import with_capacity
+from chaos.run.runner import with_capacity
 from chaos.spec.scenario import load_scenario
 
 SMOKE = load_scenario("smoke", "smoke")

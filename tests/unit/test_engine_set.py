@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-import chaos.runner
+import chaos.run.runner
 from chaos.cli import main
 from chaos.contract import load_engine
 from chaos.spec.plan import make_plan
@@ -74,6 +74,6 @@ def test_a_replay_runs_the_saved_plan_with_the_recorded_settings(tmp_path, monke
         seen.append((scenario.engine.get("slots"), scenario.engine_set, seed))
         raise KeyboardInterrupt  # enough: what it was given is what we check
 
-    monkeypatch.setattr(chaos.runner, "run_campaign", fake_campaign)
+    monkeypatch.setattr(chaos.run.runner, "run_campaign", fake_campaign)
     assert main(["replay", str(run)]) == 130
     assert seen == [(4, {"slots": 4}, 3)]

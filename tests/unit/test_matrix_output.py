@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 
-import chaos.runner
+import chaos.run.runner
 from chaos.checkers import INVARIANTS
 from chaos.mutants.matrix import (CELLS, SHORT, Task, point_latest, render_html,
                                   render_markdown, render_text, run_task)
-from chaos.runner import RunResult, run_dir_for
+from chaos.run.runner import RunResult, run_dir_for
 
 MUTANT = "memo_check_skipped"
 
@@ -26,7 +26,7 @@ def fake_campaign(scenario, seed, engine, out, **_):
 
 def test_a_mutant_s_run_and_the_reference_s_on_one_scenario_get_folders_and_latest_of_their_own(
         tmp_path, monkeypatch):
-    monkeypatch.setattr(chaos.runner, "run_campaign", fake_campaign)
+    monkeypatch.setattr(chaos.run.runner, "run_campaign", fake_campaign)
     runs = str(tmp_path / "runs")
     mutant = run_task(Task(MUTANT, "mutants/memo-hits", "smoke", 1, runs))
     reference = run_task(Task("reference", "mutants/memo-hits", "smoke", 1, runs))

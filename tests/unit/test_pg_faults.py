@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from chaos.checkers.ops import harness_windows, lock_windows
-from chaos.nemesis import STATEMENT_WAIT, Nemesis
+from chaos.run.nemesis import STATEMENT_WAIT, Nemesis
 from chaos.spec.plan import make_plan
 from chaos.reference import REFERENCE
 from chaos.fired import not_applicable, prevented, unfired

@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 
 from chaos.spec.documents import make_documents
-from chaos.nemesis import FaultPolicy
+from chaos.run.nemesis import FaultPolicy
 from chaos.spec.plan import (POISON_KINDS, POISON_STATUSES, RETRY_AFTER_DATE_SHARE,
                         RETRY_AFTER_JUNK_SHARE, TRICKLE_SHARE, FaultPlan, documents_for,
                         make_plan, poison_status, provider_fault, receiver_fault)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from chaos.contract import EngineSettings
-from chaos.expect import process_context
+from chaos.run.expect import process_context
 from chaos.spec.scenario import load_scenario
 
 PLAN = SimpleNamespace(skewed=[])

@@ -280,12 +280,12 @@ def test_report_command_refuses_an_unknown_format(failing, capsys):
 
 
 def test_a_rendering_failure_is_a_warning_not_a_lost_run(monkeypatch, tmp_path, capsys):
-    import chaos.runner
+    import chaos.run.runner
 
     def broken(run_dir):
         raise RuntimeError("template exploded")
-    monkeypatch.setattr(chaos.runner, "render_run", broken)
-    assert chaos.runner.render_reports(str(tmp_path)) == []
+    monkeypatch.setattr(chaos.run.runner, "render_run", broken)
+    assert chaos.run.runner.render_reports(str(tmp_path)) == []
     assert "template exploded" in capsys.readouterr().err
 
 

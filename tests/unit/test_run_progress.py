@@ -6,7 +6,7 @@ import io
 from types import SimpleNamespace
 
 from chaos.console import Progress
-from chaos.runner import Campaign
+from chaos.run.runner import Campaign
 
 
 def test_the_drain_line_says_what_the_drain_waits_for_from_the_engine_s_own_counts():

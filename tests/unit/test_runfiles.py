@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from chaos.runfiles import REDACTED, redact, scenario_record, write_json
+from chaos.run.runfiles import REDACTED, redact, scenario_record, write_json
 from chaos.spec.scenario import load_scenario
 
 

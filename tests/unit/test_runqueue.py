@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from chaos.runqueue import RunQueueWatch, run_delay
+from chaos.run.runqueue import RunQueueWatch, run_delay
 
 
 def watch_of(delays: dict[int, list[float | None]], times: list[float]):

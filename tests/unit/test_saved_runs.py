@@ -174,7 +174,7 @@ def test_report_names_what_a_report_json_lacks(copy, capsys):
 
 def test_a_partial_snapshot_holds_only_the_jobs_the_killed_runner_submitted(copy):
     from chaos.reference.adapter import ReferenceEngine
-    from chaos.saved import partial_snapshot
+    from chaos.run.saved import partial_snapshot
     folder = copy("pass")
     report = json.loads((folder / "report.json").read_text())
     first, second, third, *_ = report["plan"]["jobs"]

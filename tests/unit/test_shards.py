@@ -9,9 +9,9 @@ import random
 import pytest
 
 import chaos.cli
-from chaos.campaign import Tally
+from chaos.run.campaign import Tally
 from chaos.render.campaign import annotations
-from chaos.shards import Shard, parse_shard
+from chaos.run.shards import Shard, parse_shard
 from chaos.situations import Reached
 
 

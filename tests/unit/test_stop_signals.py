@@ -8,11 +8,11 @@ import textwrap
 
 import pytest
 
-from chaos.supervisor import Stopped, signals_deferred, stop_on_signals
+from chaos.run.supervisor import Stopped, signals_deferred, stop_on_signals
 
 SCRIPT = textwrap.dedent("""
     import os, signal, sys
-    from chaos.supervisor import Stopped, start_owned, stop_on_signals
+    from chaos.run.supervisor import Stopped, start_owned, stop_on_signals
     stop_on_signals()
     armed = []
     def hook():  # runs in this process after the fork, as logging's own hook does

@@ -100,7 +100,7 @@ def test_a_torn_file_in_the_database_is_skipped_with_a_warning(tmp_path):
 
 
 def test_a_shard_tries_its_own_seeds_and_its_own_remembered_ones_first():
-    from chaos.shards import parse_shard
+    from chaos.run.shards import parse_shard
     from chaos.suite_checks import _sharded
     assert _sharded([4, 5], range(1, 7), parse_shard("2/3")) == [(5, True), (2, False)]
     assert _sharded([4], range(1, 4), None) == [(4, True), (1, False), (2, False), (3, False)]

@@ -153,7 +153,7 @@ CATALOG: tuple[Mutant, ...] = (
 BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOG}
 
 #: Mutants whose mechanism has no counterpart on PostgreSQL, with the reason: they run on
-#: SQLite alone, and `--backend postgres` refuses them (chaos.backends.check_backend) rather
+#: SQLite alone, and `--backend postgres` refuses them (chaos.run.backends.check_backend) rather
 #: than run the reference engine under a mutant's name. Every mutant of the store removes
 #: its mechanism from each backend's own SQL or methods (chaos.reference.mutants.patches),
 #: so none is SQLite's alone today.

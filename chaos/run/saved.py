@@ -90,7 +90,7 @@ def load_run(run: str) -> SavedRun:
     elif partial:
         from chaos.collect import collect_history
         engine = engine or _engine(report)
-        from chaos.backends import saved_target
+        from chaos.run.backends import saved_target
         history, tear = collect_history(run, engine, _recorded(run),
                                         saved_target(run, report)), None
     else:
@@ -102,7 +102,7 @@ def keep_rebuilt(saved: SavedRun) -> None:
     """Write the history and snapshot of a partial run into its folder where it lacks them
     (atomically), so that `ninelives report` draws its timeline and charts."""
     from chaos.history import write_history
-    from chaos.runfiles import write_json
+    from chaos.run.runfiles import write_json
     history = os.path.join(saved.folder, "history.jsonl")
     if not os.path.exists(history):
         write_history(f"{history}.tmp", saved.history)
@@ -127,7 +127,7 @@ def partial_snapshot(run: str, report: dict[str, Any], engine: Any) -> dict[str,
     """The snapshot a killed run never wrote: the engine's rows as they stand in its
     database, and the harness's part from the report's start record (scenario, plan),
     the receiver's ledger (applied effects) and the runner's events (phases)."""
-    from chaos.expect import harness_snapshot
+    from chaos.run.expect import harness_snapshot
     from chaos.fakes import read_ledger
     from chaos.spec.plan import FaultPlan
     from chaos.spec.scenario import check_saved
@@ -140,7 +140,7 @@ def partial_snapshot(run: str, report: dict[str, Any], engine: Any) -> dict[str,
                          f"{exc})") from None
     plan = FaultPlan.from_json(report["plan"])
     settings = engine.settings(scenario.engine)
-    from chaos.backends import saved_target
+    from chaos.run.backends import saved_target
     snapshot = engine.snapshot(saved_target(run, report))
     applied, seen = [], Counter()
     for e in read_ledger(os.path.join(run, "receiver.jsonl")):

@@ -1,6 +1,6 @@
 """Where a run's engine database lives: a SQLite file in the run folder (`--backend sqlite`,
 the default), or a new database on a PostgreSQL server (`--backend postgres`): one the run
-starts for itself (chaos.pgserver), or the existing one `--pg-url` names. A command of many
+starts for itself (chaos.run.pgserver), or the existing one `--pg-url` names. A command of many
 runs (`mutants`, `sweep`) starts one server for all of them (`command_backend`), each run a
 new database on it.
 
@@ -66,7 +66,7 @@ class RunDatabase:
     target: str
     name: str
     server: str | None = None
-    #: the chaos.pgserver.PostgresServer the run started (its faults: crash, restart,
+    #: the chaos.run.pgserver.PostgresServer the run started (its faults: crash, restart,
     #: terminate_clients), or None
     control: Any = field(default=None, compare=False, repr=False)
 
@@ -218,7 +218,7 @@ def add_backend_flags(parser: Any, runs: str = "the run") -> None:
 
 @contextmanager
 def _own_server(serving: str = "the run") -> Iterator[Any]:
-    from chaos.pgserver import PostgresServer, ServerError
+    from chaos.run.pgserver import PostgresServer, ServerError
     try:
         server = PostgresServer().start()
     except ServerError as exc:

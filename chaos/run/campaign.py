@@ -24,12 +24,12 @@ from collections import Counter
 from typing import Any, Iterable
 
 from chaos.report import RESULTS
-from chaos.runfiles import write_json
-from chaos.shards import WHOLE, Shard
+from chaos.run.runfiles import write_json
+from chaos.run.shards import WHOLE, Shard
 
 CAMPAIGN_SCHEMA = "ninelives.campaign/1"
 CAMPAIGN_FILE = "campaign.json"
-#: The rule that says which shard a seed belongs to (chaos.shards), as the record states it.
+#: The rule that says which shard a seed belongs to (chaos.run.shards), as the record states it.
 SHARD_RULE = "seed s of A..B belongs to shard I of N when (s - A) % N == I - 1"
 COUNTS = ("pass", "not_exercised", "fail", "unknown", "crashed")
 

@@ -1,6 +1,6 @@
 """`ninelives run SCENARIO --seeds A..B [--shard I/N]`: one real run per seed, one after the
 other, each in its own run folder as `run --seed N` writes it, and the campaign's record
-(chaos.campaign: campaign.json, summary.md, junit.xml, report.html) in --out.
+(chaos.run.campaign: campaign.json, summary.md, junit.xml, report.html) in --out.
 
 Real runs cannot be replayed exactly (the operating system schedules them), so a failing
 seed is listed with the command that reruns it and the one that replays its saved plan.
@@ -15,17 +15,17 @@ import sys
 import time
 from typing import Any
 
-from chaos.campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
+from chaos.run.campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
 from chaos.flags import seeds_text
-from chaos.shards import WHOLE
+from chaos.run.shards import WHOLE
 
 
 def run_seeds(args: argparse.Namespace, scenario: Any, engine: Any, backend: Any) -> int:
     """Run every seed of `args.seeds` that `args.shard` holds; write the campaign; returns
     its exit code. Raises ValueError naming --shard when the shard holds no seed."""
-    from chaos.backends import command_backend
+    from chaos.run.backends import command_backend
     from chaos.report import RESULTS, require_exercised, write_report
-    from chaos.runner import render_reports, run_campaign
+    from chaos.run.runner import render_reports, run_campaign
     from chaos.situations import Reached
     part = args.shard or WHOLE
     mine = part.seeds(args.seeds)

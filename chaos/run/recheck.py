@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from chaos.saved import SavedRun
+from chaos.run.saved import SavedRun
 
 #: The files a check writes, beside the run's own.
 CHECK_JSON, CHECK_HTML = "check.json", "check.html"
@@ -56,9 +56,9 @@ def keep_check(saved: SavedRun, report: dict[str, Any]) -> list[str]:
     summary.md. Returns the paths written."""
     from chaos.render import load_json, render_check
     from chaos.report import write_report
-    from chaos.runfiles import write_json
-    from chaos.runner import render_reports
-    from chaos.saved import keep_rebuilt
+    from chaos.run.runfiles import write_json
+    from chaos.run.runner import render_reports
+    from chaos.run.saved import keep_rebuilt
     folder = saved.folder
     if saved.partial:  # what a killed run never wrote, rebuilt: the pages draw from them
         keep_rebuilt(saved)

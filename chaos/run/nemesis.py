@@ -23,7 +23,7 @@ from chaos.spec.plan import (FaultPlan, document_fault, documents_for, forced_pr
                    receiver_document_fault, receiver_fault)
 from chaos.powerloss.fault import cut as power_cut
 from chaos.spec.scenario import Scenario
-from chaos.supervisor import Supervisor
+from chaos.run.supervisor import Supervisor
 
 
 #: Faults that write to the engine database, and so may wait for its write lock; and the
@@ -276,7 +276,7 @@ class Nemesis:
             self._count(f"operator_{event['action']}")
         self._count("operator")
 
-    # -- the database server's own (chaos.pgserver, a server the run started) -------------
+    # -- the database server's own (chaos.run.pgserver, a server the run started) -------------
 
     def _server_restart(self, event: dict) -> None:
         """Crash the server (pg_ctl stop -m immediate), restart it server_down_seconds

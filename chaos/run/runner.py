@@ -3,7 +3,7 @@
 report.json's start record (`chaos.report.start_record`), the scenario and the plan are saved
 before anything starts, lifecycle and nemesis events are appended to `events.jsonl` as they
 happen, the audit lives in the engine database and the ledgers on disk: a run killed halfway
-still leaves its evidence, which `chaos.saved` reads back.
+still leaves its evidence, which `chaos.run.saved` reads back.
 """
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ from typing import Any, Callable
 from chaos.spec import aim
 from chaos import history as hist
 from chaos.engines.adapter_guard import AdapterError
-from chaos.backends import (SQLITE_FILE, Backend, RunDatabase, check_backend, database_name,
+from chaos.run.backends import (SQLITE_FILE, Backend, RunDatabase, check_backend, database_name,
                        run_database)
 from chaos.checkers import run_checkers
 from chaos.console import Progress, plural
 from chaos.contract import Command, Engine, ProcessContext, has, process_counts, submitter
-from chaos.expect import harness_snapshot, process_context, settled
+from chaos.run.expect import harness_snapshot, process_context, settled
 from chaos.fakes import FakeProvider, FakeReceiver
-from chaos.nemesis import FaultPolicy, Nemesis
+from chaos.run.nemesis import FaultPolicy, Nemesis
 from chaos.spec.plan import FaultPlan, documents_for, make_plan
 from chaos.powerloss.fault import refusal as power_loss_refusal, store_mount
 from chaos.render import render_run
@@ -35,12 +35,12 @@ from chaos.spec.capacity import capacity_warnings
 from chaos.collect import collect_history
 from chaos.fired import faults_applied
 from chaos.report import build_report, start_record, write_report
-from chaos.runfiles import is_secret, scenario_record, secret_names, write_json
-from chaos.aim_watch import AimWatch
-from chaos.runqueue import RunQueueWatch
+from chaos.run.runfiles import is_secret, scenario_record, secret_names, write_json
+from chaos.run.aim_watch import AimWatch
+from chaos.run.runqueue import RunQueueWatch
 from chaos.spec.scenario import (SERVER_FAULTS, Scenario, ScenarioError, check_for_engine,
                        crash_points_for)
-from chaos.supervisor import Supervisor, evidence_in
+from chaos.run.supervisor import Supervisor, evidence_in
 
 POLL = 0.02
 #: Seconds between two looks at the engine's progress for the progress line.
@@ -145,7 +145,7 @@ class Campaign:
             self.urls = (p.url, r.url)
             self.fakes = {"provider": p, "receiver": r}
             sup = Supervisor(self._command, log_dir=self.run_dir, record=self.record)
-            # What the machine did to the engine's processes (chaos.runqueue): the timing
+            # What the machine did to the engine's processes (chaos.run.runqueue): the timing
             # checks excuse a process only its own stalls.
             watch = RunQueueWatch(lambda: [c.pid for c in sup.children if c.ended is None],
                                   self.record).start()
@@ -173,7 +173,7 @@ class Campaign:
                           self.record, self.server)
         self.nemesis = nemesis
         nemesis.store = self.store
-        # the aimed faults' side of the probe's holds (chaos.aim_watch): its own role
+        # the aimed faults' side of the probe's holds (chaos.run.aim_watch): its own role
         self.aims = AimWatch(aim.resolve(self.scenario.aims, self.engine), self.engine,
                              self.db, aim.hold_log(self.run_dir), lambda: list(sup.children),
                              self.record, self.plan)
@@ -335,7 +335,7 @@ class Campaign:
         return Command(command.argv, {**command.env, **self._crash_env(n)})
 
     def _context(self, role: str, slot: int) -> ProcessContext:
-        """Per-slot settings (chaos.expect.process_context), recorded when they are faults."""
+        """Per-slot settings (chaos.run.expect.process_context), recorded when they are faults."""
         ctx = process_context(self.scenario, self.plan, self.settings, role, slot, self.db,
                               *self.urls)
         if ctx.clock_skew:
