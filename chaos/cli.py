@@ -118,9 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_mutants_parser(sub)
     from chaos.engines.doctor import add_parser as add_doctor_parser
     add_doctor_parser(sub)
-    from chaos.merge import add_parser as add_merge_parser
+    from chaos.reports.merge import add_parser as add_merge_parser
     add_merge_parser(sub)
-    from chaos.annotate import add_parser as add_annotate_parser
+    from chaos.reports.annotate import add_parser as add_annotate_parser
     add_annotate_parser(sub)
     from chaos.score import add_arguments as add_score_arguments
     add_score_arguments(sub.add_parser(
@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_run(args: argparse.Namespace) -> int:
     from chaos.run.backends import Backend
     from chaos.contract import load_engine
-    from chaos.report_text import summary
+    from chaos.reports.report_text import summary
     from chaos.run.runner import run_campaign
     from chaos.spec.scenario import load_scenario, parse_engine_set
     backend = Backend(args.backend, args.pg_url)  # BackendError (exit 2) names the flag
@@ -150,7 +150,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = run_campaign(scenario, args.seed, engine, args.out, engine_spec=args.engine,
                           backend=backend, progress=not args.quiet)
     if args.require_exercised:
-        from chaos.report import require_exercised, write_report
+        from chaos.reports.report import require_exercised, write_report
         from chaos.run.runner import render_reports
         write_report(result.run_dir, require_exercised(result.report))
         render_reports(result.run_dir)
@@ -172,7 +172,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from chaos.run.backends import Backend
     from chaos.contract import load_engine
     from chaos.spec.plan import FaultPlan
-    from chaos.report import RESULTS
+    from chaos.reports.report import RESULTS
     from chaos.run.runner import run_campaign
     from chaos.spec.scenario import load_scenario
     from chaos.run.supervisor import evidence_in
@@ -224,7 +224,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from chaos.run.recheck import check_folder_lines, keep_check, now, recheck
-    from chaos.report_text import incomplete_lines, result_line, situations_lines, verdict_table
+    from chaos.reports.report_text import incomplete_lines, result_line, situations_lines, verdict_table
     from chaos.run.saved import load_run
     saved = load_run(args.run)
     report = recheck(saved, args.require_exercised, now())
@@ -275,8 +275,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from chaos.render import parse_formats, render_run
-    from chaos.report_text import incomplete_lines
+    from chaos.reports.render import parse_formats, render_run
+    from chaos.reports.report_text import incomplete_lines
     formats = parse_formats(args.format)
     report = load_report(args.run)
     for path in render_run(args.run, formats):
@@ -318,10 +318,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from chaos.engines.doctor import cmd_doctor
             return cmd_doctor(args)
         if args.command == "merge":
-            from chaos.merge import cmd_merge
+            from chaos.reports.merge import cmd_merge
             return cmd_merge(args)
         if args.command == "annotate":
-            from chaos.annotate import cmd_annotate
+            from chaos.reports.annotate import cmd_annotate
             return cmd_annotate(args)
         if args.command == "score":
             from chaos.score import score

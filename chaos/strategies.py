@@ -191,7 +191,7 @@ def _final() -> bool:
 
 
 def _kept(result: Any, out: str, shrink_budget: int) -> list[str]:
-    from chaos.report_text import verdict_table
+    from chaos.reports.report_text import verdict_table
     from chaos.sim.output import run_dir_for, write_run
     run_dir = run_dir_for(out, result, "hypothesis")
     report = write_run(result, run_dir)

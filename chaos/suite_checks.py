@@ -6,7 +6,7 @@ pytest and can be called from any test runner.
 
 A seed that fails is remembered (chaos.remembered) and tried first next time; the first
 failure ends a check, as Hypothesis stops at its first failing example. The evidence is the
-harness's own rendering (chaos.report, chaos.sim.story), so a failing test reads as
+harness's own rendering (chaos.reports.report, chaos.sim.story), so a failing test reads as
 `ninelives sim` or `ninelives run` would print it, with the commands that replay it.
 """
 from __future__ import annotations
@@ -209,7 +209,7 @@ def _write_sim(spec: Any, choices: Any, out: str, label: str) -> tuple[Any, str,
 
 def _failure_lines(outcome: Outcome, result: Any, run_dir: str, report: dict) -> None:
     """The evidence of a failing simulated run, as `ninelives sim` prints it."""
-    from chaos.report_text import situations_lines, verdict_table
+    from chaos.reports.report_text import situations_lines, verdict_table
     from chaos.sim.story import headline, tell
     outcome.result = {1: "fail", 2: "error"}.get(result.exit_code, "fail")
     outcome.report, outcome.run_dir = report, run_dir
@@ -246,7 +246,7 @@ def check_run(scenario: str, engine_spec: str, *, seeds: Iterable[int], profile:
     `out`; with `shard`, only that shard's seeds. Raises ScenarioError, HarnessError as
     `ninelives run` would exit 2 on them."""
     from chaos.contract import load_engine
-    from chaos.report_text import summary
+    from chaos.reports.report_text import summary
     from chaos.run.runner import run_campaign
     from chaos.spec.scenario import load_scenario
     engine = load_engine(engine_spec)

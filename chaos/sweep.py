@@ -18,8 +18,8 @@ from typing import Any
 from rich.console import Console
 
 from chaos.run.backends import Backend
-from chaos.console import AUTO, Column, Progress
-from chaos.console import table as table_of
+from chaos.reports.console import AUTO, Column, Progress
+from chaos.reports.console import table as table_of
 from chaos.contract import load_engine
 from chaos.flags import seeds_text
 from chaos.checkers.ops import is_job, takes_lease
@@ -28,7 +28,7 @@ from chaos.spec.latency import parse_latency
 from chaos.run.runner import run_campaign
 from chaos.spec.scenario import Scenario
 from chaos.run.supervisor import OwnedPool, evidence_in
-from chaos.sweep_plot import line_chart
+from chaos.reports.sweep_plot import line_chart
 
 LOST_LEASE = "lost-lease"  # the waste cause (cost-accounted) that is duplicate spend
 
@@ -241,7 +241,7 @@ SWEEP_COLUMNS = tuple(Column(head, "right") for head in (
 
 
 def table(sweep: dict, console: Console | str | None = AUTO) -> str:
-    """The grid as a table (see chaos.console.table for `console`)."""
+    """The grid as a table (see chaos.reports.console.table for `console`)."""
     rows = []
     for r in sweep["cells"]:
         p50 = "-" if r["recovery_p50"] is None else f"{r['recovery_p50']:.2f}"

@@ -269,7 +269,7 @@ class Doctor:
     def watch(self, sup: Any, db: str) -> bool:
         """Start one worker (and one sender), then wait until progress(db) shows every job
         finished and nothing unsent; False when the deadline passed first."""
-        from chaos.console import Progress
+        from chaos.reports.console import Progress
         from chaos.run.expect import settled
         e = self.engine
         roles = ["worker"] + (["sender"] if has(e, "outbox") or e.pipeline.effects else [])

@@ -23,7 +23,7 @@ import sys
 import time
 
 from chaos.run.campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
-from chaos.console import Column, table
+from chaos.reports.console import Column, table
 from chaos.contract import has
 from chaos.run.shards import WHOLE, shard
 from chaos.sim.choices import ReplayChoices
@@ -102,7 +102,7 @@ def cmd_explore(args: argparse.Namespace) -> int:
     part = args.shard or WHOLE
     explorer = Explorer(scenario, engine, args.engine, seed=args.seed, swarm=args.swarm,
                         corpus=corpus, listener=printer, shard=part)
-    from chaos.console import Progress
+    from chaos.reports.console import Progress
     # where it stands on stderr at a steady rate, however long one schedule takes; the lines
     # of news (a situation first reached) stay on stdout
     with Progress("explore", args.budget / part.count, unit="s",

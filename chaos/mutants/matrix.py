@@ -15,7 +15,7 @@ had, a mutant named with --only that does not run on the backend; the whole cata
 such a mutant out, saying why).
 
 Written to DIR/<id>/: matrix.json, matrix.md, matrix.html (linking each run's report.html
-when chaos.render is there, with a legend), and the run folders, one folder per engine:
+when chaos.reports.render is there, with a legend), and the run folders, one folder per engine:
 runs/<mutant or reference>/<scenario>/, each with its `latest` (for a mutant, the run that
 caught it). DIR/latest points at the newest matrix.
 """
@@ -36,7 +36,7 @@ from rich.console import Console
 
 from chaos.run.backends import Backend, add_backend_flags, check_backend, command_backend
 from chaos.checkers import INVARIANTS
-from chaos.console import AUTO, Column, Progress, plural, table
+from chaos.reports.console import AUTO, Column, Progress, plural, table
 from chaos.flags import SEEDS_HELP, at_least, seeds, seeds_text
 from chaos.reference.mutants.catalog import BY_NAME, CATALOG, Mutant
 from chaos.run.supervisor import OwnedPool, evidence_in
@@ -215,7 +215,7 @@ def cell(invariant: str, expect: Iterable[str], failed: Iterable[str]) -> str:
 
 
 def render_text(matrix: dict[str, Any], console: Console | str | None = AUTO) -> str:
-    """The detection matrix for the terminal (see chaos.console.table for `console`), with
+    """The detection matrix for the terminal (see chaos.reports.console.table for `console`), with
     its legend."""
     rows = []
     for m in matrix["mutants"]:
@@ -327,7 +327,7 @@ def html_legend(matrix: dict[str, Any], colours: dict[str, str]) -> str:
 
 
 def write_outputs(matrix: dict[str, Any], out: str) -> list[str]:
-    """matrix.json, matrix.md and, when chaos.render is there, matrix.html (with each
+    """matrix.json, matrix.md and, when chaos.reports.render is there, matrix.html (with each
     detecting or failing run's report.html rendered beside its run)."""
     os.makedirs(out, exist_ok=True)
     paths = [os.path.join(out, "matrix.json"), os.path.join(out, "matrix.md")]
@@ -336,7 +336,7 @@ def write_outputs(matrix: dict[str, Any], out: str) -> list[str]:
     with open(paths[1], "w", encoding="utf-8") as fh:
         fh.write(render_markdown(matrix))
     try:
-        from chaos.render import render_run
+        from chaos.reports.render import render_run
     except ImportError:
         return paths
     shown = [m["run_dir"] for m in matrix["mutants"]] + [

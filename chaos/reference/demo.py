@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from engine import DOCUMENT, open_store
 from engine.operate import print_rows
 
-from chaos.console import Progress, plural
+from chaos.reports.console import Progress, plural
 from chaos.contract import ProcessContext
 from chaos.spec.documents import make_documents
 from chaos.fakes import FakeProvider, FakeReceiver

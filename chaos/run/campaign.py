@@ -2,7 +2,7 @@
 `explore`, one shard of any of them, or the shards merged), kept as one record.
 
 `campaign.json` (schema "ninelives.campaign/1") is written in the command's `--out` folder,
-beside `summary.md`, `junit.xml` and `report.html` rendered from it (chaos.render.campaign).
+beside `summary.md`, `junit.xml` and `report.html` rendered from it (chaos.reports.render.campaign).
 It holds, per invariant, how many runs passed (exercised, or of an invariant that declares
 no situations), passed not exercised, failed, had no evidence (unknown) or whose checker
 crashed, the failing seeds and the first reason (of the lowest seed); the situations
@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from typing import Any, Iterable
 
-from chaos.report import RESULTS
+from chaos.reports.report import RESULTS
 from chaos.run.runfiles import write_json
 from chaos.run.shards import WHOLE, Shard
 
@@ -215,7 +215,7 @@ def write_campaign(folder: str, record: dict[str, Any]) -> list[str]:
     os.makedirs(folder, exist_ok=True)
     paths = [write_json(os.path.join(folder, CAMPAIGN_FILE), record)]
     try:
-        from chaos.render.campaign import render_campaign
+        from chaos.reports.render.campaign import render_campaign
         paths += render_campaign(folder, record)
     except Exception as exc:  # noqa: BLE001 - the record is what matters
         print(f"warning: the campaign's pages could not be rendered: "

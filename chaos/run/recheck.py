@@ -26,8 +26,8 @@ def recheck(saved: SavedRun, require: bool, now: float) -> dict[str, Any]:
     --require-exercised; `now`: when the check ran."""
     from chaos.checkers import run_checkers
     from chaos.checkers.verdict import judge_incomplete
-    from chaos.report import RESULTS, exit_code_for, gathered, require_exercised
-    from chaos.report import situations_record
+    from chaos.reports.report import RESULTS, exit_code_for, gathered, require_exercised
+    from chaos.reports.report import situations_record
     report = dict(saved.report)
     verdicts = run_checkers(saved.history, saved.snapshot)
     why = saved.incomplete()
@@ -54,8 +54,8 @@ def keep_check(saved: SavedRun, report: dict[str, Any]) -> list[str]:
     """Write check.json and check.html into the run folder; for a killed run whose
     report.json never got verdicts, fill that in too, once, with report.html, junit.xml and
     summary.md. Returns the paths written."""
-    from chaos.render import load_json, render_check
-    from chaos.report import write_report
+    from chaos.reports.render import load_json, render_check
+    from chaos.reports.report import write_report
     from chaos.run.runfiles import write_json
     from chaos.run.runner import render_reports
     from chaos.run.saved import keep_rebuilt

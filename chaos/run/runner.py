@@ -1,6 +1,6 @@
 """A chaos run, phase by phase: set up, chaos, heal, drain, collect, check, report.
 
-report.json's start record (`chaos.report.start_record`), the scenario and the plan are saved
+report.json's start record (`chaos.reports.report.start_record`), the scenario and the plan are saved
 before anything starts, lifecycle and nemesis events are appended to `events.jsonl` as they
 happen, the audit lives in the engine database and the ledgers on disk: a run killed halfway
 still leaves its evidence, which `chaos.run.saved` reads back.
@@ -23,18 +23,18 @@ from chaos.engines.adapter_guard import AdapterError
 from chaos.run.backends import (SQLITE_FILE, Backend, RunDatabase, check_backend, database_name,
                        run_database)
 from chaos.checkers import run_checkers
-from chaos.console import Progress, plural
+from chaos.reports.console import Progress, plural
 from chaos.contract import Command, Engine, ProcessContext, has, process_counts, submitter
 from chaos.run.expect import harness_snapshot, process_context, settled
 from chaos.fakes import FakeProvider, FakeReceiver
 from chaos.run.nemesis import FaultPolicy, Nemesis
 from chaos.spec.plan import FaultPlan, documents_for, make_plan
 from chaos.powerloss.fault import refusal as power_loss_refusal, store_mount
-from chaos.render import render_run
+from chaos.reports.render import render_run
 from chaos.spec.capacity import capacity_warnings
 from chaos.collect import collect_history
-from chaos.fired import faults_applied
-from chaos.report import build_report, start_record, write_report
+from chaos.reports.fired import faults_applied
+from chaos.reports.report import build_report, start_record, write_report
 from chaos.run.runfiles import is_secret, scenario_record, secret_names, write_json
 from chaos.run.aim_watch import AimWatch
 from chaos.run.runqueue import RunQueueWatch

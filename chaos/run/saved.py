@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chaos.history import Event, Tear, load_history
-from chaos.render import readable_report
+from chaos.reports.render import readable_report
 
 #: The verdicts' word for a history without its end (see SavedRun.incomplete).
 PARTIAL, TORN = "partial run", "torn history"

@@ -24,7 +24,7 @@ def run_seeds(args: argparse.Namespace, scenario: Any, engine: Any, backend: Any
     """Run every seed of `args.seeds` that `args.shard` holds; write the campaign; returns
     its exit code. Raises ValueError naming --shard when the shard holds no seed."""
     from chaos.run.backends import command_backend
-    from chaos.report import RESULTS, require_exercised, write_report
+    from chaos.reports.report import RESULTS, require_exercised, write_report
     from chaos.run.runner import render_reports, run_campaign
     from chaos.situations import Reached
     part = args.shard or WHOLE

@@ -44,7 +44,7 @@ import time
 from contextlib import closing
 from typing import Any
 
-from chaos.console import Progress, plural
+from chaos.reports.console import Progress, plural
 from chaos.flags import SEEDS_HELP, at_least, seeds, seeds_text
 from chaos.flags import seconds as flag_seconds
 from chaos.spec.limits import MAX_WORKERS, excerpt

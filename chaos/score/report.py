@@ -11,8 +11,8 @@ import tomllib
 from collections import Counter, defaultdict
 from typing import Any
 
-from chaos.console import Column
-from chaos.console import table as table_of
+from chaos.reports.console import Column
+from chaos.reports.console import table as table_of
 from chaos.score.checkout import ROOT
 
 EQUIVALENT = os.path.join(ROOT, "mutation", "equivalent.toml")

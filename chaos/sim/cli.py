@@ -21,9 +21,9 @@ from typing import Any
 
 from chaos.spec.aim import summary_lines as aim_summary_lines
 from chaos.run.campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
-from chaos.console import Progress
+from chaos.reports.console import Progress
 from chaos.flags import SEEDS_HELP, at_least, seeds, seeds_text
-from chaos.report_text import situations_lines, verdict_table
+from chaos.reports.report_text import situations_lines, verdict_table
 from chaos.run.shards import SHARD_HELP, WHOLE, shard
 from chaos.sim.choices import SeededChoices
 from chaos.sim.output import run_dir_for, write_run
@@ -116,8 +116,8 @@ def _required(run_dir: str, code: int, args: argparse.Namespace) -> int:
     pass with an invariant not exercised becomes an error (exit 2)."""
     if not getattr(args, "require_exercised", False):
         return code
-    from chaos.report import require_exercised, write_report
-    from chaos.report_text import result_line
+    from chaos.reports.report import require_exercised, write_report
+    from chaos.reports.report_text import result_line
     from chaos.run.runner import render_reports
     from chaos.run.saved import load_report
     report = require_exercised(load_report(run_dir))

@@ -1,6 +1,6 @@
 """A simulated run's folder: the same files as a real run's, plus its replayable schedule.
 
-`report.json` (schema "ninelives.report/1", built by chaos.report.build_report) with
+`report.json` (schema "ninelives.report/1", built by chaos.reports.report.build_report) with
 `report.html`, `junit.xml` and `summary.md` beside it, as a real run renders them; then
 `history.jsonl`, `snapshot.json`, `plan.json`, `scenario.json`, `events.jsonl`, the ledgers
 `provider.jsonl` and `receiver.jsonl`, `engine.db`; and `schedule.json` (replays with
@@ -21,8 +21,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from chaos import history as hist
-from chaos.fired import faults_applied
-from chaos.report import build_report, write_report
+from chaos.reports.fired import faults_applied
+from chaos.reports.report import build_report, write_report
 from chaos.run.runner import render_reports
 from chaos.run.runfiles import scenario_record
 from chaos.spec.limits import shown

@@ -16,7 +16,7 @@ import pytest
 from chaos.contract import Command, ProcessContext, validate
 from chaos.spec.documents import make_documents
 from chaos.fakes import FakeProvider, FakeReceiver, ScriptedFaults
-from chaos.progress import progress_latency
+from chaos.reports.progress import progress_latency
 from chaos.run.supervisor import Supervisor
 from examples.article_engine import engine
 from examples.article_engine.adapter import ARTICLE, ARTICLE_CLAIM_MOVES, PIPELINE, read_settings

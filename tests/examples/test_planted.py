@@ -11,8 +11,8 @@ import pytest
 
 from chaos.contract import load_engine
 from chaos.spec.scenario import load_scenario
-from chaos.render.html import render_html
-from chaos.report_text import summary
+from chaos.reports.render.html import render_html
+from chaos.reports.report_text import summary
 from chaos.sim import SeededChoices, SimSpec, simulate
 from chaos.sim.output import report_for
 

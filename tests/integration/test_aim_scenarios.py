@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from chaos.contract import load_engine
-from chaos.report import exit_code_for
+from chaos.reports.report import exit_code_for
 from chaos.spec.scenario import load_scenario
 from chaos.sim import SeededChoices, SimSpec, simulate
 from tests.marked import MARK, carrying

@@ -21,7 +21,7 @@ from chaos.reference.mutants.catalog import BY_NAME, CATALOG, ON_POSTGRES, SQLIT
 from chaos.reference.mutants.patches import (PATCHES, STORE_PATCHES, MutantOutOfDate, SQLEdit,
                                              store_classes)
 from chaos.reference.mutants.sql import sql_edits
-from chaos.report_text import verdict_table
+from chaos.reports.report_text import verdict_table
 from chaos.run.runner import run_campaign
 from chaos.spec.scenario import load_scenario
 

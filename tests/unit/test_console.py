@@ -9,8 +9,8 @@ import time
 
 from rich.console import Console
 
-from chaos.console import Column, Progress, plural, shorten, table, terminal
-from chaos.report_text import verdict_table
+from chaos.reports.console import Column, Progress, plural, shorten, table, terminal
+from chaos.reports.report_text import verdict_table
 
 ANSI = re.compile(r"\x1b\[")
 REASON = ("no operator action was reported done, nor refused where the engine says it "

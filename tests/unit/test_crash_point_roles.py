@@ -11,8 +11,8 @@ import pytest
 from chaos.contract import ContractError, load_engine, validate
 from chaos.engines.crashpoints import ROLES, parse, resolve
 from chaos.reference import REFERENCE, ReferenceEngine
-from chaos.fired import crash_point_names, not_applicable
-from chaos.report_text import crash_point_lines
+from chaos.reports.fired import crash_point_names, not_applicable
+from chaos.reports.report_text import crash_point_lines
 from chaos.spec.scenario import Faults, Run, ScenarioError, crash_points_for, load_scenario
 from chaos.sim import SeededChoices, SimSpec, simulate
 

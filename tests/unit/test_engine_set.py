@@ -12,7 +12,7 @@ import chaos.run.runner
 from chaos.cli import main
 from chaos.contract import load_engine
 from chaos.spec.plan import make_plan
-from chaos.report import run_command
+from chaos.reports.report import run_command
 from chaos.spec.scenario import ScenarioError, engine_set_args, load_scenario, parse_engine_set
 
 

@@ -17,7 +17,7 @@ from chaos.checkers.ops import harness_windows, lock_windows
 from chaos.run.nemesis import STATEMENT_WAIT, Nemesis
 from chaos.spec.plan import make_plan
 from chaos.reference import REFERENCE
-from chaos.fired import not_applicable, prevented, unfired
+from chaos.reports.fired import not_applicable, prevented, unfired
 from chaos.spec.scenario import POSTGRES_FAULTS, RATES, SERVER_FAULTS, ScenarioError, load_scenario
 
 PIPELINE = REFERENCE.pipeline

@@ -2,7 +2,7 @@
 followed a release."""
 from __future__ import annotations
 
-from chaos.progress import progress_latency
+from chaos.reports.progress import progress_latency
 
 
 def op(t, type_, frm, to, worker="w1", lease_until=0.0, next_run_at=None, **extra):

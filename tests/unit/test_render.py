@@ -1,4 +1,4 @@
-"""Rendering a saved run (chaos.render): report.html parses, names every invariant and the
+"""Rendering a saved run (chaos.reports.render): report.html parses, names every invariant and the
 replay command, references nothing outside itself, and shows a failure's witnesses in the
 verdict table and on the timeline; junit.xml has one test case per invariant with the right
 failure count; summary.md carries the verdicts; the timeline model draws held steps, kills
@@ -21,13 +21,13 @@ import pytest
 from chaos.cli import main as cli_main
 from chaos.history import read_history
 from chaos.reference import chaos_pipeline
-from chaos.render import FILES, render_run
-from chaos.render.charts import MAX_SAMPLES, state_counts
-from chaos.render.evidence import event_key, witnesses
-from chaos.render.html import render_html
-from chaos.render.junit import render_junit
-from chaos.render.markdown import render_markdown
-from chaos.render.timeline import MAX_BARS, build_timeline
+from chaos.reports.render import FILES, render_run
+from chaos.reports.render.charts import MAX_SAMPLES, state_counts
+from chaos.reports.render.evidence import event_key, witnesses
+from chaos.reports.render.html import render_html
+from chaos.reports.render.junit import render_junit
+from chaos.reports.render.markdown import render_markdown
+from chaos.reports.render.timeline import MAX_BARS, build_timeline
 from engine import DOCUMENT
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "runs")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from chaos.reference import chaos_pipeline
-from chaos.render.svg import LANE_H, ROW_H, TimelineDrawing
-from chaos.render.timeline import build_timeline
+from chaos.reports.render.svg import LANE_H, ROW_H, TimelineDrawing
+from chaos.reports.render.timeline import build_timeline
 from engine import DOCUMENT
 
 PIPELINE = chaos_pipeline(DOCUMENT, ("charge", "notify")).to_json()

@@ -11,8 +11,8 @@ import pytest
 
 from chaos.checkers import Verdict
 from chaos.spec.plan import FaultPlan
-from chaos.fired import crashpoint_coverage, faults_applied, prevented, unfired
-from chaos.report_text import verdict_table
+from chaos.reports.fired import crashpoint_coverage, faults_applied, prevented, unfired
+from chaos.reports.report_text import verdict_table
 from chaos.spec.scenario import Faults, load_scenario
 from engine.hooks import CRASHPOINTS
 
@@ -210,7 +210,7 @@ def test_an_unavailable_document_an_operator_cancelled_before_its_step_is_preven
 
 
 def test_a_partial_run_says_whether_its_adapter_raised():
-    from chaos.report_text import incomplete_lines
+    from chaos.reports.report_text import incomplete_lines
     killed = incomplete_lines({"partial": True})
     assert killed[0].startswith("PARTIAL: the run ended before its checks (killed?)")
     raised = incomplete_lines({"partial": True, "adapter_error": {

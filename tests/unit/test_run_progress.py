@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from types import SimpleNamespace
 
-from chaos.console import Progress
+from chaos.reports.console import Progress
 from chaos.run.runner import Campaign
 
 

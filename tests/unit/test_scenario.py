@@ -310,7 +310,7 @@ def test_an_unknown_scenario_name_is_refused_listing_the_known_ones():
 def test_a_crash_point_the_engine_does_not_declare_is_refused_unless_optional(tmp_path):
     # (resolution by role and engine name: tests/unit/test_crashpoints.py)
     from chaos.reference import REFERENCE
-    from chaos.fired import not_applicable
+    from chaos.reports.fired import not_applicable
     from chaos.spec.scenario import crash_points_for
     path = tmp_path / "points.toml"
     path.write_text('name = "x"\n[faults]\ncrash_points = ["worker.nowhere", '

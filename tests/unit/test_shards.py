@@ -10,7 +10,7 @@ import pytest
 
 import chaos.cli
 from chaos.run.campaign import Tally
-from chaos.render.campaign import annotations
+from chaos.reports.render.campaign import annotations
 from chaos.run.shards import Shard, parse_shard
 from chaos.situations import Reached
 

@@ -12,7 +12,7 @@ from chaos.checkers.liveness import check_bounded_work
 from chaos.checkers.retries import check_retry_discipline
 from chaos.checkers.outbox import check_effects_complete, check_outbox_bounded
 from chaos.contract import CAPABILITIES
-from chaos.fired import not_applicable
+from chaos.reports.fired import not_applicable
 from chaos.spec.scenario import load_scenario
 
 DOC = "doc-1"

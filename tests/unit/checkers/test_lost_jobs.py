@@ -10,7 +10,7 @@ from builders import W1, W2, call, job, nemesis, process, snapshot_of
 from chaos.checkers.cuts import cut_metrics, kill_cuts, with_jobs_lost
 from chaos.checkers.liveness import check_all_jobs_settle
 from chaos.history import merge
-from chaos.report_text import _cuts_line
+from chaos.reports.report_text import _cuts_line
 
 P1, P2 = 101, 102  # the pids W1's and W2's ids name
 

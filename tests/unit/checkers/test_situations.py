@@ -8,7 +8,7 @@ import os
 
 from chaos.checkers import Verdict
 from chaos.cli import main
-from chaos.report import exit_code_for, require_exercised, situations_record
+from chaos.reports.report import exit_code_for, require_exercised, situations_record
 from chaos.situations import CATALOG, EXERCISES, exercise, recognise
 
 from builders import (S1, W1, W2, call, delivered_job, job, memo, nemesis, outbox, process,

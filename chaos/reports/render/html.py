@@ -10,10 +10,10 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 
 from chaos.history import Event
-from chaos.render import charts
-from chaos.render.evidence import at, describe, event_key, ordered, witnesses, writer_names
-from chaos.render.svg import KIND_COLOURS, STEP_COLOURS, TimelineDrawing, palette
-from chaos.render.timeline import build_timeline
+from chaos.reports.render import charts
+from chaos.reports.render.evidence import at, describe, event_key, ordered, witnesses, writer_names
+from chaos.reports.render.svg import KIND_COLOURS, STEP_COLOURS, TimelineDrawing, palette
+from chaos.reports.render.timeline import build_timeline
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 WASTE_COLOURS = {"timeout": "#edc948", "crash-before-commit": "#e15759", "lost-lease": "#b07aa1",

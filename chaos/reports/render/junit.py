@@ -6,7 +6,7 @@ import json
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from chaos.render.evidence import describe, first_events
+from chaos.reports.render.evidence import describe, first_events
 
 MAX_EVENTS = 10
 MAX_MESSAGES = 5

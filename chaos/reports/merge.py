@@ -41,7 +41,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     check_shards(records)
     record = merge_records(records, args.out)
     write_campaign(args.out, record)
-    from chaos.render.campaign import headline
+    from chaos.reports.render.campaign import headline
     print(f"merged {len(records)} folder(s): {headline(record)}")
     print("\n".join(campaign_lines(record, args.out)))
     return record["exit_code"]

@@ -30,9 +30,9 @@ def cmd_annotate(args: argparse.Namespace) -> int:
     """Print the folder's annotations; returns its exit code. Raises ValueError naming the
     folder when it holds no record."""
     from chaos.run.campaign import CAMPAIGN_FILE
-    from chaos.render.campaign import annotations, run_annotations
+    from chaos.reports.render.campaign import annotations, run_annotations
     if os.path.exists(os.path.join(args.folder, CAMPAIGN_FILE)):
-        from chaos.merge import read_campaign
+        from chaos.reports.merge import read_campaign
         record = read_campaign(args.folder)
         lines, code = annotations(record), record["exit_code"]
     elif os.path.exists(os.path.join(args.folder, "report.json")):

@@ -21,10 +21,10 @@ from chaos.spec.aim import aim_section
 from chaos.run.backends import STARTED
 from chaos.checkers import Verdict
 from chaos.checkers.cuts import cut_metrics, kill_cuts, with_jobs_lost
-from chaos.fired import crash_point_names, crashpoint_coverage, not_applicable, prevented, unfired
+from chaos.reports.fired import crash_point_names, crashpoint_coverage, not_applicable, prevented, unfired
 from chaos.history import Event, of
 from chaos.spec.plan import FaultPlan
-from chaos.progress import progress_latency
+from chaos.reports.progress import progress_latency
 from chaos.run.runfiles import scenario_record, write_json
 from chaos.spec.limits import shown
 from chaos.spec.scenario import Scenario, engine_set_args

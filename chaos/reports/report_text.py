@@ -9,8 +9,8 @@ from rich.console import Console
 
 from chaos.engines import crashpoints
 from chaos.spec.aim import summary_lines as aim_summary_lines
-from chaos.console import AUTO, Column, table
-from chaos.report import gathered_text, skew_of
+from chaos.reports.console import AUTO, Column, table
+from chaos.reports.report import gathered_text, skew_of
 
 
 def situations_lines(report: dict) -> list[str]:
@@ -44,7 +44,7 @@ VERDICT_COLUMNS = (Column("invariant"), Column("verdict"), Column("checked", "ri
 
 
 def verdict_table(report: dict, console: Console | str | None = AUTO) -> str:
-    """The verdicts as a table, failures first: on a terminal (see chaos.console.table for
+    """The verdicts as a table, failures first: on a terminal (see chaos.reports.console.table for
     `console`) drawn by rich with the reason wrapped; plain lines otherwise, the reason
     shortened at a word."""
     rows = sorted(report["verdicts"], key=lambda v: (v["verdict"] == "pass", v["name"]))
@@ -59,7 +59,7 @@ def verdict_table(report: dict, console: Console | str | None = AUTO) -> str:
 
 
 def _progress_line(progress: dict | None) -> list[str]:
-    """The time lost to leases nobody used (see chaos.progress), by whether the holder lived."""
+    """The time lost to leases nobody used (see chaos.reports.progress), by whether the holder lived."""
     progress = progress or {}
     lines = []
     for key, what in (("after_holder_alive", "a live holder kept"),

@@ -9,7 +9,7 @@ from typing import Any
 
 from chaos.checkers.ops import is_job
 from chaos.history import Event
-from chaos.render.svg import ERROR, STEP_COLOURS, el, nice_step, title
+from chaos.reports.render.svg import ERROR, STEP_COLOURS, el, nice_step, title
 
 MAX_SAMPLES = 400
 PARKED_COLOURS = ("#c62828", "#e57373", "#ad1457", "#8e24aa", "#6d4c41")

@@ -59,7 +59,7 @@ def render_check(run_dir: str) -> list[str]:
     return [html]
 
 
-#: What every report.json holds from the run's start (chaos.report.start_record).
+#: What every report.json holds from the run's start (chaos.reports.report.start_record).
 REQUIRED = ("scenario", "seed", "profile", "engine", "run_dir")
 #: What a whole report adds, and what a partial one is rendered with in its place.
 LATER: dict[str, Callable[[], Any]] = {
@@ -116,19 +116,19 @@ def history_origin(run_dir: str, report: dict) -> float:
 
 def _html(run_dir: str, report: dict) -> str:
     from chaos.history import read_history
-    from chaos.render.html import render_html
+    from chaos.reports.render.html import render_html
     path = os.path.join(run_dir, "history.jsonl")
     history = read_history(path) if os.path.exists(path) else None
     return render_html(report, history, load_json(run_dir, "snapshot.json"))
 
 
 def _junit(report: dict, t0: float) -> str:
-    from chaos.render.junit import render_junit
+    from chaos.reports.render.junit import render_junit
     return render_junit(report, t0)
 
 
 def _markdown(report: dict) -> str:
-    from chaos.render.markdown import render_markdown
+    from chaos.reports.render.markdown import render_markdown
     return render_markdown(report)
 
 

@@ -5,8 +5,8 @@ import os
 from typing import Any
 
 from chaos.spec.aim import summary_lines as aim_summary_lines
-from chaos.report_text import crash_point_lines, skew_text
-from chaos.render.evidence import ordered
+from chaos.reports.report_text import crash_point_lines, skew_text
+from chaos.reports.render.evidence import ordered
 
 ICON = {"pass": "✅", "fail": "❌", "unknown": "❓", "error": "⚠️", "partial": "⚠️"}
 MAX_REASON = 160

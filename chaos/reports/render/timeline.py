@@ -8,7 +8,7 @@ worker ids or its settings, so an engine that writes every slot under one id is 
 and a lane has as many rows as its processes ever held jobs at once: one more than its slots
 would show a process holding more jobs than it may.
 
-Pure data from the history; `chaos.render.svg` draws it. Long histories are thinned: beyond
+Pure data from the history; `chaos.reports.render.svg` draws it. Long histories are thinned: beyond
 `MAX_BARS` per lane and kind, bars are merged into time buckets, and `notes` says so.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from chaos.checkers.cuts import kill_cuts
 from chaos.checkers.ops import is_job, is_worker, pids_by_worker, takes_lease
 from chaos.history import Event
-from chaos.render.evidence import at, describe, event_key, writer_names
+from chaos.reports.render.evidence import at, describe, event_key, writer_names
 
 HARNESS = "harness"
 MAX_BARS = 700      # per lane and kind; beyond that bars are merged into time buckets

@@ -1,12 +1,12 @@
 """Inline SVG for the HTML report: element helpers, colours, a time axis, and the timeline
-drawn from `chaos.render.timeline`. No script, no external reference: plain markup."""
+drawn from `chaos.reports.render.timeline`. No script, no external reference: plain markup."""
 from __future__ import annotations
 
 import math
 from html import escape
 from typing import Iterable
 
-from chaos.render.timeline import HARNESS, Bar, Band, Lane, Mark, Timeline
+from chaos.reports.render.timeline import HARNESS, Bar, Band, Lane, Mark, Timeline
 
 STEP_COLOURS = ("#4e79a7", "#f28e2b", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
                 "#9c755f")
