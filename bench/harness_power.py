@@ -51,7 +51,7 @@ sys.path.insert(0, ROOT)
 
 from chaos.reference.mutants.catalog import CATALOG  # noqa: E402
 
-NINELIVES = [sys.executable, "-m", "chaos.cli"]
+NINELIVES = [sys.executable, "-m", "chaos.commands.cli"]
 SEARCHES = ("random", "swarm", "explore", "aim")
 #: mutants --quick runs: one per family of bug (zombie write, outbox, backoff, heartbeat)
 QUICK_MUTANTS = ("no_token_on_complete", "mark_sent_before_send", "jitter_narrowed",

@@ -256,7 +256,7 @@ class NineLives:
         return given if given is not None else self.settings.require_exercised()
 
     def _seeds(self, seeds: int | str | Iterable[int] | None) -> list[int]:
-        from chaos.flags import parse_seeds
+        from chaos.commands.flags import parse_seeds
         where = "seeds="
         if seeds is None:
             seeds, where = self.settings.get("seeds"), self.settings.source("seeds")

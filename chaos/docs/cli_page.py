@@ -1,4 +1,4 @@
-"""The CLI's reference page, generated from the argument parsers themselves (`chaos.cli`,
+"""The CLI's reference page, generated from the argument parsers themselves (`chaos.commands.cli`,
 `engine.cli`): every command, its usage, and each argument with its default and help."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 
 def page() -> str:
     """docs/reference/cli.md's text."""
-    from chaos.cli import build_parser
+    from chaos.commands.cli import build_parser
     from chaos.reference.docs import engine_parser
     lines = ["# The command line", "",
              "Generated from the argument parsers (`python -m chaos.docs --write`): what "

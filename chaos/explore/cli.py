@@ -53,7 +53,7 @@ def budget(text: str) -> float:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """The `explore` subcommand's arguments."""
-    from chaos.flags import at_least
+    from chaos.commands.flags import at_least
     p = sub.add_parser("explore", help="coverage-guided search in simulation for the rare "
                                        "situations, with swarm testing and a kept corpus")
     p.add_argument("scenario", help="a scenario file, or a name from scenarios/")

@@ -37,7 +37,7 @@ from rich.console import Console
 from chaos.run.backends import Backend, add_backend_flags, check_backend, command_backend
 from chaos.checkers import INVARIANTS
 from chaos.reports.console import AUTO, Column, Progress, plural, table
-from chaos.flags import SEEDS_HELP, at_least, seeds, seeds_text
+from chaos.commands.flags import SEEDS_HELP, at_least, seeds, seeds_text
 from chaos.reference.mutants.catalog import BY_NAME, CATALOG, Mutant
 from chaos.run.supervisor import OwnedPool, evidence_in
 

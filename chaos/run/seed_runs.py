@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from chaos.run.campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
-from chaos.flags import seeds_text
+from chaos.commands.flags import seeds_text
 from chaos.run.shards import WHOLE
 
 

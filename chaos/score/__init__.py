@@ -45,8 +45,8 @@ from contextlib import closing
 from typing import Any
 
 from chaos.reports.console import Progress, plural
-from chaos.flags import SEEDS_HELP, at_least, seeds, seeds_text
-from chaos.flags import seconds as flag_seconds
+from chaos.commands.flags import SEEDS_HELP, at_least, seeds, seeds_text
+from chaos.commands.flags import seconds as flag_seconds
 from chaos.spec.limits import MAX_WORKERS, excerpt
 from chaos.score.checkout import (COPIED, HARNESS, ROOT, StaleCampaign, copy_checkout, refresh_engine,
                        write_sitecustomize)
@@ -93,7 +93,7 @@ def kill(seeds: range, deep: int, run: range, out: str) -> int:
                     return 1
     for seed in run:  # a kill or a pause may take a fault's evidence away
         for name in RUN_SCENARIOS:
-            done = run_owned([sys.executable, "-m", "chaos.cli", "run", name, "--profile",
+            done = run_owned([sys.executable, "-m", "chaos.commands.cli", "run", name, "--profile",
                               "smoke", "--seed", str(seed), "--out", out, "--quiet"],
                              capture_output=True, text=True)
             # Exit 2 with "error: adapter": the mutated engine raised under the reference's

@@ -22,7 +22,7 @@ from typing import Any
 from chaos.spec.aim import summary_lines as aim_summary_lines
 from chaos.run.campaign import Tally, campaign_key, campaign_lines, campaign_record, write_campaign
 from chaos.reports.console import Progress
-from chaos.flags import SEEDS_HELP, at_least, seeds, seeds_text
+from chaos.commands.flags import SEEDS_HELP, at_least, seeds, seeds_text
 from chaos.reports.report_text import situations_lines, verdict_table
 from chaos.run.shards import SHARD_HELP, WHOLE, shard
 from chaos.sim.choices import SeededChoices

@@ -1,5 +1,5 @@
 """The largest counts, durations and sizes the harness takes, from a scenario or a flag: one
-place, read by the scenario loader (chaos.spec.scenario) and the flag parsers (chaos.flags); and
+place, read by the scenario loader (chaos.spec.scenario) and the flag parsers (chaos.commands.flags); and
 `read_text`, which reads an input file within them.
 
 A value past its bound is refused with an error naming it (exit 2), never run: `jobs =

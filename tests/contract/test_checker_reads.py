@@ -63,7 +63,7 @@ class Recorded(dict):
 
 def simulated(tmp_path, scenario, engine):
     out = tmp_path / engine.replace(":", "_")
-    subprocess.run([sys.executable, "-m", "chaos.cli", "sim", scenario, "--seeds", "1",
+    subprocess.run([sys.executable, "-m", "chaos.commands.cli", "sim", scenario, "--seeds", "1",
                     "--engine", engine, "--out", str(out)], check=False,
                    capture_output=True, timeout=240, cwd=ROOT)
     folders = sorted(p for p in out.glob("*/sim-*") if (p / "history.jsonl").exists())

@@ -92,7 +92,7 @@ def test_a_seed_replays_byte_for_byte(engine, tmp_path):
 def test_the_command_line_shrinks_the_articles_failure_and_replays_it(tmp_path):
     out = tmp_path / "out"
     done = subprocess.run(
-        [sys.executable, "-m", "chaos.cli", "sim", "smoke", "--engine", ARTICLE, "--seeds", "1",
+        [sys.executable, "-m", "chaos.commands.cli", "sim", "smoke", "--engine", ARTICLE, "--seeds", "1",
          "--profile", "smoke", "--out", str(out), "--shrink", "--budget", "60", "--quiet"],
         capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -105,7 +105,7 @@ def test_the_command_line_shrinks_the_articles_failure_and_replays_it(tmp_path):
     story = open(os.path.join(run_dir, "story.txt")).read()
     assert "pending -> fetched" in story
     replay = subprocess.run(
-        [sys.executable, "-m", "chaos.cli", "sim", "--replay",
+        [sys.executable, "-m", "chaos.commands.cli", "sim", "--replay",
          os.path.join(run_dir, "counterexample.json"), "--out", str(tmp_path / "again")],
         capture_output=True, text=True, timeout=300)
     assert "reproduced" in replay.stdout, replay.stdout + replay.stderr
@@ -120,7 +120,7 @@ def test_the_command_line_shrinks_the_articles_failure_and_replays_it(tmp_path):
 @pytest.mark.parametrize("seeds", ["1", "1..2"], ids=["one-seed", "exploring"])
 def test_an_unknown_verdict_does_not_fail_a_simulation(seeds, tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "chaos.cli", "sim", "smoke", "--engine", TOY, "--seeds", seeds,
+        [sys.executable, "-m", "chaos.commands.cli", "sim", "smoke", "--engine", TOY, "--seeds", seeds,
          "--profile", "smoke", "--out", str(tmp_path), "--quiet"],
         capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -26,7 +26,7 @@ def ninelives(*args: str, timeout: float = 240) -> tuple[subprocess.CompletedPro
     mark = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if not k.startswith("NINELIVES_")}
     env[MARK] = mark
-    done = subprocess.run([sys.executable, "-m", "chaos.cli", *args], cwd=ROOT, text=True,
+    done = subprocess.run([sys.executable, "-m", "chaos.commands.cli", *args], cwd=ROOT, text=True,
                           capture_output=True, timeout=timeout, env=env)
     return done, mark
 

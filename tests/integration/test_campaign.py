@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def ninelives(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "chaos.cli", *args], cwd=ROOT, text=True,
+    return subprocess.run([sys.executable, "-m", "chaos.commands.cli", *args], cwd=ROOT, text=True,
                           capture_output=True, timeout=timeout)
 
 
@@ -84,7 +84,7 @@ def test_a_bad_scenario_is_refused_naming_file_and_field(tmp_path):
 
 
 def test_a_runner_killed_mid_run_leaves_no_process_behind(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "run", "kill-storm",
+    proc = subprocess.Popen([sys.executable, "-m", "chaos.commands.cli", "run", "kill-storm",
                              "--profile", "smoke", "--out", str(tmp_path), "--quiet"],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     runner = psutil.Process(proc.pid)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import chaos.spec.capacity
-from chaos import cli
+from chaos.commands import cli
 
 
 def test_a_run_past_the_machines_capacity_is_warned_of_and_runs(tmp_path, monkeypatch, capfd):

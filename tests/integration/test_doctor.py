@@ -23,7 +23,7 @@ def doctor(engine: str, *args: str) -> tuple[subprocess.CompletedProcess, str]:
     mark = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if not k.startswith("NINELIVES_")}
     env[MARK] = mark
-    done = subprocess.run([sys.executable, "-m", "chaos.cli", "doctor", "--quiet", "--engine",
+    done = subprocess.run([sys.executable, "-m", "chaos.commands.cli", "doctor", "--quiet", "--engine",
                            engine, *args], cwd=ROOT, text=True, capture_output=True,
                           timeout=120, env=env)
     return done, mark

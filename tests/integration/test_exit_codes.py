@@ -19,7 +19,7 @@ FIXTURES = os.path.join(ROOT, "tests", "fixtures", "runs")
 
 def ninelives(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NINELIVES_")}
-    return subprocess.run([sys.executable, "-m", "chaos.cli", *args], cwd=ROOT, text=True,
+    return subprocess.run([sys.executable, "-m", "chaos.commands.cli", *args], cwd=ROOT, text=True,
                           capture_output=True, timeout=timeout, env=env)
 
 
@@ -127,7 +127,7 @@ def test_ctrl_c_of_a_run_exits_130_leaving_its_evidence(tmp_path):
     """Row 130: a real SIGINT to a real `ninelives run`'s process group, as Ctrl-C sends."""
     out = tmp_path / "reports"
     env = {k: v for k, v in os.environ.items() if not k.startswith("NINELIVES_")}
-    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "run", "smoke", "--profile",
+    proc = subprocess.Popen([sys.executable, "-m", "chaos.commands.cli", "run", "smoke", "--profile",
                              "smoke", "--out", str(out)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

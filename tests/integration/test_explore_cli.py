@@ -36,7 +36,7 @@ def workdir(tmp_path):
 def ninelives(workdir: Path, *args: str, timeout: float = 240.0) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(workdir), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "chaos.cli", *args], cwd=workdir, env=env,
+    return subprocess.run([sys.executable, "-m", "chaos.commands.cli", *args], cwd=workdir, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -182,7 +182,7 @@ def test_the_command_stops_with_one_named_error_when_its_ledger_cannot_be_writte
 
 def test_a_run_whose_provider_ledger_cannot_be_written_stops_with_one_named_error(
         tmp_path, monkeypatch, capfd):
-    from chaos import cli
+    from chaos.commands import cli
     from chaos.run import runner
 
     class FullDiskProvider(FakeProvider):

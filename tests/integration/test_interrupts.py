@@ -27,7 +27,7 @@ DELAYS = (0.0, 0.05, 0.1, 0.2, 0.3)
 ENTRIES = {
     "ninelives sim": (lambda tmp: [NINELIVES, "sim", "smoke", "--seed", "1", "--out", tmp],
                       (130,)),
-    "python -m chaos.cli sim": (lambda tmp: [sys.executable, "-m", "chaos.cli", "sim", "smoke",
+    "python -m chaos.commands.cli sim": (lambda tmp: [sys.executable, "-m", "chaos.commands.cli", "sim", "smoke",
                                              "--seed", "1", "--out", tmp], (130,)),
     "python -m chaos.score kill": (lambda tmp: [sys.executable, "-m", "chaos.score", "kill",
                                                 "--seeds", "1"], (130,)),
@@ -90,7 +90,7 @@ def test_sigint_at_any_moment_gives_one_line_and_exit_130_never_a_traceback(entr
 
 
 @pytest.mark.parametrize("orig_argv,package,command", [
-    (["python", "-m", "chaos.cli", "run"], "chaos", True),
+    (["python", "-m", "chaos.commands.cli", "run"], "chaos", True),
     (["python", "-X", "importtime", "-mchaos.fakes"], "chaos", True),
     (["python", "-u", "-m", "engine", "worker"], "engine", True),
     (["python", "/venv/bin/ninelives", "sim"], "chaos", True),
@@ -103,7 +103,7 @@ def test_sigint_at_any_moment_gives_one_line_and_exit_130_never_a_traceback(entr
 def test_only_a_command_of_the_package_changes_how_an_interrupt_ends(monkeypatch, orig_argv,
                                                                      package, command):
     """Imported as a library (a host program, pytest, a pool's `-c` child), nothing changes."""
-    from chaos.interrupts import is_command as harness
+    from chaos.commands.interrupts import is_command as harness
     from engine.interrupts import is_command as engine
     monkeypatch.setattr(sys, "orig_argv", orig_argv)
     assert harness(package, ("ninelives",) if package == "chaos" else ()) is command

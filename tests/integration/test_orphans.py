@@ -106,7 +106,7 @@ class Command:
         self.rng = random.Random(f"{SEED}-{command}")
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "chaos.cli", *args(self.out)], cwd=ROOT,
+                [sys.executable, "-m", "chaos.commands.cli", *args(self.out)], cwd=ROOT,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 env={**os.environ, MARK: self.mark}, start_new_session=True)
 

@@ -16,7 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def ninelives(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "chaos.cli", *args], cwd=ROOT, text=True,
+    return subprocess.run([sys.executable, "-m", "chaos.commands.cli", *args], cwd=ROOT, text=True,
                           capture_output=True, timeout=timeout)
 
 
@@ -33,7 +33,7 @@ def wait_for(condition, timeout: float, what: str):
 def killed_in_chaos(out) -> str:
     """Start `ninelives run smoke`, SIGKILL it once its chaos phase began, wait until its
     engine processes are gone; returns the run folder."""
-    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "run", "smoke", "--profile",
+    proc = subprocess.Popen([sys.executable, "-m", "chaos.commands.cli", "run", "smoke", "--profile",
                              "smoke", "--out", str(out), "--quiet"], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -101,7 +101,7 @@ def test_an_interrupted_replay_names_the_folder_it_had_written(tmp_path, monkeyp
     """Ctrl-C while a replay's try checks its history (after its campaign's processes
     stopped, its folder long made): the interrupted line names that folder."""
     import chaos.run.runner
-    from chaos.cli import main
+    from chaos.commands.cli import main
 
     def interrupted(*_):
         raise KeyboardInterrupt

@@ -20,7 +20,7 @@ PASSWORD = "not-in-any-record-7f3a"
 
 
 def ninelives(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "chaos.cli", *args], cwd=ROOT, text=True,
+    return subprocess.run([sys.executable, "-m", "chaos.commands.cli", *args], cwd=ROOT, text=True,
                           capture_output=True, timeout=timeout)
 
 

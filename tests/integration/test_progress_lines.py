@@ -15,7 +15,7 @@ ANSI = re.compile(r"\x1b\[")
 
 
 def ninelives(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "chaos.cli", *args], cwd=ROOT, text=True,
+    return subprocess.run([sys.executable, "-m", "chaos.commands.cli", *args], cwd=ROOT, text=True,
                           capture_output=True, timeout=timeout)
 
 
@@ -58,7 +58,7 @@ def test_each_phase_of_a_big_demo_says_where_it_stands_within_a_second_of_its_st
     import signal
     import time
     proc = subprocess.Popen(
-        [sys.executable, "-m", "chaos.cli", "demo", "--jobs", "3000", "--out", str(tmp_path)],
+        [sys.executable, "-m", "chaos.commands.cli", "demo", "--jobs", "3000", "--out", str(tmp_path)],
         cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen: list[tuple[float, str]] = []
@@ -105,7 +105,7 @@ def test_a_command_of_many_runs_says_where_it_stands_before_the_first_run_ends(
     out = ["--out", str(tmp_path)] + (["--corpus", str(tmp_path / "corpus")]
                                       if args[0] == "explore" else [])
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", *args, *out], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "chaos.commands.cli", *args, *out], cwd=ROOT,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

@@ -45,7 +45,7 @@ def command_lines_while(proc: subprocess.Popen, timeout: float) -> list[str]:
 def test_a_provider_key_reaches_the_engine_and_no_record_or_command_line(tmp_path):
     out = tmp_path / "reports"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "chaos.cli", "run", keyed_scenario(tmp_path), "--profile",
+        [sys.executable, "-m", "chaos.commands.cli", "run", keyed_scenario(tmp_path), "--profile",
          "smoke", "--out", str(out)], cwd=ROOT, stdout=open(tmp_path / "stdout", "wb"),
         stderr=open(tmp_path / "stderr", "wb"))
     lines = command_lines_while(proc, timeout=240)

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from chaos.cli import main
+from chaos.commands.cli import main
 
 SAME = ("invariants", "situations", "results", "seeds", "runs", "not_exercised", "exit_code",
         "result", "key")

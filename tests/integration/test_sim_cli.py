@@ -91,7 +91,7 @@ def ninelives(workdir: Path, *args: str, timeout: float = 240.0) -> subprocess.C
     """Run `ninelives ...` in `workdir` (which is on the import path, for --engine)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(workdir), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "chaos.cli", *args], cwd=workdir, env=env,
+    return subprocess.run([sys.executable, "-m", "chaos.commands.cli", *args], cwd=workdir, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

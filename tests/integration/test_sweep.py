@@ -36,7 +36,7 @@ latency = "fixed:2.0"
 def test_heartbeat_off_with_calls_longer_than_the_lease_pays_twice_and_on_does_not(tmp_path):
     scenario = tmp_path / "tiny.toml"
     scenario.write_text(SCENARIO)
-    done = subprocess.run([sys.executable, "-m", "chaos.cli", "sweep", str(scenario),
+    done = subprocess.run([sys.executable, "-m", "chaos.commands.cli", "sweep", str(scenario),
                            "--lease", "1.2,5", "--heartbeat", "on,off", "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -58,7 +58,7 @@ def test_heartbeat_off_with_calls_longer_than_the_lease_pays_twice_and_on_does_n
 def test_a_sweep_on_postgres_runs_every_cell_on_its_own_database_of_one_server(tmp_path):
     scenario = tmp_path / "tiny.toml"
     scenario.write_text(SCENARIO.replace("drain = 40.0", "drain = 20.0"))
-    done = subprocess.run([sys.executable, "-m", "chaos.cli", "sweep", str(scenario),
+    done = subprocess.run([sys.executable, "-m", "chaos.commands.cli", "sweep", str(scenario),
                            "--lease", "1.2,5", "--heartbeat", "on", "--backend", "postgres",
                            "--out", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=400)

@@ -198,7 +198,7 @@ def test_a_campaign_runs_end_to_end_on_parallel_workers_and_leaves_nothing_runni
     """The smallest real campaign (the operator's actions, one sim seed, no deep stage) on
     two workers: it prints its report, scores what it judged, and every worker is gone."""
     work = str(tmp_path / "campaign")
-    done = subprocess.run([sys.executable, "-m", "chaos.cli", "score", "--modules",
+    done = subprocess.run([sys.executable, "-m", "chaos.commands.cli", "score", "--modules",
                            "engine/store/operator.py", "--seeds", "1", "--deep", "0", "--jobs",
                            "2", "--timeout", "60", "--workdir", work],
                           capture_output=True, text=True, timeout=400)
@@ -257,7 +257,7 @@ def test_a_test_command_past_its_timeout_is_a_timeout_not_a_kill():
 @pytest.mark.parametrize("flags,named", [
     (["--modules", "/etc/passwd"], "--modules: '/etc/passwd'"),
     (["--modules", "../pyproject.toml"], "--modules: '../pyproject.toml'"),
-    (["--modules", "engine/retry.py,chaos/cli.py"], "--modules: 'chaos/cli.py'"),
+    (["--modules", "engine/retry.py,chaos/commands/cli.py"], "--modules: 'chaos/commands/cli.py'"),
     (["--modules", "engine"], "--modules: 'engine'"),
     (["--modules", "engine/no_such.py"], "--modules: 'engine/no_such.py' does not exist"),
     (["--modules", " , "], "--modules names no engine file"),
@@ -272,7 +272,7 @@ def test_a_bad_score_option_exits_2_with_one_line_naming_it(tmp_path, flags, nam
     a_file.write_text("")
     flags = [str(a_file) if f == "FILE" else f for f in flags]
     work = tmp_path / "campaign"
-    done = subprocess.run([sys.executable, "-m", "chaos.cli", "score", "--jobs", "1",
+    done = subprocess.run([sys.executable, "-m", "chaos.commands.cli", "score", "--jobs", "1",
                            "--workdir", str(work), *flags], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     lines = done.stderr.splitlines()
@@ -285,7 +285,7 @@ def test_a_bad_score_option_exits_2_with_one_line_naming_it(tmp_path, flags, nam
 def test_a_campaign_that_judges_no_mutant_is_exit_2_not_a_missed_target(tmp_path):
     """engine/__main__.py gives cosmic-ray nothing to mutate: no judgement, so no exit 1."""
     work = tmp_path / "campaign"
-    done = subprocess.run([sys.executable, "-m", "chaos.cli", "score", "--modules",
+    done = subprocess.run([sys.executable, "-m", "chaos.commands.cli", "score", "--modules",
                            "engine/__main__.py", "--jobs", "1", "--seeds", "1", "--deep", "0",
                            "--workdir", str(work)], cwd=ROOT, capture_output=True, text=True,
                           timeout=200)
@@ -303,7 +303,7 @@ def test_a_campaign_says_where_it_stands_while_it_prepares_and_stops_on_ctrl_c(t
     import signal
     import time
     work = str(tmp_path / "campaign")
-    proc = subprocess.Popen([sys.executable, "-m", "chaos.cli", "score", "--modules",
+    proc = subprocess.Popen([sys.executable, "-m", "chaos.commands.cli", "score", "--modules",
                              "engine/store/sqlite.py", "--jobs", "2", "--workdir", work],
                             cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,

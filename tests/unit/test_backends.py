@@ -185,7 +185,7 @@ def test_a_lease_clock_other_than_worker_or_store_is_refused():
 
 def test_the_simulation_refuses_server_faults_rather_than_passing_without_them(tmp_path,
                                                                                capsys):
-    from chaos.cli import main
+    from chaos.commands.cli import main
     assert main(["sim", "postgres-faults", "--profile", "smoke", "--seed", "1", "--out",
                  str(tmp_path)]) == 2
     assert "faults.server_restart crashes a real PostgreSQL server" in capsys.readouterr().err

@@ -407,13 +407,13 @@ def test_the_harness_table_is_the_one_the_cases_read():
 @pytest.mark.parametrize("row", HARNESS_ROWS)
 def test_each_row_of_the_harness_bad_input_table_exits_2_before_anything_runs(row, tmp_path,
                                                                               capsys, monkeypatch):
-    from chaos.cli import main
+    from chaos.commands.cli import main
 
     def started(*args, **kwargs):  # bad input let through fails here, not by running for good
         raise AssertionError("a run started")
 
     monkeypatch.setattr("chaos.run.runner.run_campaign", started)
-    monkeypatch.setattr("chaos.sweep.run_sweep", started)
+    monkeypatch.setattr("chaos.commands.sweep.run_sweep", started)
     monkeypatch.setattr("chaos.score.campaign", started)
     argv, fragments = harness_case(row, str(tmp_path))
     code, err = exit_of(main, argv, capsys)

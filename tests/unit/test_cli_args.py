@@ -8,9 +8,9 @@ import argparse
 
 import pytest
 
-import chaos.cli
+import chaos.commands.cli
 import engine.cli
-from chaos.flags import parse_seeds
+from chaos.commands.flags import parse_seeds
 from engine.config import FIELDS
 
 
@@ -50,7 +50,7 @@ SEEDS_FLAGS = [(["sweep"], "seeds"), (["sim", "smoke"], "seeds"), (["mutants"], 
 @pytest.mark.parametrize("text,seeds", [("3", range(1, 4)), ("2..5", range(2, 6))])
 def test_every_command_reads_seeds_the_same_way(argv, dest, text, seeds):
     flag = "--" + dest.replace("_", "-")
-    args = chaos.cli.build_parser().parse_args(argv + [flag, text])
+    args = chaos.commands.cli.build_parser().parse_args(argv + [flag, text])
     assert getattr(args, dest) == seeds
 
 
@@ -58,15 +58,15 @@ def test_every_command_reads_seeds_the_same_way(argv, dest, text, seeds):
                          if isinstance(v, list) else v)
 def test_every_command_refuses_seeds_that_name_no_seed(argv, dest, capsys):
     flag = "--" + dest.replace("_", "-")
-    code, err = parse_exit(chaos.cli.build_parser(), argv + [flag, "0"], capsys)
+    code, err = parse_exit(chaos.commands.cli.build_parser(), argv + [flag, "0"], capsys)
     assert code == 2 and f"argument {flag}: 0 names no seed" in err
 
 
 def test_sim_takes_one_seed_with_seed_and_not_both():
-    args = chaos.cli.build_parser().parse_args(["sim", "smoke", "--seed", "8"])
+    args = chaos.commands.cli.build_parser().parse_args(["sim", "smoke", "--seed", "8"])
     assert args.seed == 8
     with pytest.raises(SystemExit):
-        chaos.cli.build_parser().parse_args(["sim", "smoke", "--seed", "8", "--seeds", "2"])
+        chaos.commands.cli.build_parser().parse_args(["sim", "smoke", "--seed", "8", "--seeds", "2"])
 
 
 def test_the_score_passes_its_seeds_on_to_each_mutant_s_test_as_given():
@@ -90,9 +90,9 @@ COUNTS = [(["replay", "RUN", "--tries"], ">= 1"), (["demo", "--jobs"], ">= 1"),
 def test_a_count_below_its_floor_or_not_whole_exits_2_naming_the_flag(argv, floor, value,
                                                                       capsys):
     if floor == ">= 0" and value == "0":
-        assert chaos.cli.build_parser().parse_args(argv + [value]) is not None
+        assert chaos.commands.cli.build_parser().parse_args(argv + [value]) is not None
         return
-    code, err = parse_exit(chaos.cli.build_parser(), argv + [value], capsys)
+    code, err = parse_exit(chaos.commands.cli.build_parser(), argv + [value], capsys)
     assert code == 2 and f"argument {argv[-1]}:" in err
 
 
@@ -105,27 +105,27 @@ def test_a_count_below_its_floor_or_not_whole_exits_2_naming_the_flag(argv, floo
     ids=lambda v: " ".join(v[:-1]) if isinstance(v, list) else None)
 def test_a_count_or_duration_past_its_bound_exits_2_naming_the_flag(argv, ceiling, capsys):
     # each would have sat silent for hours (demo --jobs 1e11 submitting, say)
-    code, err = parse_exit(chaos.cli.build_parser(), argv, capsys)
+    code, err = parse_exit(chaos.commands.cli.build_parser(), argv, capsys)
     flag = next(a for a in reversed(argv) if a.startswith("--"))
     assert code == 2 and f"argument {flag}:" in err and ceiling in err, err
 
 
 @pytest.mark.parametrize("lease", ["1e300", "0.5,86401"])
 def test_a_sweep_lease_past_a_day_exits_2_naming_the_flag(lease, capsys, monkeypatch):
-    import chaos.sweep
+    import chaos.commands.sweep
 
     def swept(*args, **kwargs):  # a lease let through fails here, not after hours of runs
         raise AssertionError("the sweep started")
 
-    monkeypatch.setattr(chaos.sweep, "run_sweep", swept)
-    assert chaos.cli.main(["sweep", "--lease", lease]) == 2
+    monkeypatch.setattr(chaos.commands.sweep, "run_sweep", swept)
+    assert chaos.commands.cli.main(["sweep", "--lease", lease]) == 2
     err = capsys.readouterr().err
     assert "--lease" in err and "at most 86400 seconds (a day)" in err, err
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-3"])
 def test_the_score_s_timeout_is_finite_positive_seconds(value, capsys):
-    code, err = parse_exit(chaos.cli.build_parser(), ["score", "--timeout", value], capsys)
+    code, err = parse_exit(chaos.commands.cli.build_parser(), ["score", "--timeout", value], capsys)
     assert code == 2 and "argument --timeout:" in err
 
 
@@ -156,16 +156,16 @@ BACKEND_COMMANDS = [["run", "smoke"], ["sweep"], ["mutants"]]
 
 @pytest.mark.parametrize("argv", BACKEND_COMMANDS, ids=lambda v: v[0])
 def test_every_command_of_runs_takes_backend_and_pg_url_the_same_way(argv):
-    args = chaos.cli.build_parser().parse_args(argv)
+    args = chaos.commands.cli.build_parser().parse_args(argv)
     assert (args.backend, args.pg_url) == ("sqlite", None)
-    args = chaos.cli.build_parser().parse_args(
+    args = chaos.commands.cli.build_parser().parse_args(
         argv + ["--backend", "postgres", "--pg-url", "postgresql://u@127.0.0.1:5432/db"])
     assert (args.backend, args.pg_url) == ("postgres", "postgresql://u@127.0.0.1:5432/db")
 
 
 @pytest.mark.parametrize("argv", BACKEND_COMMANDS, ids=lambda v: v[0])
 def test_every_command_of_runs_refuses_an_unknown_backend_naming_the_flag(argv, capsys):
-    code, err = parse_exit(chaos.cli.build_parser(), argv + ["--backend", "oracle"], capsys)
+    code, err = parse_exit(chaos.commands.cli.build_parser(), argv + ["--backend", "oracle"], capsys)
     assert code == 2 and "argument --backend: invalid choice: 'oracle'" in err
 
 
@@ -181,9 +181,9 @@ def test_a_bad_pg_url_exits_2_naming_the_flag_before_any_folder(argv, flags, say
     def started(*args, **kwargs):  # bad input let through fails here, not by running
         raise AssertionError("a run started")
 
-    monkeypatch.setattr("chaos.sweep.run_sweep", started)
+    monkeypatch.setattr("chaos.commands.sweep.run_sweep", started)
     monkeypatch.setattr("chaos.mutants.matrix.run_matrix", started)
-    code = chaos.cli.main(argv + flags + ["--out", str(tmp_path / "out")])
+    code = chaos.commands.cli.main(argv + flags + ["--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and says in err and ":pw@" not in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
@@ -199,7 +199,7 @@ def all_parsers(parser: argparse.ArgumentParser, prefix: str = ""):
                 yield from all_parsers(sub, f"{prefix} {name}".strip())
 
 
-@pytest.mark.parametrize("build", [chaos.cli.build_parser, engine.cli.build_parser],
+@pytest.mark.parametrize("build", [chaos.commands.cli.build_parser, engine.cli.build_parser],
                          ids=["ninelives", "ninelives engine"])
 def test_every_flag_of_every_command_has_help(build):
     missing = [f"{name} {action.option_strings or action.dest}"
@@ -211,10 +211,10 @@ def test_every_flag_of_every_command_has_help(build):
 
 
 def test_the_usage_names_every_command():
-    names = set(subcommands(chaos.cli.build_parser()))
+    names = set(subcommands(chaos.commands.cli.build_parser()))
     assert {"sweep", "demo", "score", "sim", "mutants"} <= names
     for name in names:
-        assert f"ninelives {name} " in chaos.cli.__doc__, name
+        assert f"ninelives {name} " in chaos.commands.cli.__doc__, name
 
 
 def engine_help(command: str) -> str:

@@ -9,7 +9,7 @@ import shlex
 import pytest
 
 import chaos.run.runner
-from chaos.cli import main
+from chaos.commands.cli import main
 from chaos.contract import load_engine
 from chaos.spec.plan import make_plan
 from chaos.reports.report import run_command

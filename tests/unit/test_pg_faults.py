@@ -72,7 +72,7 @@ def test_a_negative_statement_timeout_rate_is_refused(tmp_path):
 
 
 def test_on_sqlite_a_statement_timeout_is_exit_2_naming_the_field(tmp_path, capsys):
-    from chaos.cli import main
+    from chaos.commands.cli import main
     out = tmp_path / "out"
     code = main(["run", scenario_file(tmp_path, "statement_timeout = 1.0"), "--out", str(out),
                  "--quiet"])
@@ -82,7 +82,7 @@ def test_on_sqlite_a_statement_timeout_is_exit_2_naming_the_field(tmp_path, caps
 
 
 def test_the_simulation_refuses_a_statement_timeout(tmp_path, capsys):
-    from chaos.cli import main
+    from chaos.commands.cli import main
     out = tmp_path / "out"
     code = main(["sim", scenario_file(tmp_path, "statement_timeout = 1.0"), "--seed", "1",
                  "--out", str(out), "--quiet"])
@@ -255,7 +255,7 @@ def test_row_locks_are_drawn_after_every_other_fault(seed):
 
 
 def test_on_sqlite_a_row_lock_is_exit_2_naming_the_field(tmp_path, capsys):
-    from chaos.cli import main
+    from chaos.commands.cli import main
     code = main(["run", scenario_file(tmp_path, "row_lock = 1.0"), "--out",
                  str(tmp_path / "out"), "--quiet"])
     assert code == 2
@@ -263,7 +263,7 @@ def test_on_sqlite_a_row_lock_is_exit_2_naming_the_field(tmp_path, capsys):
 
 
 def test_the_simulation_refuses_a_row_lock(tmp_path, capsys):
-    from chaos.cli import main
+    from chaos.commands.cli import main
     code = main(["sim", scenario_file(tmp_path, "row_lock = 1.0"), "--seed", "1", "--out",
                  str(tmp_path / "out"), "--quiet"])
     assert code == 2

@@ -18,7 +18,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from chaos.cli import main as cli_main
+from chaos.commands.cli import main as cli_main
 from chaos.history import read_history
 from chaos.reference import chaos_pipeline
 from chaos.reports.render import FILES, render_run

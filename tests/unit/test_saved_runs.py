@@ -12,7 +12,7 @@ import pytest
 
 from chaos.checkers import Verdict
 from chaos.checkers.verdict import PREFIX_CLOSED, judge_incomplete
-from chaos.cli import main
+from chaos.commands.cli import main
 from chaos.history import load_history
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "runs")

@@ -223,7 +223,7 @@ def test_a_fifo_or_a_device_as_the_scenario_exits_2_naming_it_without_blocking(t
     fifo = tmp_path / "pipe.toml"
     os.mkfifo(fifo)  # nothing ever writes it: opening it to read would block for good
     for path, kind in ((str(fifo), "a FIFO"), ("/dev/zero", "a device")):
-        done = subprocess.run([sys.executable, "-m", "chaos.cli", "run", path, "--out",
+        done = subprocess.run([sys.executable, "-m", "chaos.commands.cli", "run", path, "--out",
                                str(tmp_path / "out")], capture_output=True, text=True,
                               timeout=20, cwd=SCENARIOS.parent)
         assert done.returncode == 2, done.stderr

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-import chaos.cli
+import chaos.commands.cli
 from chaos.run.campaign import Tally
 from chaos.reports.render.campaign import annotations
 from chaos.run.shards import Shard, parse_shard
@@ -56,7 +56,7 @@ SHARD_COMMANDS = [["sim", "smoke", "--seeds", "1..6"], ["explore", "smoke"],
 @pytest.mark.parametrize("text,says", BAD_SHARDS, ids=[t or "empty" for t, _ in BAD_SHARDS])
 def test_a_bad_shard_exits_2_naming_the_flag(argv, text, says, capsys):
     with pytest.raises(SystemExit) as exited:
-        chaos.cli.build_parser().parse_args(argv + [f"--shard={text}"])
+        chaos.commands.cli.build_parser().parse_args(argv + [f"--shard={text}"])
     err = capsys.readouterr().err
     assert exited.value.code == 2
     assert "--shard" in err and says in err
@@ -69,7 +69,7 @@ def test_a_bad_shard_exits_2_naming_the_flag(argv, text, says, capsys):
     (["run", "smoke", "--seeds", "1..2", "--shard", "3/3"], "--shard 3/3: seeds 1..2"),
 ])
 def test_a_shard_that_splits_nothing_exits_2_naming_the_flag(argv, says, tmp_path, capsys):
-    assert chaos.cli.main(argv + ["--out", str(tmp_path / "out"), "--quiet"]) == 2
+    assert chaos.commands.cli.main(argv + ["--out", str(tmp_path / "out"), "--quiet"]) == 2
     assert says in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from chaos.cli import main
+from chaos.commands.cli import main
 
 
 def test_a_sim_folder_has_report_html_junit_and_summary_when_sim_ends(tmp_path, capsys):

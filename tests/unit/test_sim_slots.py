@@ -69,7 +69,7 @@ def test_ninelives_sim_takes_engine_settings_and_gives_them_again():
 
 
 def test_the_sim_command_runs_a_seed_with_the_setting_and_records_it(tmp_path, capsys):
-    from chaos.cli import main
+    from chaos.commands.cli import main
     assert main(["sim", "smoke", "--profile", "smoke", "--seed", "2", "--engine-set",
                  f"slots={SLOTS}", "--out", str(tmp_path), "--quiet"]) == 0
     assert "PASS" in capsys.readouterr().out

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from chaos.spec.latency import LatencyError, parse_latency
-from chaos.sweep import Cell, cell_scenario, recommend, recovery_times
+from chaos.commands.sweep import Cell, cell_scenario, recommend, recovery_times
 from chaos.spec.scenario import load_scenario
 
 

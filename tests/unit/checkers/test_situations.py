@@ -7,7 +7,7 @@ import json
 import os
 
 from chaos.checkers import Verdict
-from chaos.cli import main
+from chaos.commands.cli import main
 from chaos.reports.report import exit_code_for, require_exercised, situations_record
 from chaos.situations import CATALOG, EXERCISES, exercise, recognise
 

@@ -35,7 +35,7 @@ import sys
 from typing import Sequence
 
 from chaos.run.backends import add_backend_flags
-from chaos.flags import SEEDS_HELP, at_least, parse_seconds, seeds
+from chaos.commands.flags import SEEDS_HELP, at_least, parse_seconds, seeds
 from chaos.spec.limits import MAX_JOBS, MAX_WORKERS
 from chaos.run.shards import SHARD_HELP, shard
 
@@ -244,7 +244,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from chaos.contract import load_engine
     from chaos.spec.latency import parse_latency
     from chaos.spec.scenario import load_scenario
-    from chaos.sweep import run_sweep, table
+    from chaos.commands.sweep import run_sweep, table
     backend = Backend(args.backend, args.pg_url)  # BackendError (exit 2) names the flag
     try:
         leases = sorted({parse_seconds(x) for x in args.lease.split(",") if x.strip()})

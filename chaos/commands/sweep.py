@@ -21,7 +21,7 @@ from chaos.run.backends import Backend
 from chaos.reports.console import AUTO, Column, Progress
 from chaos.reports.console import table as table_of
 from chaos.contract import load_engine
-from chaos.flags import seeds_text
+from chaos.commands.flags import seeds_text
 from chaos.checkers.ops import is_job, takes_lease
 from chaos.history import Event, of, read_history
 from chaos.spec.latency import parse_latency

@@ -1,0 +1,1 @@
+"""The command line: `ninelives` and its flags, interrupts, the lease sweep."""
