@@ -1,4 +1,4 @@
-"""The pytest plugin (chaos.pytest_plugin) in a user's project: a fresh folder with one test
+"""The pytest plugin (chaos.testing.pytest_plugin) in a user's project: a fresh folder with one test
 file, run by pytest in a process of its own (pytester), as a user's `pytest` runs it.
 
 A planted-bug engine fails the test with its witness and the command that replays it (and
@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from chaos.remembered import FORGET_AFTER, RememberedSeeds, check_key
+from chaos.testing.remembered import FORGET_AFTER, RememberedSeeds, check_key
 
 pytest_plugins = ["pytester"]
 

@@ -1,4 +1,4 @@
-"""The Hypothesis strategies (chaos.strategies) and the remembered seeds (chaos.remembered):
+"""The Hypothesis strategies (chaos.testing.strategies) and the remembered seeds (chaos.testing.remembered):
 drawn scenarios pass the checks a scenario file passes, drawn runs of the reference hold,
 assert_holds fails a planted bug with its witness and a replayable folder; a failing seed is
 tried first and forgotten after FORGET_AFTER passes; a torn file is skipped."""
@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from chaos.contract import load_engine
-from chaos.remembered import FORGET_AFTER, RememberedSeeds, check_key, order
+from chaos.testing.remembered import FORGET_AFTER, RememberedSeeds, check_key, order
 from chaos.spec.scenario import check_for_engine, check_saved, load_scenario
 from chaos.sim import SeededChoices, SimSpec, simulate
-from chaos.strategies import assert_holds, fault_plans, faults, scenarios, simulations
+from chaos.testing.strategies import assert_holds, fault_plans, faults, scenarios, simulations
 
 QUICK = settings(max_examples=15, deadline=None, database=None, derandomize=True,
                  suppress_health_check=[HealthCheck.too_slow])
@@ -101,6 +101,6 @@ def test_a_torn_file_in_the_database_is_skipped_with_a_warning(tmp_path):
 
 def test_a_shard_tries_its_own_seeds_and_its_own_remembered_ones_first():
     from chaos.run.shards import parse_shard
-    from chaos.suite_checks import _sharded
+    from chaos.testing.suite_checks import _sharded
     assert _sharded([4, 5], range(1, 7), parse_shard("2/3")) == [(5, True), (2, False)]
     assert _sharded([4], range(1, 4), None) == [(4, True), (1, False), (2, False), (3, False)]

@@ -1,10 +1,10 @@
 """The crash-safety checks a test suite runs against its engine, each ending in an Outcome
 that says pass, fail or error with the evidence a failing test shows: simulated seeds
 (`check_sim`), real-process runs (`check_run`) and a time-boxed exploration
-(`check_explore`). The pytest plugin (chaos.pytest_plugin) is their front; they read no
+(`check_explore`). The pytest plugin (chaos.testing.pytest_plugin) is their front; they read no
 pytest and can be called from any test runner.
 
-A seed that fails is remembered (chaos.remembered) and tried first next time; the first
+A seed that fails is remembered (chaos.testing.remembered) and tried first next time; the first
 failure ends a check, as Hypothesis stops at its first failing example. The evidence is the
 harness's own rendering (chaos.reports.report, chaos.sim.story), so a failing test reads as
 `ninelives sim` or `ninelives run` would print it, with the commands that replay it.
@@ -18,7 +18,7 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from chaos.remembered import FORGET_AFTER, RememberedSeeds, check_key, order, slug
+from chaos.testing.remembered import FORGET_AFTER, RememberedSeeds, check_key, order, slug
 
 #: Witness sentences shown per failed invariant (the rest are in report.json).
 WITNESSES_SHOWN = 3
@@ -281,7 +281,7 @@ def check_run(scenario: str, engine_spec: str, *, seeds: Iterable[int], profile:
 
 def _sharded(remembered: list[int], seeds: Iterable[int],
              shard: Any) -> list[tuple[int, bool]]:
-    """The seeds to try (chaos.remembered.order), only `shard`'s when one is given: of the
+    """The seeds to try (chaos.testing.remembered.order), only `shard`'s when one is given: of the
     range, its own seeds (chaos.run.shards); of the remembered, those it would own in it."""
     seeds = list(seeds)
     if shard is None or not seeds:

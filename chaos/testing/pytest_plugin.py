@@ -10,9 +10,9 @@ reached and the command that replays the failure.
         pass
 
 `ninelives.sim` simulates seeds in one process, `ninelives.run` runs real processes,
-`ninelives.explore` searches within a time budget (chaos.suite_checks does the work). A
+`ninelives.explore` searches within a time budget (chaos.testing.suite_checks does the work). A
 failing seed is remembered in the database folder (`.ninelives/` under the rootdir,
-chaos.remembered) and tried first next time, as Hypothesis replays its failing examples; it
+chaos.testing.remembered) and tried first next time, as Hypothesis replays its failing examples; it
 is forgotten once it has passed three times in a row.
 
 Settings, each a command-line option over an ini key over a default; an argument given in
@@ -150,7 +150,7 @@ def _shown(path: str) -> str:
 
 
 class NineLives:
-    """The `ninelives` fixture: each check returns an Outcome (chaos.suite_checks) and, with
+    """The `ninelives` fixture: each check returns an Outcome (chaos.testing.suite_checks) and, with
     `check=True` (the default), fails the test unless it passed. Arguments left None take
     the plugin's settings (`--ninelives-*` options, `ninelives_*` ini keys)."""
 
@@ -164,7 +164,7 @@ class NineLives:
         """Simulate `scenario` (a name from scenarios/ or a file) on `engine` (an adapter
         spec; the engine must declare in_process) at the remembered failing seeds, then at
         `seeds` (an int N for 1..N, "A..B", or seeds), stopping at the first failure."""
-        from chaos.suite_checks import check_sim
+        from chaos.testing.suite_checks import check_sim
         return self._done(self._guarded(
             check_sim, scenario, self._engine(engine), seeds=self._seeds(seeds),
             profile=self._profile(profile), engine_set=engine_set, swarm=swarm,
@@ -179,7 +179,7 @@ class NineLives:
         """Run `scenario` with real processes on `engine`: the remembered failing seeds,
         then `seeds` (default: the first seed of the seeds setting, a real run taking
         seconds to minutes), stopping at the first that does not pass."""
-        from chaos.suite_checks import check_run
+        from chaos.testing.suite_checks import check_run
         chosen = self._seeds(seeds)
         chosen = chosen if seeds is not None else chosen[:1]
         return self._done(self._guarded(
@@ -195,7 +195,7 @@ class NineLives:
                 require_exercised: bool | None = None, check: bool = True):
         """Explore `scenario` on `engine` within `budget` (seconds, or "90s", "5m"),
         replaying this check's corpus first, until a schedule fails."""
-        from chaos.suite_checks import check_explore
+        from chaos.testing.suite_checks import check_explore
         return self._done(self._guarded(
             check_explore, scenario, self._engine(engine), budget=self._budget(budget),
             profile=self._profile(profile), engine_set=engine_set, swarm=swarm, seed=seed,

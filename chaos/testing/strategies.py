@@ -2,7 +2,7 @@
 plans and whole simulated runs within the harness's bounds, and shrink a failure.
 
     from hypothesis import given, settings
-    from chaos.strategies import assert_holds, scenarios, simulations
+    from chaos.testing.strategies import assert_holds, scenarios, simulations
 
     @settings(max_examples=20, deadline=None)
     @given(simulations(scenarios("smoke", engine="myproject.adapter:ENGINE")))
@@ -207,7 +207,7 @@ def _shrunk_apart(result: Any, run_dir: str, budget: int) -> list[str]:
     test per thread). The outer example is the final one: nothing is generated meanwhile."""
     import threading
 
-    from chaos.suite_checks import shrunk_lines
+    from chaos.testing.suite_checks import shrunk_lines
     told: list[str] = []
 
     def shrink() -> None:
