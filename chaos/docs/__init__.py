@@ -13,7 +13,7 @@ DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.absp
 
 def pages() -> dict[str, Callable[[], str]]:
     """Each generated page, by its path under docs/, with the function that writes it."""
-    from chaos.history_page import reference_page
+    from chaos.docs.history_page import reference_page
     from chaos.docs import cli_page, faults_page, invariants_page, scenario_page
     return {"cli.md": cli_page.page, "scenario.md": scenario_page.page,
             "invariants.md": invariants_page.page, "faults.md": faults_page.page,

@@ -1,7 +1,7 @@
 """The faults' reference page, generated from the code: the random faults a scenario's
 `[faults]` table draws (`chaos.spec.scenario.Faults`, grouped as there), the crash windows by role
 (`chaos.engines.crashpoints.ROLES`), the reference engine's own points (`engine.hooks`), the aimed
-faults (`chaos.spec.aim`) and what the nemesis records of each (`chaos.history_page`)."""
+faults (`chaos.spec.aim`) and what the nemesis records of each (`chaos.docs.history_page`)."""
 from __future__ import annotations
 
 from dataclasses import fields

@@ -2,7 +2,7 @@
 are required, and what leaving each out costs.
 
 One source for three uses: the reference page `docs/history.md` is generated from it
-(`python -m chaos.history_page --write docs/history.md`; a test fails when the page is
+(`python -m chaos.docs.history_page --write docs/history.md`; a test fails when the page is
 stale);
 what an adapter's `operations(db)` returns is checked against it as it is read
 (`read_operations`: a missing or mistyped required field ends the run with exit 2, naming

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from chaos import history as hist
-from chaos import history_page
+from chaos.docs import history_page
 from chaos.engines import schema
 from chaos.checkers import INVARIANTS, READS, load, run_checkers
 
@@ -147,7 +147,7 @@ def test_the_reference_page_is_the_schemas():
     with open(path, encoding="utf-8") as fh:
         page = fh.read()
     assert page == history_page.reference_page(), (
-        "docs/history.md is stale: run `python -m chaos.history_page --write docs/history.md`")
+        "docs/history.md is stale: run `python -m chaos.docs.history_page --write docs/history.md`")
 
 
 def test_the_page_names_what_leaving_each_field_out_costs():

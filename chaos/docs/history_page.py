@@ -1,6 +1,6 @@
 """The history's reference page, docs/history.md, generated from the schema (`chaos.engines.schema`)
 and the fields each checker declares it reads (`chaos.checkers.READS`):
-`python -m chaos.history_page --write docs/history.md`. A test fails when the page is stale."""
+`python -m chaos.docs.history_page --write docs/history.md`. A test fails when the page is stale."""
 from __future__ import annotations
 
 import argparse
@@ -101,7 +101,7 @@ def reference_page(reads: dict[str, tuple[str, ...]] | None = None) -> str:
     out = [
         "# The history: operations",
         "",
-        "<!-- Generated from chaos/engines/schema.py by `python -m chaos.history_page --write "
+        "<!-- Generated from chaos/engines/schema.py by `python -m chaos.docs.history_page --write "
         "docs/history.md`; a test fails when it is stale. Do not edit by hand. -->",
         "",
         "The history (`history.jsonl`) is a time-ordered list of operations. An adapter's "
@@ -161,8 +161,8 @@ def reference_page(reads: dict[str, tuple[str, ...]] | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m chaos.history_page [--write PATH]`: print the reference page, or write it."""
-    parser = argparse.ArgumentParser(prog="python -m chaos.history_page",
+    """`python -m chaos.docs.history_page [--write PATH]`: print the reference page, or write it."""
+    parser = argparse.ArgumentParser(prog="python -m chaos.docs.history_page",
                                      description="the history's reference page")
     parser.add_argument("--write", metavar="PATH", help="write the page to PATH")
     args = parser.parse_args(argv)
