@@ -16,8 +16,8 @@ from chaos.engines.schema import reads
 from chaos.checkers.calls import Key, memoized_call, needs_ledger
 from chaos.checkers.index import readings
 from chaos.checkers.memos import Memos
-from chaos.checkers.ops import (TOL, capable, ends_an_operation, is_engine, is_job, is_operator, is_worker,
-                  machine_slack, takes_lease)
+from chaos.checkers.ops import (TOL, capable, ends_an_operation, is_engine, is_job, is_operator,
+                                is_worker, machine_slack, takes_lease)
 from chaos.checkers.tokens import fenced_out, token_order
 from chaos.checkers.transitions import JobIndex, clock_of, is_update, job_ops
 from chaos.checkers.verdict import Verdict

@@ -6,7 +6,8 @@ from typing import Any
 
 from chaos.history import Event
 from chaos.checkers.index import readings
-from chaos.checkers.ops import TOL, capable, disturbed, is_heartbeat, is_operator, is_worker, machine_slack
+from chaos.checkers.ops import (TOL, capable, disturbed, is_heartbeat, is_operator, is_worker,
+                                machine_slack)
 from chaos.checkers.skew import unjudged
 from chaos.checkers.transitions import clock_of
 from chaos.checkers.verdict import Verdict

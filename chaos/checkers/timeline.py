@@ -10,7 +10,8 @@ from typing import Any
 
 from chaos.history import Event
 from chaos.checkers.verdict import Verdict
-from chaos.checkers.ops import is_engine, is_heartbeat, is_job, is_operator, is_worker, pids_by_worker
+from chaos.checkers.ops import (is_engine, is_heartbeat, is_job, is_operator, is_worker,
+                                pids_by_worker)
 
 
 @dataclass

@@ -12,8 +12,8 @@ from typing import Any
 
 from chaos.history import Event
 from chaos.engines.schema import reads
-from chaos.checkers.ops import (TOL, ends_an_operation, is_job, is_operator, pids_by_worker, takes_lease,
-                  worker_processes)
+from chaos.checkers.ops import (TOL, ends_an_operation, is_job, is_operator, pids_by_worker,
+                                takes_lease, worker_processes)
 from chaos.checkers.verdict import Verdict
 
 

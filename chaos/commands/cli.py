@@ -224,7 +224,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from chaos.run.recheck import check_folder_lines, keep_check, now, recheck
-    from chaos.reports.report_text import incomplete_lines, result_line, situations_lines, verdict_table
+    from chaos.reports.report_text import (incomplete_lines, result_line, situations_lines,
+                                           verdict_table)
     from chaos.run.saved import load_run
     saved = load_run(args.run)
     report = recheck(saved, args.require_exercised, now())

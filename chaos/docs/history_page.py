@@ -7,8 +7,8 @@ import argparse
 import sys
 
 from chaos.checkers import READS, load
-from chaos.engines.schema import (DEFAULTED, ENGINE, EVIDENCE, KINDS, REQUIRED, SNAPSHOT, Field, OpType, opt,
-                     req)
+from chaos.engines.schema import (DEFAULTED, ENGINE, EVIDENCE, KINDS, REQUIRED, SNAPSHOT, Field,
+                                  OpType, opt, req)
 
 
 #: Operations the harness records itself (documented here; an adapter never writes them).

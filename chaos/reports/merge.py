@@ -19,8 +19,8 @@ import json
 import os
 from typing import Any
 
-from chaos.run.campaign import CAMPAIGN_FILE, CAMPAIGN_SCHEMA, Tally, campaign_lines, campaign_record, \
-    write_campaign
+from chaos.run.campaign import (CAMPAIGN_FILE, CAMPAIGN_SCHEMA, Tally, campaign_lines,
+                                campaign_record, write_campaign)
 from chaos.run.shards import Shard
 
 

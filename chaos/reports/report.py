@@ -21,7 +21,8 @@ from chaos.spec.aim import aim_section
 from chaos.run.backends import STARTED
 from chaos.checkers import Verdict
 from chaos.checkers.cuts import cut_metrics, kill_cuts, with_jobs_lost
-from chaos.reports.fired import crash_point_names, crashpoint_coverage, not_applicable, prevented, unfired
+from chaos.reports.fired import (crash_point_names, crashpoint_coverage, not_applicable, prevented,
+                                 unfired)
 from chaos.history import Event, of
 from chaos.spec.plan import FaultPlan
 from chaos.reports.progress import progress_latency

@@ -48,8 +48,8 @@ from chaos.reports.console import Progress, plural
 from chaos.commands.flags import SEEDS_HELP, at_least, seeds, seeds_text
 from chaos.commands.flags import seconds as flag_seconds
 from chaos.spec.limits import MAX_WORKERS, excerpt
-from chaos.score.checkout import (COPIED, HARNESS, ROOT, StaleCampaign, copy_checkout, refresh_engine,
-                       write_sitecustomize)
+from chaos.score.checkout import (COPIED, HARNESS, ROOT, StaleCampaign, copy_checkout,
+                                  refresh_engine, write_sitecustomize)
 from chaos.score.report import TARGET, argued, equivalents, print_report, results, summarize
 
 #: The engine's safety code, the modules the issue names.

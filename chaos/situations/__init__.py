@@ -36,7 +36,8 @@ from typing import Any
 
 from chaos.history import Event
 from chaos.situations import leases, work  # noqa: F401  (each registers its situations)
-from chaos.situations.catalog import CATALOG, EXERCISES, MAX_EXAMPLES, RECOGNISERS, Context, Reached, situation
+from chaos.situations.catalog import (CATALOG, EXERCISES, MAX_EXAMPLES, RECOGNISERS, Context,
+                                      Reached, situation)
 
 __all__ = ["CATALOG", "EXERCISES", "Reached", "exercise", "not_exercised", "recognise",
            "situation", "summary_line"]

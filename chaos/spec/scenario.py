@@ -29,7 +29,8 @@ from typing import Any
 from chaos.engines import crashpoints
 from chaos.spec.aim import Aim, read_aims, resolve as resolve_aims
 from chaos.spec.latency import LatencyError, parse_latency
-from chaos.spec.limits import MAX_FAULT_EVENTS, MAX_JOBS, MAX_RATE, MAX_SECONDS, MAX_WORKERS, excerpt, shown
+from chaos.spec.limits import (MAX_FAULT_EVENTS, MAX_JOBS, MAX_RATE, MAX_SECONDS, MAX_WORKERS,
+                               excerpt, shown)
 from chaos.run.runfiles import is_secret
 from chaos.spec.scenario_file import ScenarioError, engine_table, finite, read_table, read_toml
 

@@ -27,11 +27,15 @@ from engine import hooks, retry, worker
 from engine.store import Claim, LeaseLost, SQLiteStore
 from engine.worker import Worker
 
-from chaos.reference.mutants.sender_patches import (claims_newest_first, client_fails_before_sending, commit_not_durable,
-                             dead_letter_at_first_failure, group_stale_fails_all,
-                             heartbeat_inverted, heartbeat_one_slot, key_from_row_id,
-                             mark_sent_before_send, outbox_claim_lease_in_past,
-                             outbox_retry_at_once, sender_without_key, senders_without_claim)
+from chaos.reference.mutants.sender_patches import (claims_newest_first,
+                                                    client_fails_before_sending, commit_not_durable,
+                                                    dead_letter_at_first_failure,
+                                                    group_stale_fails_all, heartbeat_inverted,
+                                                    heartbeat_one_slot, key_from_row_id,
+                                                    mark_sent_before_send,
+                                                    outbox_claim_lease_in_past,
+                                                    outbox_retry_at_once, sender_without_key,
+                                                    senders_without_claim)
 from chaos.reference.mutants.sql import EditingConnection, MutantOutOfDate, SQLEdit, edit_sql
 from chaos.reference.mutants.wrapping import BACKENDS, edits_of, store_classes, wrap
 
