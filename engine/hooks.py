@@ -158,7 +158,7 @@ class HoldAt:
     """A handler that stops this whole process (SIGSTOP) at the points `at` names, after
     appending {"t","pid","point","job","action":"hold"} to `log`, and notes the points of
     `watch` there ("action":"reach") without stopping; then hands the point on. The harness
-    that reads the log continues the process (an aimed fault: the harness's chaos.aim).
+    that reads the log continues the process (an aimed fault: the harness's chaos.spec.aim).
 
     `at` is NINELIVES_HOLD_AT: items `point`, `point=JOB` (a glob of the current job), either
     with `/N` (every N-th such pass). While a file named `log` + ".off" exists it is

@@ -9,8 +9,8 @@ write transaction rolls back); only its report changes. Embedded as a library, t
 changes nothing in its host's signal handling. A signal that arrives before the interpreter
 runs any code at all ends the process by the signal's default action (a shell shows 130).
 
-The harness keeps its own copy (chaos/interrupts.py): the engine never imports the harness,
-and this module imports only the standard library.
+The harness keeps its own copy (chaos/commands/interrupts.py): the engine never imports the
+harness, and this module imports only the standard library.
 """
 from __future__ import annotations
 
