@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from timed import lines_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ANSI = re.compile(r"\x1b\[")
@@ -56,25 +57,13 @@ def test_each_phase_of_a_big_demo_says_where_it_stands_within_a_second_of_its_st
     machine), and the lines within a phase at a steady rate. Making 3,000 documents had kept
     `demo` silent for seconds before its first line. Interrupted once it delivers."""
     import signal
-    import time
     proc = subprocess.Popen(
         [sys.executable, "-m", "chaos.commands.cli", "demo", "--jobs", "3000", "--out", str(tmp_path)],
         cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    seen: list[tuple[float, str]] = []
-    try:
-        for line in proc.stderr:
-            seen.append((time.monotonic(), line.rstrip("\n")))
-            if sum(text.startswith("  delivering:") for _, text in seen) >= 2 \
-                    or seen[-1][0] - seen[0][0] > 60:
-                break
-        proc.send_signal(signal.SIGINT)
-        rest = proc.stderr.read()
-        proc.wait(60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    seen, rest = lines_until(proc, proc.stderr, lambda seen: sum(
+        text.startswith("  delivering:") for _, text in seen) >= 2
+        or seen[-1][0] - seen[0][0] > 60)
     log = "\n".join(f"{t - seen[0][0]:6.2f} {text}" for t, text in seen) + "\n" + rest
     assert seen[0][1].startswith("ninelives demo: 3000 jobs"), log
     phases = [text.split(":")[0].strip() for _, text in seen[1:]]
@@ -109,19 +98,8 @@ def test_a_command_of_many_runs_says_where_it_stands_before_the_first_run_ends(
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    seen: list[tuple[float, str]] = []
-    try:
-        for line in proc.stderr:
-            seen.append((time.monotonic(), line.rstrip("\n")))
-            if line.startswith("  ") or len(seen) > 5:
-                break
-        proc.send_signal(signal.SIGINT)
-        rest = proc.stderr.read()
-        proc.wait(60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    seen, rest = lines_until(proc, proc.stderr,
+                             lambda seen: seen[-1][1].startswith("  ") or len(seen) > 5)
     log = "\n".join(f"{t - started:6.2f} {text}" for t, text in seen) + "\n" + rest
     at, line = seen[-1]
     assert line.startswith(first), log

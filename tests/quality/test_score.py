@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from timed import lines_until
 
 from chaos import score
 import chaos.score.report  # noqa: F401  score.report, the survivors read back
@@ -301,26 +302,14 @@ def test_a_campaign_says_where_it_stands_while_it_prepares_and_stops_on_ctrl_c(t
     10 s) had been silent: a line within a second of each step's start (1.5 s measured from
     the line before), one every 2 s after; Ctrl-C then ends it with 130 and nothing left."""
     import signal
-    import time
     work = str(tmp_path / "campaign")
     proc = subprocess.Popen([sys.executable, "-m", "chaos.commands.cli", "score", "--modules",
                              "engine/store/sqlite.py", "--jobs", "2", "--workdir", work],
                             cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    seen: list[tuple[float, str]] = []
-    try:
-        for line in proc.stdout:
-            seen.append((time.monotonic(), line.rstrip("\n")))
-            if "listing the mutants" in line or len(seen) > 8:
-                break
-        proc.send_signal(signal.SIGINT)
-        rest = proc.stdout.read()
-        proc.wait(60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    seen, rest = lines_until(proc, proc.stdout,
+                             lambda seen: "listing the mutants" in seen[-1][1] or len(seen) > 8)
     log = "\n".join(f"{t - seen[0][0]:6.2f} {text}" for t, text in seen) + "\n" + rest
     assert seen[0][1].startswith("mutation campaign in"), log
     assert [text.split(":")[0] for _, text in seen[1:]] == ["  preparing"] * (len(seen) - 1)

@@ -47,11 +47,16 @@ def test_drawn_runs_of_the_reference_hold(run):
     assert_holds(run)
 
 
-def test_assert_holds_fails_a_planted_bug_with_its_witness_and_a_replayable_folder(tmp_path):
+def planted_failure():
+    """A simulated run of the toy engine's planted bug that fails effects-complete."""
     spec = "examples.toy_engine.planted:SENT_BEFORE_SEND"
     engine = load_engine(spec)
     scenario = load_scenario("smoke", "smoke", engine)
-    result = simulate(SimSpec(scenario, 1, engine, spec), SeededChoices(1))
+    return simulate(SimSpec(scenario, 1, engine, spec), SeededChoices(1))
+
+
+def test_assert_holds_fails_a_planted_bug_with_its_witness_and_a_replayable_folder(tmp_path):
+    result = planted_failure()
     with pytest.raises(AssertionError) as failed:
         assert_holds(result, out=str(tmp_path), shrink_budget=0)
     text = str(failed.value)
@@ -62,10 +67,7 @@ def test_assert_holds_fails_a_planted_bug_with_its_witness_and_a_replayable_fold
 
 
 def test_assert_holds_shrinks_the_failing_schedule_when_given_a_budget(tmp_path):
-    spec = "examples.toy_engine.planted:SENT_BEFORE_SEND"
-    engine = load_engine(spec)
-    scenario = load_scenario("smoke", "smoke", engine)
-    result = simulate(SimSpec(scenario, 1, engine, spec), SeededChoices(1))
+    result = planted_failure()
     with pytest.raises(AssertionError) as failed:
         assert_holds(result, out=str(tmp_path), shrink_budget=20)
     text = str(failed.value)
