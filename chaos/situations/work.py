@@ -179,11 +179,9 @@ def _outbox_takeover(ctx: Context):
     return found
 
 
-@situation("ambiguous-send-retried",
-           "A send whose outcome the sender could not know (the answer lost, the request "
-           "applied after the sender gave up) was sent again: only the idempotency key "
-           "keeps the effect applied once.")
-def _ambiguous_send(ctx: Context):
+def _requests_by_key(ctx: Context) -> dict[Any, list[Event]] | str:
+    """The receiver's requests by idempotency key, in the ledger's order; or why this history
+    cannot show a send's retry (no outbox, no receiver ledger)."""
     why = _has_outbox(ctx)
     if why:
         return why
@@ -193,6 +191,17 @@ def _ambiguous_send(ctx: Context):
     for e in ctx.history:
         if e.get("src") == "receiver" and e["type"] == "request":
             by_key.setdefault(e.get("key"), []).append(e)
+    return by_key
+
+
+@situation("ambiguous-send-retried",
+           "A send whose outcome the sender could not know (the answer lost, the request "
+           "applied after the sender gave up) was sent again: only the idempotency key "
+           "keeps the effect applied once.")
+def _ambiguous_send(ctx: Context):
+    by_key = _requests_by_key(ctx)
+    if isinstance(by_key, str):
+        return by_key  # why this history cannot show it
     found = []
     for key, group in by_key.items():
         for i, e in enumerate(group):
@@ -213,15 +222,9 @@ def _ambiguous_send(ctx: Context):
            "nothing applied) and the effect was sent again: the retry must wait out the "
            "sender's backoff, jittered, not hammer the receiver at once.")
 def _failed_send(ctx: Context):
-    why = _has_outbox(ctx)
-    if why:
-        return why
-    if not ctx.ledger("receiver"):
-        return "the receiver's ledger was not kept"
-    by_key: dict[Any, list[Event]] = {}
-    for e in ctx.history:
-        if e.get("src") == "receiver" and e["type"] == "request":
-            by_key.setdefault(e.get("key"), []).append(e)
+    by_key = _requests_by_key(ctx)
+    if isinstance(by_key, str):
+        return by_key  # why this history cannot show it
     found = []
     for key, group in by_key.items():
         for i, e in enumerate(group):
