@@ -194,6 +194,17 @@ def _requests_by_key(ctx: Context) -> dict[Any, list[Event]] | str:
     return by_key
 
 
+def _sent_again(by_key: dict[Any, list[Event]], first: Any, not_before: Any):
+    """(key, request, the next request of its key that started at or after
+    `not_before(request)`) for each request `first` accepts that was sent again."""
+    for key, group in by_key.items():
+        for i, e in enumerate(group):
+            if first(e):
+                again = next((r for r in group[i + 1:] if r["t_start"] >= not_before(e)), None)
+                if again is not None:
+                    yield key, e, again
+
+
 @situation("ambiguous-send-retried",
            "A send whose outcome the sender could not know (the answer lost, the request "
            "applied after the sender gave up) was sent again: only the idempotency key "
@@ -202,19 +213,12 @@ def _ambiguous_send(ctx: Context):
     by_key = _requests_by_key(ctx)
     if isinstance(by_key, str):
         return by_key  # why this history cannot show it
-    found = []
-    for key, group in by_key.items():
-        for i, e in enumerate(group):
-            if e.get("completion") != "info" and e.get("outcome") not in ("dropped",
-                                                                          "applied_late"):
-                continue
-            again = next((r for r in group[i + 1:] if r["t_start"] >= e["t_start"]), None)
-            if again is not None:
-                found.append((again, f"job {e.get('job')}: {e.get('kind')!r} (key {key}) "
-                                     f"sent at {ctx.at(e['t_start'])} with no knowable outcome "
-                                     f"({e.get('outcome')}), sent again at "
-                                     f"{ctx.at(again['t_start'])} by {again.get('worker')}"))
-    return found
+    unknowable = lambda e: (e.get("completion") == "info"  # noqa: E731
+                            or e.get("outcome") in ("dropped", "applied_late"))
+    return [(again, f"job {e.get('job')}: {e.get('kind')!r} (key {key}) sent at "
+                    f"{ctx.at(e['t_start'])} with no knowable outcome ({e.get('outcome')}), "
+                    f"sent again at {ctx.at(again['t_start'])} by {again.get('worker')}")
+            for key, e, again in _sent_again(by_key, unknowable, lambda e: e["t_start"])]
 
 
 @situation("failed-send-retried",
@@ -225,21 +229,16 @@ def _failed_send(ctx: Context):
     by_key = _requests_by_key(ctx)
     if isinstance(by_key, str):
         return by_key  # why this history cannot show it
-    found = []
-    for key, group in by_key.items():
-        for i, e in enumerate(group):
-            status = e.get("status")
-            # a definite refusal (a ledger too old to say "completion" gave only those)
-            if e.get("completion", "fail") != "fail" or e.get("applied") or status is None \
-                    or not (status >= 500 or status in (408, 429)):
-                continue
-            again = next((r for r in group[i + 1:] if r["t_start"] >= e["t_end"] - TOL), None)
-            if again is not None:
-                found.append((again, f"job {e.get('job')}: {e.get('kind')!r} (key {key}) "
-                                     f"refused with {status} at {ctx.at(e['t_end'])}, sent "
-                                     f"again at {ctx.at(again['t_start'])} by "
-                                     f"{again.get('worker')}"))
-    return found
+    def refused_for_now(e: Event) -> bool:
+        # a definite refusal (a ledger too old to say "completion" gave only those)
+        status = e.get("status")
+        return (e.get("completion", "fail") == "fail" and not e.get("applied")
+                and status is not None and (status >= 500 or status in (408, 429)))
+    return [(again, f"job {e.get('job')}: {e.get('kind')!r} (key {key}) refused with "
+                    f"{e.get('status')} at {ctx.at(e['t_end'])}, sent again at "
+                    f"{ctx.at(again['t_start'])} by {again.get('worker')}")
+            for key, e, again in _sent_again(by_key, refused_for_now,
+                                             lambda e: e["t_end"] - TOL)]
 
 
 @situation("crash-between-commit-and-effect",

@@ -17,16 +17,24 @@ from chaos.run.runner import HarnessError, run_campaign
 from chaos.spec.scenario import load_scenario
 
 
-def test_power_loss_passes_on_the_reference_engine_and_each_cut_has_evidence(tmp_path):
+def passing_cuts(tmp_path, seed: int, backend: Backend | None = None):
+    """The reference engine's run of power-loss at `seed` on `backend`: it must pass, with
+    durable-commits judged and at least 3 cuts; returns (the cuts' events, the result)."""
     scenario = load_scenario("power-loss", "smoke")
-    result = run_campaign(scenario, 3, load_engine("reference"), str(tmp_path), progress=False)
+    result = run_campaign(scenario, seed, load_engine("reference"), str(tmp_path),
+                          progress=False, **({"backend": backend} if backend else {}))
     verdicts = {v["name"]: v for v in result.report["verdicts"]}
     failed = {n: v["reason"] for n, v in verdicts.items() if v["verdict"] == "fail"}
     assert result.exit_code == 0, failed
     assert verdicts["durable-commits"]["verdict"] == "pass"
-    events = [json.loads(line) for line in open(os.path.join(result.run_dir, "events.jsonl"))]
-    cuts = [e for e in events if e["type"] == "power_loss"]
+    with open(os.path.join(result.run_dir, "events.jsonl"), encoding="utf-8") as fh:
+        cuts = [e for e in map(json.loads, fh) if e["type"] == "power_loss"]
     assert len(cuts) >= 3
+    return cuts, result
+
+
+def test_power_loss_passes_on_the_reference_engine_and_each_cut_has_evidence(tmp_path):
+    cuts, result = passing_cuts(tmp_path, 3)
     for e in cuts:
         assert e["lost_count"] == 0 and e["acknowledged"] > 0 and e["killed"]
         assert {"dropped_writes", "dropped_bytes", "dropped_entries", "mode"} <= set(e)
@@ -57,16 +65,7 @@ def test_power_loss_on_postgres_kills_and_recovers_the_server_and_loses_nothing(
     """The data directory on the mount, the server killed with the engine at each cut and
     recovered from its WAL: synchronous_commit=on keeps every acknowledged transaction, and
     no server, mount or data directory is left behind."""
-    scenario = load_scenario("power-loss", "smoke")
-    result = run_campaign(scenario, 1, load_engine("reference"), str(tmp_path), progress=False,
-                          backend=Backend("postgres"))
-    verdicts = {v["name"]: v for v in result.report["verdicts"]}
-    failed = {n: v["reason"] for n, v in verdicts.items() if v["verdict"] == "fail"}
-    assert result.exit_code == 0, failed
-    assert verdicts["durable-commits"]["verdict"] == "pass"
-    events = [json.loads(line) for line in open(os.path.join(result.run_dir, "events.jsonl"))]
-    cuts = [e for e in events if e["type"] == "power_loss"]
-    assert len(cuts) >= 3
+    cuts, result = passing_cuts(tmp_path, 1, Backend("postgres"))
     for e in cuts:
         assert "server" in e["killed"] and len(e["server_pids"]) > 1  # postmaster and children
         assert e["lost_count"] == 0 and e["acknowledged"] > 0 and e["server_up_after"] > 0

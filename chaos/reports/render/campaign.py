@@ -12,6 +12,8 @@ import os
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from chaos.reports.render.junit import document
+
 ICON = {"pass": "✅", "fail": "❌", "unknown": "❓", "error": "⚠️"}
 MAX_REASON = 160
 MAX_SEEDS = 10
@@ -147,17 +149,7 @@ def render_junit(record: dict[str, Any]) -> str:
         case = ET.SubElement(suite, "testcase", classname=name, name=f"seed-{e['seed']}",
                              time="0")
         ET.SubElement(case, "error", type="error", message=e["why"])
-    cases = suite.findall("testcase")
-    counts = {"tests": len(cases), "failures": sum(c.find("failure") is not None
-                                                   for c in cases),
-              "errors": sum(c.find("error") is not None for c in cases), "skipped": 0}
-    for key, value in counts.items():
-        suite.set(key, str(value))
-    root = ET.Element("testsuites", name=name, time=f"{seconds:.3f}",
-                      **{k: str(v) for k, v in counts.items() if k != "skipped"})
-    root.append(suite)
-    ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+    return document(suite, name, seconds)
 
 
 # -- report.html --------------------------------------------------------------------------

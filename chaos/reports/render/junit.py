@@ -33,6 +33,12 @@ def render_junit(report: dict[str, Any], t0: float | None = None) -> str:
         if report.get(flag):
             case = ET.SubElement(suite, "testcase", classname=name, name=case_name, time="0")
             ET.SubElement(case, "error", message=str(what), type=flag)
+    return document(suite, name, seconds)
+
+
+def document(suite: ET.Element, name: str, seconds: float) -> str:
+    """The JUnit file of one `suite` whose test cases are in: the counts set on it and on
+    the <testsuites> around it."""
     cases = suite.findall("testcase")
     counts = {"tests": len(cases), "failures": sum(c.find("failure") is not None for c in cases),
               "errors": sum(c.find("error") is not None for c in cases), "skipped": 0}
