@@ -39,8 +39,15 @@ def session(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 
 
 def tried(result: pytest.RunResult) -> list[str]:
-    """Every "seeds tried, in order: ..." line the session printed."""
-    return [line.split(": ", 1)[1] for line in result.outlines
+    """Every "seeds tried, in order: ..." line of the session's failure reports.
+
+    The short summary at the end is left out: where pytest sees a CI (CI or BUILD_NUMBER in
+    the environment) it prints each failure's message there whole, a second time.
+    """
+    lines = result.outlines
+    end = next((i for i, line in enumerate(lines) if "short test summary info" in line),
+               len(lines))
+    return [line.split(": ", 1)[1] for line in lines[:end]
             if line.startswith("seeds tried, in order: ")]
 
 
