@@ -18,13 +18,22 @@ The harness arms the probe through the environment of each process it spawns:
                              engine whose rows do not say)
   NINELIVES_HOLD_AT          comma-separated `point`, `point=JOB` (that job only, a glob) or
                              either with `/N` (every N-th such pass): at each, append
-                             {"t","pid","point","job","action":"hold"} to NINELIVES_HOLD_LOG and
-                             stop this whole process (SIGSTOP) until the harness continues it
-                             (an aimed fault, chaos.spec.aim)
+                             {"t","pid","point","job","action":"hold","hold":N} to
+                             NINELIVES_HOLD_LOG (N counts this process's holds from 1) and
+                             block the thread there until the harness releases it (an aimed
+                             fault, chaos.spec.aim); one thread of a process holds at a time
+  NINELIVES_HOLD_PAUSE       comma-separated points outside any write transaction: while a
+                             thread of this process is held, every other thread that passes
+                             one of them waits there until the hold ends, so the process
+                             stands still as if stopped, except that no thread is ever
+                             stopped inside a transaction (it would keep the store's locks
+                             from every other process); other points are passed as usual
   NINELIVES_HOLD_WATCH       comma-separated points whose passing is appended to the hold log
-                             ("action":"reach"), without stopping: a rendezvous's other side
-  NINELIVES_HOLD_LOG         the hold log; while a file of its name plus `.off` exists, holds
-                             and watches are disarmed
+                             ("action":"reach"), without holding: a rendezvous's other side
+  NINELIVES_HOLD_LOG         the hold log. The harness releases hold N of process PID by
+                             creating the file `<log>.release.<PID>.<N>` (the held thread
+                             removes it); while a file of the log's name plus `.off` exists,
+                             holds and watches are disarmed and a held thread goes on
 
 The simulation installs a handler instead (`set_handler`) and uses the points as the moments
 it may hand the turn to another thread.
@@ -156,12 +165,27 @@ class Trace:
             self.then(name, job)
 
 
-class Hold:
-    """A handler that stops this process at the points NINELIVES_HOLD_AT names (and notes
-    those NINELIVES_HOLD_WATCH names), then hands the point on (see the module docstring).
+#: Seconds between two looks of a held thread for its release.
+HOLD_POLL = 0.005
 
-    The line goes to the hold log before the stop, in one write(), so the harness that
-    continues the process knows where and for which job it stands."""
+
+def release_file(log: str, pid: int, hold: int) -> str:
+    """The file whose creation releases hold number `hold` of process `pid` (see above)."""
+    return f"{log}.release.{pid}.{hold}"
+
+
+class Hold:
+    """A handler that holds the thread that passes a point NINELIVES_HOLD_AT names, pauses
+    the process's other threads at the points NINELIVES_HOLD_PAUSE names while it holds, and
+    notes those NINELIVES_HOLD_WATCH names; then hands the point on (see the module
+    docstring).
+
+    The line goes to the hold log before the thread blocks, in one write(), so the harness
+    that releases it knows where and for which job it stands. No signal stops anything: a
+    process stopped whole (SIGSTOP) stopped its other threads wherever they stood, a
+    heartbeat or another job slot inside its write transaction among them, and every other
+    process's writes then waited for the lock that transaction held, for as long as the hold
+    lasted."""
 
     def __init__(self, env: dict[str, str], points: Iterable[str],
                  then: Handler | None = None) -> None:
@@ -171,30 +195,57 @@ class Hold:
         self.at: dict[str, list[tuple[str | None, int]]] = {}
         self.hits: dict[tuple[str, str | None, int], int] = {}
         self.lock = threading.Lock()  # job slots pass points from several threads
+        self.turn = threading.Condition()
+        self.holder: int | None = None  # the thread held now
+        self.holds = 0
         for item in filter(None, (p.strip() for p in env.get("NINELIVES_HOLD_AT", "").split(","))):
             where = f"NINELIVES_HOLD_AT item {item!r}"
             rest, slash, every = item.rpartition("/") if "/" in item else (item, "", "1")
             name, _, job = rest.partition("=")
             _known(name, known - {"*"}, "NINELIVES_HOLD_AT")
             self.at.setdefault(name, []).append((job or None, _whole(every, where, 1)))
-        self.watch = set(filter(None, (p.strip() for p in
-                                       env.get("NINELIVES_HOLD_WATCH", "").split(","))))
-        for name in self.watch:
-            _known(name, known - {"*"}, "NINELIVES_HOLD_WATCH")
+        self.watch = _names(env, "NINELIVES_HOLD_WATCH", known)
+        self.pause = _names(env, "NINELIVES_HOLD_PAUSE", known)
 
     def __call__(self, name: str, job: str | None) -> None:
+        if self.holder is not None and name in self.pause:
+            self._pause()
         if (name in self.at or name in self.watch) and not os.path.exists(self.off):
             if name in self.watch:
                 self._note(name, job, "reach")
             if self._due(name, job):
-                self._note(name, job, "hold")
-                # Every thread stops, as a pause; sent to this thread, which stops first:
-                # sent to the process, another thread (the main one, by preference) takes
-                # the stop, and this one ran on meanwhile, into the write transaction
-                # after a heartbeat's point, stopped holding the write lock.
-                signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+                self._hold(name, job)
         if self.then is not None:
             self.then(name, job)
+
+    def _pause(self) -> None:
+        """Wait while another thread of this process is held."""
+        me = threading.get_ident()
+        with self.turn:
+            while self.holder is not None and self.holder != me:
+                self.turn.wait()
+
+    def _hold(self, name: str, job: str | None) -> None:
+        """Note the hold, then block until the harness releases it or disarms the probe."""
+        me = threading.get_ident()
+        with self.turn:
+            while self.holder is not None and self.holder != me:
+                self.turn.wait()  # one hold at a time: this one waits for the other's end
+            self.holder, self.holds = me, self.holds + 1
+            number = self.holds
+        try:
+            self._note(name, job, "hold", hold=number)
+            go = release_file(self.log, os.getpid(), number)
+            while not os.path.exists(go) and not os.path.exists(self.off):
+                time.sleep(HOLD_POLL)
+            try:
+                os.unlink(go)
+            except OSError:
+                pass  # released by the .off file
+        finally:
+            with self.turn:
+                self.holder = None
+                self.turn.notify_all()
 
     def _due(self, name: str, job: str | None) -> bool:
         for pattern, every in self.at.get(name, ()):
@@ -206,14 +257,22 @@ class Hold:
                     return True
         return False
 
-    def _note(self, name: str, job: str | None, action: str) -> None:
+    def _note(self, name: str, job: str | None, action: str, **more: int) -> None:
         line = json.dumps({"t": time.time(), "pid": os.getpid(), "point": name, "job": job,
-                           "action": action})
+                           "action": action, **more})
         fd = os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, (line + "\n").encode())  # one short write(): appends stay whole
         finally:
             os.close(fd)
+
+
+def _names(env: dict[str, str], variable: str, known: set[str]) -> set[str]:
+    """The comma-separated point names of `variable`, each one the engine declares."""
+    names = set(filter(None, (p.strip() for p in env.get(variable, "").split(","))))
+    for name in names:
+        _known(name, known - {"*"}, variable)
+    return names
 
 
 def arm_from_env(points: Iterable[str], environ: dict[str, str] | None = None) -> bool:

@@ -154,21 +154,37 @@ class KillOnJobs:
             self.then(name)
 
 
+#: Seconds between two looks of a held thread for its release.
+HOLD_POLL = 0.005
+
+
 class HoldAt:
-    """A handler that stops this whole process (SIGSTOP) at the points `at` names, after
-    appending {"t","pid","point","job","action":"hold"} to `log`, and notes the points of
-    `watch` there ("action":"reach") without stopping; then hands the point on. The harness
-    that reads the log continues the process (an aimed fault: the harness's chaos.spec.aim).
+    """A handler that holds the thread passing a point `at` names, after appending
+    {"t","pid","point","job","action":"hold","hold":N} to `log` (N counts this process's
+    holds from 1), until the harness creates `<log>.release.<pid>.<N>` (removed here) or
+    `<log>.off`; notes the points of `watch` there ("action":"reach") without holding; then
+    hands the point on. An aimed fault: the harness's chaos.spec.aim.
+
+    While a thread is held, every other thread of the process that passes a point of
+    `pause` (points outside any write transaction) waits there until the hold ends: the
+    process stands still as a stopped one would, except that no thread waits inside a
+    transaction. A SIGSTOP of the whole process stopped the heartbeat or another slot
+    wherever it stood, inside its write transaction too, and every other process's writes
+    then waited for that transaction's lock as long as the hold lasted.
 
     `at` is NINELIVES_HOLD_AT: items `point`, `point=JOB` (a glob of the current job), either
     with `/N` (every N-th such pass). While a file named `log` + ".off" exists it is
     disarmed."""
 
-    def __init__(self, at: str, watch: str, log: str, then: Handler | None = None) -> None:
+    def __init__(self, at: str, watch: str, log: str, then: Handler | None = None,
+                 pause: str = "") -> None:
         self.log, self.off, self.then = log, log + ".off", then
         self.at: dict[str, list[tuple[str | None, int]]] = {}
         self.hits: dict[tuple[str, str | None, int], int] = {}
         self._lock = threading.Lock()
+        self._turn = threading.Condition()
+        self.holder: int | None = None  # the thread held now
+        self.holds = 0
         for item in filter(None, (part.strip() for part in at.split(","))):
             rest, _, every = item.rpartition("/") if "/" in item else (item, "", "1")
             point, _, job = rest.partition("=")
@@ -177,8 +193,11 @@ class HoldAt:
                 raise ValueError(f"NINELIVES_HOLD_AT item {item!r}: `/N` needs a whole N >= 1")
             self.at.setdefault(point, []).append((job or None, int(every)))
         self.watch = {p.strip() for p in watch.split(",") if p.strip()}
-        for point in self.watch:
-            self._known(point, "NINELIVES_HOLD_WATCH")
+        self.pause = {p.strip() for p in pause.split(",") if p.strip()}
+        for variable, points in (("NINELIVES_HOLD_WATCH", self.watch),
+                                 ("NINELIVES_HOLD_PAUSE", self.pause)):
+            for point in points:
+                self._known(point, variable)
 
     @staticmethod
     def _known(point: str, variable: str) -> None:
@@ -187,15 +206,44 @@ class HoldAt:
                              f"known: {', '.join(CRASHPOINTS)}")
 
     def __call__(self, name: str) -> None:
+        if self.holder is not None and name in self.pause:
+            self._wait_turn()
         if (name in self.at or name in self.watch) and not os.path.exists(self.off):
             job = current_job()
             if name in self.watch:
                 self._note(name, job, "reach")
             if self._due(name, job):
-                self._note(name, job, "hold")
-                os.kill(os.getpid(), signal.SIGSTOP)  # every thread stops, as in a pause
+                self._hold(name, job)
         if self.then is not None:
             self.then(name)
+
+    def _wait_turn(self) -> None:
+        """Wait while another thread of this process is held."""
+        me = threading.get_ident()
+        with self._turn:
+            while self.holder is not None and self.holder != me:
+                self._turn.wait()
+
+    def _hold(self, name: str, job: str | None) -> None:
+        me = threading.get_ident()
+        with self._turn:
+            while self.holder is not None and self.holder != me:
+                self._turn.wait()  # one hold at a time: another thread's first
+            self.holder, self.holds = me, self.holds + 1
+            number = self.holds
+        try:
+            self._note(name, job, "hold", number)
+            go = f"{self.log}.release.{os.getpid()}.{number}"
+            while not os.path.exists(go) and not os.path.exists(self.off):
+                time.sleep(HOLD_POLL)
+            try:
+                os.unlink(go)
+            except OSError:
+                pass  # released by the .off file
+        finally:
+            with self._turn:
+                self.holder = None
+                self._turn.notify_all()
 
     def _due(self, name: str, job: str | None) -> bool:
         for pattern, every in self.at.get(name, ()):
@@ -207,12 +255,12 @@ class HoldAt:
                     return True
         return False
 
-    def _note(self, name: str, job: str | None, action: str) -> None:
-        line = json.dumps({"t": time.time(), "pid": os.getpid(), "point": name, "job": job,
-                           "action": action})
+    def _note(self, name: str, job: str | None, action: str, hold: int = 0) -> None:
+        entry = {"t": time.time(), "pid": os.getpid(), "point": name, "job": job,
+                 "action": action, **({"hold": hold} if hold else {})}
         fd = os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, (line + "\n").encode())  # one write() of a short line: stays whole
+            os.write(fd, (json.dumps(entry) + "\n").encode())  # one write(): stays whole
         finally:
             os.close(fd)
 
@@ -222,8 +270,8 @@ def arm_from_env(environ: dict[str, str] | None = None) -> None:
 
     NINELIVES_CRASH_AT   `point:N` / `point@P` items (see KillAt), seeded by NINELIVES_CRASH_SEED;
     NINELIVES_CRASH_JOBS globs of job ids whose every `worker.after_call` kills the process;
-    NINELIVES_HOLD_AT, NINELIVES_HOLD_WATCH, NINELIVES_HOLD_LOG: points to stop at or note
-    (see HoldAt).
+    NINELIVES_HOLD_AT, NINELIVES_HOLD_WATCH, NINELIVES_HOLD_PAUSE, NINELIVES_HOLD_LOG: points
+    to hold a thread at, to note, and where the other threads wait meanwhile (see HoldAt).
     """
     env = os.environ if environ is None else environ
     handler: Handler | None = None
@@ -241,7 +289,7 @@ def arm_from_env(environ: dict[str, str] | None = None) -> None:
     log = env.get("NINELIVES_HOLD_LOG", "")
     if log and (env.get("NINELIVES_HOLD_AT") or env.get("NINELIVES_HOLD_WATCH")):
         handler = HoldAt(env.get("NINELIVES_HOLD_AT", ""), env.get("NINELIVES_HOLD_WATCH", ""),
-                         log, then=handler)
+                         log, then=handler, pause=env.get("NINELIVES_HOLD_PAUSE", ""))
     if handler is not None:
         set_crash_handler(handler)
 

@@ -164,22 +164,25 @@ class Heartbeat:
                 log.warning("heartbeat of job(s) %s: %s",
                             ", ".join(w[0].job_id for _, w in due), exc)
 
-    def _beat_one(self, store: Store, claim: Claim, who: str | None) -> float | None:
-        """Extend one lease, from the time read after the point: a process stopped at the
-        point (a pause, an aimed hold) must not renew from a time read before it stopped,
-        which would leave the lease ending in the past. Returns the time the lease now
-        holds until at least (the store runs it from its write, after that read), or None
-        when the lease was taken."""
-        hooks.set_current_job(claim.job_id)
-        crashpoint("worker.heartbeat")
+    def _renew(self, store: Store, claim: Claim, who: str | None) -> float | None:
+        """Extend one lease, from the time read after its point (see `_beat`). Returns the
+        time the lease now holds until at least (the store runs it from its write, after
+        that read), or None when the lease was taken."""
         now = self.clock.now()
         return now + self.lease if store.heartbeat(claim.job_id, claim.lease_token, now,
                                                    self.lease, who) else None
 
     def _beat(self, store: Store, due: list) -> None:
+        # Every lease's point is passed before the batch opens, never inside it: a process
+        # held or paused at a point (an aimed hold) must not stand there with the batch's
+        # write lock taken. And each renewal runs from a time read after its point: one read
+        # before a pause would leave the lease ending in the past.
+        for _, (claim, _, _, _) in due:
+            hooks.set_current_job(claim.job_id)
+            crashpoint("worker.heartbeat")
         batch = getattr(store, "batch", None)
         with batch() if batch is not None and len(due) > 1 else nullcontext():
-            kept = [self._beat_one(store, claim, who) for _, (claim, _, _, who) in due]
+            kept = [self._renew(store, claim, who) for _, (claim, _, _, who) in due]
         # Only now, the batch committed: a renewal rolled back with its batch renewed nothing.
         for (key, (claim, watch, _, _)), until in zip(due, kept):
             if until is not None:
@@ -361,7 +364,7 @@ class Worker:
         that runs out under it. Raises LeaseLost when the lease was taken; a busy store
         leaves the renewal to the heartbeat."""
         crashpoint("worker.heartbeat")
-        now = self.clock.now()  # after the point, as the heartbeat's own (Heartbeat._beat_one)
+        now = self.clock.now()  # after the point, as the heartbeat's own (Heartbeat._beat)
         try:
             kept = self.store.heartbeat(claim.job_id, claim.lease_token, now,
                                         self.config.lease, self.id)

@@ -1,16 +1,20 @@
 """Aimed faults in a real run: the harness's side of the probe's holds (chaos.spec.aim).
 
-A process armed with NINELIVES_HOLD_AT appends a line to the hold log and stops itself
-(SIGSTOP) at an aimed point. `AimWatch` reads that log, decides which aim the stop serves,
-and continues the process (SIGCONT) when the aim's condition comes: another process's claim
-of what it held (read from the engine's operations), another process passing a named point
-for the same job (a "reach" line in the same log), a number of seconds, or the aim's deadline
-at the latest. An expiry is carried out while the process stands stopped, then it goes on.
-A stop no aim needs (an aim already spent, or one hold at a time) is continued at once.
+A process armed with NINELIVES_HOLD_AT appends a line to the hold log and blocks the thread
+that reached the aimed point there, its other threads pausing at their next point outside a
+write transaction (chaos.probe). `AimWatch` reads that log, decides which aim the hold
+serves, and releases it (the probe's release file for that hold) when the aim's condition
+comes: another process's claim of what it held (read from the engine's operations), another
+process passing a named point for the same job (a "reach" line in the same log), a number of
+seconds, or the aim's deadline at the latest. An expiry is carried out while the thread
+stands held, then it goes on; a kill kills the process where it stands. A hold no aim needs
+(an aim already spent, or one hold at a time) is released at once. A hold line without a
+hold number comes from a probe that stops its whole process (SIGSTOP), as the probe did
+before: that process is continued (SIGCONT).
 
-It records its own `hold`, `release` and `expire` events (src "nemesis", each with `aim`).
-`heal()` disarms every probe (the log's `.off` file), continues every process it holds,
-and continues any stop still arriving: no process is left stopped.
+It records its own `hold`, `release`, `expire` and `kill` events (src "nemesis", each with
+`aim`). `heal()` disarms every probe (the log's `.off` file, which also lets every held thread go
+on), and releases any hold still arriving: no process is left stopped or blocked.
 """
 from __future__ import annotations
 
@@ -29,8 +33,9 @@ from chaos.history import Event
 POLL = 0.02
 #: Seconds between two reads of the engine's operations while a hold waits for a takeover.
 LOOK = 0.05
-#: Seconds to wait for a process that wrote its hold line to be stopped before continuing
-#: it: a SIGCONT sent before the process's own SIGSTOP would leave it stopped for good.
+#: Seconds to wait for a process whose probe stops it whole (a hold line with no number) to
+#: be stopped before continuing it: a SIGCONT sent before its own SIGSTOP would leave it
+#: stopped for good.
 STOP_WAIT = 2.0
 
 
@@ -45,18 +50,21 @@ class Held:
     job: str | None
     point: str
     t: float
+    number: int | None = None  # the probe's count of this process's holds (None: a SIGSTOP)
 
 
 class AimWatch:
     """Carries out the armed aims of `targets` for one real run (see the module docstring).
-    `children()` lists the supervisor's children (name, pid, role)."""
+    `children()` lists the supervisor's children (name, pid, role); `kill(child)` kills one
+    on the harness's behalf (the supervisor's SIGKILL)."""
 
     def __init__(self, targets: list[aims.Target], engine: Any, db: str, log: str,
                  children: Callable[[], list], record: Callable[[Event], None],
-                 plan: Any) -> None:
+                 plan: Any, kill: Callable[[Any], None] | None = None) -> None:
         self.targets = [t for t in targets if t.armed]
         self.engine, self.db, self.log, self.record, self.plan = engine, db, log, record, plan
         self.children = children
+        self.kill = kill or (lambda child: os.kill(child.pid, signal.SIGKILL))
         self.fired: dict[int, int] = {}
         self.held: dict[int, Held] = {}      # pid -> its hold
         self.taken: set[str] = set()         # jobs held by an aim (job = "held" aims these)
@@ -72,7 +80,7 @@ class AimWatch:
         return self
 
     def heal(self) -> None:
-        """Disarm every probe, continue every held process, and any stop still arriving."""
+        """Disarm every probe, release every hold, and any hold still arriving."""
         with open(aims.off_file(self.log), "a", encoding="utf-8"):
             pass
         self._stop.set()
@@ -110,23 +118,26 @@ class AimWatch:
             if entry.get("action") == "reach":
                 self._reached.append(entry)
             elif release_all:
-                self._continue(entry["pid"])
+                self._continue(entry["pid"], entry.get("hold"))
             else:
                 self._stopped(entry)
 
     def _stopped(self, entry: dict) -> None:
-        """A process stopped at a hold point: hold it for the aim it serves, or continue it."""
+        """A process held at a hold point: hold it for the aim it serves, or release it."""
         child = self._child(entry["pid"])
         target = self._serves(entry, child)
         if target is None or child is None:
-            self._continue(entry["pid"])
+            self._continue(entry["pid"], entry.get("hold"))
             return
         self.fired[target.index] = self.fired.get(target.index, 0) + 1
         job = entry.get("job") or self._job_of(entry["pid"], child.role, entry["t"])
         held = Held(target, entry["pid"], child.name, child.role, job, entry["point"],
-                    entry["t"])
+                    entry["t"], entry.get("hold"))
         if target.aim.action == "expire":
             self._expire(held)
+            return
+        if target.aim.action == "kill":
+            self._kill(held, child)
             return
         self.held[held.pid] = held
         if held.job:
@@ -153,7 +164,8 @@ class AimWatch:
             if aim.job == "held" and job not in self.taken:
                 continue
             step = aims.step_named(aim, self.engine.pipeline)
-            if step and (job is None or self._step_of(job) != step):
+            if step and (job is None or aims.step_at(aim, self.engine.operations(self.db), job,
+                                                     self.engine.pipeline) != step):
                 continue
             return t
         return None
@@ -165,14 +177,6 @@ class AimWatch:
         jobs = [op.get("job") for op in self.engine.operations(self.db)
                 if op.get("type") == kind and op.get("pid") == pid and op["t"] <= before]
         return jobs[-1] if jobs else None
-
-    def _step_of(self, job: str) -> str | None:
-        """The step the job's last claim was for (the engine's operations)."""
-        step = None
-        for op in self.engine.operations(self.db):
-            if op.get("type") == "claimed" and op.get("job") == job:
-                step = op.get("step")
-        return step
 
     def _check(self, now: float) -> None:
         for held in list(self.held.values()):
@@ -208,8 +212,8 @@ class AimWatch:
     # -- acting on processes -----------------------------------------------------------------
 
     def _expire(self, held: Held) -> None:
-        """Expire the leases while the process stands stopped, then continue it. The expiry
-        runs aside, bounded: a store lock it waits for cannot keep the process stopped."""
+        """Expire the leases while the process stands held, then release it. The expiry
+        runs aside, bounded: a store lock it waits for cannot keep the process held."""
         result: dict[str, Any] = {}
 
         def expire() -> None:
@@ -228,15 +232,22 @@ class AimWatch:
                      "aim": held.target.index, "point": held.point, "job": held.job,
                      "target": held.name, "pid": held.pid, "leases": result.get("leases", 0),
                      **({"error": result["error"]} if "error" in result else {})})
-        self._continue(held.pid)
+        self._continue(held.pid, held.number)
         worker.join()
+
+    def _kill(self, held: Held, child: Any) -> None:
+        """SIGKILL the process where it stands held: a crash at exactly that point."""
+        self.record({"t": time.time(), "src": "nemesis", "type": "kill",
+                     "aim": held.target.index, "point": held.point, "job": held.job,
+                     "target": held.name, "pid": held.pid, "role": held.role})
+        self.kill(child)
 
     def _release(self, held: Held, reason: str, **details: Any) -> None:
         self.held.pop(held.pid, None)
-        # Stamped before the process goes on: it may stop at its next hold point and log
+        # Stamped before the process goes on: it may hold at its next hold point and log
         # that hold before a time read after this call, and the hold would then seem to
         # begin before this one ended (a checker pairing holds and releases lost the first).
-        self._log_release(held, reason, self._continue(held.pid), **details)
+        self._log_release(held, reason, self._continue(held.pid, held.number), **details)
 
     def _log_release(self, held: Held, reason: str, now: float, **details: Any) -> None:
         self.record({"t": now, "src": "nemesis", "type": "release", "aim": held.target.index,
@@ -245,8 +256,16 @@ class AimWatch:
                      "held": round(now - held.t, 3),
                      **details})
 
-    def _continue(self, pid: int) -> float:
-        """SIGCONT `pid` once it is stopped (or gone); returns the time read just before."""
+    def _continue(self, pid: int, number: int | None) -> float:
+        """Release hold `number` of `pid` (its probe's release file), or, for a probe that
+        stops its whole process (no number), SIGCONT `pid` once it is stopped (or gone).
+        Returns the time read just before."""
+        if number is not None:
+            now = time.time()
+            if not os.path.exists(aims.off_file(self.log)):  # else that file released it
+                with open(aims.release_file(self.log, pid, number), "a", encoding="utf-8"):
+                    pass
+            return now
         deadline = time.time() + STOP_WAIT
         while time.time() < deadline and not _stopped_or_gone(pid):
             time.sleep(0.002)

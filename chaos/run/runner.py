@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -176,7 +177,8 @@ class Campaign:
         # the aimed faults' side of the probe's holds (chaos.run.aim_watch): its own role
         self.aims = AimWatch(aim.resolve(self.scenario.aims, self.engine), self.engine,
                              self.db, aim.hold_log(self.run_dir), lambda: list(sup.children),
-                             self.record, self.plan)
+                             self.record, self.plan,
+                             lambda child: sup.signal(child, signal.SIGKILL))
         self.chaos_on = True
         self._wait_for_first_claim(sup, counts)
         self._phase("chaos")
@@ -365,7 +367,7 @@ class Campaign:
             env["NINELIVES_CRASH_SEED"] = str(self.plan.crash_seeds[n % len(self.plan.crash_seeds)])
         if self.chaos_on and self.scenario.aims:  # aimed faults (chaos.spec.aim): the holds
             env.update(aim.probe_env(aim.resolve(self.scenario.aims, self.engine), self.plan,
-                                     aim.hold_log(self.run_dir)))
+                                     aim.hold_log(self.run_dir), self.engine))
         return env
 
     def _write_json(self, name: str, data: Any) -> None:

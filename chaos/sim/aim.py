@@ -1,6 +1,8 @@
 """Aimed faults in a simulation (chaos.spec.aim): a thread that reaches an aimed point parks there,
-its whole process kept off the schedule as a real one is stopped, until the aim's condition
-comes; or its leases are expired before it goes on.
+its whole process kept off the schedule, until the aim's condition comes; or its leases are
+expired before it goes on; or it is killed there. As in a real run (chaos.probe), no thread
+of the process is held inside a write transaction: the scheduler lets an actor with one open
+take its next turn whatever, so it commits, and then waits as its process's other actors do.
 
 The scheduler reports every point an actor reaches (`Scheduler.on_point`), in that actor's
 thread, before it parks. The conditions are read on the virtual clock: another process's
@@ -8,7 +10,7 @@ claim of what the held one held, from the engine's operations every `LOOK` virtu
 another process reaching the aim's rendezvous point for the same job, as it reaches it; a
 number of virtual seconds; the aim's deadline at the latest. Everything here is a function
 of the schedule, so the same seed gives the same holds. It records the same `hold`,
-`release` and `expire` events as a real run's `chaos.run.aim_watch`.
+`release`, `expire` and `kill` events as a real run's `chaos.run.aim_watch`.
 """
 from __future__ import annotations
 
@@ -66,7 +68,11 @@ class SimAims:
             return
         self.fired[target.index] = self.fired.get(target.index, 0) + 1
         held = Held(target, process, job, name, self.sim.sched.now())
-        process.paused_until = INF  # its every thread, as SIGSTOP stops them
+        if target.aim.action == "kill":  # where it stands: its turn ends at this point
+            self._log("kill", held, held.t, role=process.role)
+            self.sim.kill(process, point=None)
+            return
+        process.paused_until = INF  # its every thread, as the probe pauses them
         if target.aim.action == "expire":
             self._expire(held)
         else:
@@ -88,17 +94,11 @@ class SimAims:
                     or self.fired.get(t.index, 0) >= aim.times:
                 continue
             step = aims.step_named(aim, self.sim.engine.pipeline)
-            if step and (job is None or self._step_of(job) != step):
+            if step and (job is None or aims.step_at(aim, self.sim.operations(), job,
+                                                     self.sim.engine.pipeline) != step):
                 continue
             return t
         return None
-
-    def _step_of(self, job: str) -> str | None:
-        step = None
-        for op in self.sim.operations():
-            if op.get("type") == "claimed" and op.get("job") == job:
-                step = op.get("step")
-        return step
 
     def _hold(self, held: Held) -> None:
         sched, aim = self.sim.sched, held.target.aim

@@ -2,20 +2,23 @@
 
 Random fault timing rarely lands in the narrow windows where lease bugs live (a zombie's
 completion after another worker took its job over). An aim names the window instead: when a
-process reaches `point` for the chosen job, it is *held* there (a real process stopped with
-SIGSTOP, a simulated one parked) until the condition comes, or its lease is *expired* before
-it goes on. This module owns the plain description (`Aim`, built from a scenario's `[[aim]]`
-tables or from code), its validation, what it arms on one engine (`resolve`), the probe's
-environment for it, and how its evidence reads (`aim_section`); `chaos.run.aim_watch` carries
-aims out in a real run, `chaos.sim.aim` in a simulation.
+process reaches `point` for the chosen job, it is *held* there (the thread blocked in the
+probe, its process's other threads paused at their next point outside a transaction; a
+simulated one parked) until the condition comes, its lease is *expired* before it goes on,
+or it is *killed* there (the harness's SIGKILL, a crash at exactly that point). This module
+owns the plain description (`Aim`, built from a scenario's `[[aim]]` tables or from code),
+its validation, what it arms on one engine (`resolve`), the probe's environment for it, and
+how its evidence reads (`aim_section`); `chaos.run.aim_watch` carries aims out in a real
+run, `chaos.sim.aim` in a simulation.
 
     [[aim]]
     point = "role:after_call"     # where: an engine point or a role, '?' when optional
-    action = "hold"               # "hold" (the default) or "expire"
+    action = "hold"               # "hold" (the default), "expire" or "kill"
     until = "takeover"            # "takeover", "point:NAME" (a rendezvous) or seconds
     job = "first"                 # "first", "pick" (the plan picks one), "held" (a job
                                   # another aim holds or held until its takeover), or an id
-    step = ""                     # only while the job is at this step ("@last": its last)
+    step = ""                     # only while the job is at this step ("@last": its last;
+                                  # at role:after_commit, the step that just committed)
     every = 1                     # the N-th, 2N-th ... matching pass of each process
     times = 1                     # how many holds in all
     deadline = 5.0                # a hold whose condition never comes ends here
@@ -26,9 +29,10 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any, Iterable
 
+from chaos import probe
 from chaos.engines import crashpoints
 
-ACTIONS = ("hold", "expire")
+ACTIONS = ("hold", "expire", "kill")
 TAKEOVER = "takeover"
 POINT = "point:"
 JOB_CHOICES = ("first", "pick", "held")
@@ -142,8 +146,8 @@ class Aim:
     def label(self, index: int) -> str:
         """How reports name the aim: `aim 1 (hold at role:after_call until takeover)`."""
         until = f"{self.until} s" if self.kind == "seconds" else str(self.until)
-        what = f"hold at {self.point} until {until}" if self.action == "hold" \
-            else f"expire at {self.point}"
+        what = {"hold": f"hold at {self.point} until {until}",
+                "expire": f"expire at {self.point}"}.get(self.action, f"kill at {self.point}")
         return f"aim {index} ({what})"
 
     def to_json(self) -> dict[str, Any]:
@@ -223,9 +227,38 @@ def step_named(aim: Aim, pipeline: Any) -> str:
     return aim.step
 
 
-def probe_env(targets: Iterable[Target], plan: Any, log: str) -> dict[str, str]:
+def step_at(aim: Aim, ops: list[dict], job: str, pipeline: Any) -> str | None:
+    """The step `job` is at when a process reaches the aim's point, from the engine's
+    operations: the step its last claim was for; at role:after_commit, the step whose
+    completion it last wrote. The commit that completes a step may also claim the next one
+    under the same lease, so the last claim there names the step after the one that just
+    committed."""
+    if aim.role != "after_commit":
+        claims = [op for op in ops if op.get("type") == "claimed" and op.get("job") == job]
+        return claims[-1].get("step") if claims else None
+    done = {step.done: step.name for step in pipeline.steps}
+    ends = [op for op in ops if op.get("type") == "state" and op.get("job") == job
+            and op.get("to") in done]
+    return done[ends[-1]["to"]] if ends else None
+
+
+def pause_points(engine: Any) -> tuple[str, ...]:
+    """The engine's points that play a role outside any write transaction: where the other
+    threads of a process wait while one of its threads is held (the probe's
+    NINELIVES_HOLD_PAUSE). A point of no role (one an engine passes inside its own batch,
+    say) is never one: a thread paused there could keep a lock every other process waits
+    for."""
+    roles = crashpoints.point_roles(engine)
+    inside = {p for role in IN_TRANSACTION for p in roles.get(role, ())}
+    return tuple(dict.fromkeys(p for role, points in roles.items() if role not in IN_TRANSACTION
+                               for p in points if p not in inside))
+
+
+def probe_env(targets: Iterable[Target], plan: Any, log: str,
+              engine: Any = None) -> dict[str, str]:
     """The probe's environment for the armed aims (see chaos.probe): NINELIVES_HOLD_AT,
-    NINELIVES_HOLD_WATCH and NINELIVES_HOLD_LOG; {} when none is armed."""
+    NINELIVES_HOLD_WATCH, NINELIVES_HOLD_PAUSE (`engine`'s `pause_points`) and
+    NINELIVES_HOLD_LOG; {} when none is armed."""
     holds, watch = [], []
     for t in targets:
         if not t.armed:
@@ -240,12 +273,20 @@ def probe_env(targets: Iterable[Target], plan: Any, log: str) -> dict[str, str]:
     env = {"NINELIVES_HOLD_AT": ",".join(dict.fromkeys(holds)), "NINELIVES_HOLD_LOG": log}
     if watch:
         env["NINELIVES_HOLD_WATCH"] = ",".join(dict.fromkeys(watch))
+    pause = pause_points(engine) if engine is not None else ()
+    if pause:
+        env["NINELIVES_HOLD_PAUSE"] = ",".join(pause)
     return env
 
 
 def off_file(log: str) -> str:
     """The file whose presence disarms every probe writing to `log` (chaos.probe)."""
     return log + ".off"
+
+
+def release_file(log: str, pid: int, hold: int) -> str:
+    """The file whose creation releases hold number `hold` of process `pid` (chaos.probe)."""
+    return probe.release_file(log, pid, hold)
 
 
 @dataclass
@@ -305,6 +346,9 @@ def sentences(events: list[dict]) -> dict[int, list[str]]:
             said.setdefault(i, []).append(_released(start or e, e))
         elif e["type"] == "expire":
             said.setdefault(i, []).append(_expired(e))
+        elif e["type"] == "kill":
+            said.setdefault(i, []).append(f"killed {e.get('target')} at {e.get('point')} for "
+                                          f"{e.get('job')}")
     for (i, _), start in holds.items():
         said.setdefault(i, []).append(f"held {start.get('target')} at {start.get('point')} "
                                       f"for {start.get('job')}: never released in the record")
@@ -335,10 +379,10 @@ def _expired(e: dict) -> str:
 
 
 def fired_counts(events: list[dict]) -> dict[int, int]:
-    """aim index -> how often it fired (a hold begun, an expiry done)."""
+    """aim index -> how often it fired (a hold begun, an expiry done, a kill)."""
     counts: dict[int, int] = {}
     for e in events:
-        if e.get("src") == "nemesis" and "aim" in e and e["type"] in ("hold", "expire"):
+        if e.get("src") == "nemesis" and "aim" in e and e["type"] in ("hold", "expire", "kill"):
             counts[e["aim"]] = counts.get(e["aim"], 0) + 1
     return counts
 

@@ -4,7 +4,6 @@ of a real run's watch, and the sentences a report gives."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -29,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.mark.parametrize("raw, says", [
     ({"until": "takeover"}, "'aim[1].point' is required"),
     ({"point": "role:nope"}, "names no role"),
-    ({"point": "role:after_call", "action": "kill"}, "'aim[1].action' must be"),
+    ({"point": "role:after_call", "action": "crash"}, "'aim[1].action' must be"),
     ({"point": "role:after_call", "until": "later"}, "'aim[1].until' must be"),
     ({"point": "role:after_call", "until": -1}, "'aim[1].until' must be"),
     ({"point": "role:after_call", "until": "point:role:zzz"}, "'aim[1].until'"),
@@ -92,11 +91,17 @@ def test_the_probe_environment_names_points_jobs_and_every():
     plan = FaultPlan(3, "aim", "smoke", ["doc-1", "doc-2", "doc-3"], {}, [], [], {}, [], [])
     targets = aims.resolve((Aim("role:after_call", until="point:role:after_claim", job="pick",
                                 every=2),), engine)
-    env = aims.probe_env(targets, plan, "/tmp/holds.jsonl")
+    env = aims.probe_env(targets, plan, "/tmp/holds.jsonl", engine)
     job = plan.aimed_job(1)
     assert job == plan.aimed_job(1) and job in plan.jobs  # a pure function of the seed
     assert env["NINELIVES_HOLD_AT"] == f"worker.after_call={job}/2"
     assert env["NINELIVES_HOLD_WATCH"] == "worker.after_claim"
+    # the other threads of a held process wait at the points outside any transaction only
+    pause = env["NINELIVES_HOLD_PAUSE"].split(",")
+    assert {"worker.heartbeat", "worker.after_claim", "worker.after_call",
+            "sender.after_send"} <= set(pause)
+    assert not {"claim.before_commit", "worker.before_commit", "worker.fail.before_commit",
+                "sender.before_commit", "worker.group.before_commit"} & set(pause)
 
 
 # -- the takeover, read from operations ---------------------------------------------------
@@ -149,7 +154,7 @@ def test_a_fired_aim_reads_as_a_sentence_and_an_unfired_one_is_listed():
     assert section["aims_unfired"] == ["aim 3 (hold at role:after_claim until takeover)"]
 
 
-# -- the probe's hold, in a real process ---------------------------------------------------
+# -- a real run's watch: which hold it keeps, and when it lets it go -------------------------
 
 CHILD = """
 import sys
@@ -170,79 +175,6 @@ def _wait(condition, seconds=10.0):
         time.sleep(0.01)
     return False
 
-
-def test_the_probe_stops_its_process_at_the_aimed_point_until_continued(tmp_path):
-    log = tmp_path / "holds.jsonl"
-    env = {**os.environ, "PYTHONPATH": ROOT, "NINELIVES_HOLD_LOG": str(log),
-           "NINELIVES_HOLD_AT": "w.after_call=doc-1", "NINELIVES_HOLD_WATCH": "w.after_claim"}
-    child = subprocess.Popen([sys.executable, "-c", CHILD], env=env, stdout=subprocess.PIPE,
-                             text=True)
-    try:
-        assert _wait(lambda: log.exists() and '"hold"' in log.read_text())
-        assert _wait(lambda: _stopped_or_gone(child.pid))
-        assert child.poll() is None  # stopped, not ended
-        lines = [json.loads(x) for x in log.read_text().splitlines()]
-        assert [(x["action"], x["point"], x["job"]) for x in lines] == [
-            ("reach", "w.after_claim", "doc-1"), ("hold", "w.after_call", "doc-1")]
-        os.kill(child.pid, signal.SIGCONT)
-        out, _ = child.communicate(timeout=10)
-        assert out.strip() == "went on" and child.returncode == 0
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-
-
-THREAD_CHILD = """
-import socket, sys, threading
-from chaos import probe
-probe.arm_from_env(["w.heartbeat"])
-a, b = socket.socketpair()
-
-def beat():
-    probe.point("w.heartbeat", "doc-1")
-    open(sys.argv[1], "w").close()  # a heartbeat's write, which must wait for the continue
-    b.send(b"x")
-
-threading.Thread(target=beat).start()
-a.recv(1)  # the main thread waits in a call, as a worker's does while its heartbeat beats
-print("went on", flush=True)
-"""
-
-
-def test_a_hold_on_another_thread_stops_that_thread_at_the_point(tmp_path):
-    """Held from a thread other than the main one (a heartbeat's), the thread that reached
-    the point stops there: it does not run on into its write while the stop reaches it."""
-    log, wrote = tmp_path / "holds.jsonl", tmp_path / "wrote"
-    env = {**os.environ, "PYTHONPATH": ROOT, "NINELIVES_HOLD_LOG": str(log),
-           "NINELIVES_HOLD_AT": "w.heartbeat"}
-    child = subprocess.Popen([sys.executable, "-c", THREAD_CHILD, str(wrote)], env=env,
-                             stdout=subprocess.PIPE, text=True)
-    try:
-        assert _wait(lambda: log.exists() and '"hold"' in log.read_text())
-        assert _wait(lambda: _stopped_or_gone(child.pid))
-        time.sleep(0.2)  # what the thread would write, it would have written by now
-        assert child.poll() is None and not wrote.exists()
-        os.kill(child.pid, signal.SIGCONT)
-        out, _ = child.communicate(timeout=10)
-        assert out.strip() == "went on" and wrote.exists()
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-
-
-def test_the_probe_is_disarmed_by_the_off_file(tmp_path):
-    log = tmp_path / "holds.jsonl"
-    open(aims.off_file(str(log)), "w").close()
-    env = {**os.environ, "PYTHONPATH": ROOT, "NINELIVES_HOLD_LOG": str(log),
-           "NINELIVES_HOLD_AT": "w.after_call"}
-    done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
-                          text=True, timeout=30)
-    assert done.stdout.strip() == "went on" and not log.exists()
-
-
-# -- a real run's watch: which stop it holds, and when it lets it go ------------------------
 
 class _Child:
     def __init__(self, proc, name, role="worker"):
@@ -299,7 +231,7 @@ def test_the_watch_holds_until_takeover_then_continues(tmp_path):
         hold = next(e for e in events if e["type"] == "hold")
         assert hold["job"] == "doc-2" and hold["target"] == "worker-0.1"
         time.sleep(0.2)
-        assert proc.poll() is None and _stopped_or_gone(proc.pid)  # still held
+        assert proc.poll() is None and not _stopped_or_gone(proc.pid)  # held, not stopped
         engine.ops.append({"type": "claimed", "job": "doc-2", "worker": "B", "pid": 99,
                            "t": time.time()})
         assert _wait(lambda: any(e["type"] == "release" for e in events))
@@ -317,18 +249,17 @@ def test_the_watch_holds_until_takeover_then_continues(tmp_path):
 
 
 def test_a_release_is_stamped_before_the_process_goes_on(tmp_path, monkeypatch):
-    """A process held again at once (the child stops at after_call twice) logs its second
-    hold after the first release: the release's time is read before the SIGCONT, so the
-    history's order pairs each hold with its own release (a release stamped after it, behind
-    the next hold, left the checkers a pause of a few microseconds instead of the hold)."""
-    import chaos.run.aim_watch as aim_watch
-    sent, kill = [], os.kill
+    """A process held again at once (the child holds at after_call twice) logs its second
+    hold after the first release: the release's time is read before its release file is
+    made, so the history's order pairs each hold with its own release (a release stamped
+    after it, behind the next hold, left the checkers a pause of a few microseconds instead
+    of the hold)."""
+    sent, release_file = [], aims.release_file
 
-    def kill_and_stamp(pid, sig):
-        if sig == signal.SIGCONT:
-            sent.append(time.time())
-        kill(pid, sig)
-    monkeypatch.setattr(aim_watch.os, "kill", kill_and_stamp)
+    def stamped(*args):
+        sent.append(time.time())
+        return release_file(*args)
+    monkeypatch.setattr(aims, "release_file", stamped)
     watch, log, events, children = _watch(
         tmp_path, Aim("role:after_call", until=0.1, times=2, deadline=5.0), _Ops())
     proc = _held_child(tmp_path, log)
@@ -370,6 +301,38 @@ def test_a_hold_whose_condition_never_comes_ends_at_its_deadline(tmp_path):
     assert "no other process reached role:after_claim for doc-2" in release["waited_for"]
 
 
+LEGACY = """
+import json, os, signal, sys, time
+line = {"t": time.time(), "pid": os.getpid(), "point": "w.after_call", "job": "doc-1",
+        "action": "hold"}
+with open(sys.argv[1], "a") as fh:
+    fh.write(json.dumps(line) + "\\n")
+os.kill(os.getpid(), signal.SIGSTOP)
+print("went on", flush=True)
+"""
+
+
+def test_a_probe_that_stops_its_process_whole_is_continued(tmp_path):
+    """A hold line without a hold number comes from a probe copied before holds blocked a
+    thread: it stopped its process (SIGSTOP), and the watch continues it (SIGCONT)."""
+    watch, log, events, children = _watch(tmp_path, Aim("role:after_call", until=0.1),
+                                          _Ops())
+    proc = subprocess.Popen([sys.executable, "-c", LEGACY, log], stdout=subprocess.PIPE,
+                            text=True)
+    children.append(_Child(proc, "worker-0.1"))
+    watch.start()
+    try:
+        out, _ = proc.communicate(timeout=15)
+        assert out.strip() == "went on"
+    finally:
+        watch.heal()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert [(e["type"], e.get("reason")) for e in events] == [("hold", None),
+                                                             ("release", "seconds")]
+
+
 def test_heal_continues_a_held_process(tmp_path):
     watch, log, events, children = _watch(tmp_path, Aim("role:after_call", deadline=60.0),
                                           _Ops())
@@ -386,3 +349,53 @@ def test_heal_continues_a_held_process(tmp_path):
             proc.kill()
             proc.wait()
     assert events[-1]["type"] == "release" and events[-1]["reason"] == "heal"
+
+
+# -- an aimed kill -------------------------------------------------------------------------
+
+def test_the_step_after_a_commit_is_the_one_that_committed_not_the_one_it_moved_on_to():
+    """The commit that completes verify also claims deliver under the same lease: at a point
+    right after that commit the job's last claim names deliver, but the step that committed
+    there is verify."""
+    pipeline = ReferenceEngine().pipeline
+    ops = [{"type": "claimed", "job": "j", "step": "verify", "t": 1.0},
+           {"type": "state", "job": "j", "from": "verifying", "to": "verified", "t": 2.0},
+           {"type": "claimed", "job": "j", "step": "deliver", "continued": True, "t": 2.0}]
+    after_commit, after_call = Aim("role:after_commit", action="kill"), Aim("role:after_call")
+    assert aims.step_at(after_commit, ops, "j", pipeline) == "verify"
+    assert aims.step_at(after_call, ops, "j", pipeline) == "deliver"
+    ops.append({"type": "state", "job": "j", "from": "delivering", "to": "delivered", "t": 3.0})
+    assert aims.step_at(after_commit, ops, "j", pipeline) == "deliver"
+    assert aims.step_at(after_commit, ops, "k", pipeline) is None
+
+
+def test_an_aimed_kill_kills_the_process_where_it_holds(tmp_path):
+    aim = Aim("role:after_call", action="kill")
+    assert aim.label(1) == "aim 1 (kill at role:after_call)"
+    killed = []
+    log = str(tmp_path / "holds.jsonl")
+    events, children = [], []
+    plan = type("Plan", (), {"seed": 1, "jobs": ["doc-1"]})()
+
+    def kill(child):
+        killed.append(child.name)
+        child.proc.kill()
+    watch = AimWatch(aims.resolve((aim,), _Ops()), _Ops(), "db", log, lambda: children,
+                     events.append, plan, kill)
+    proc = _held_child(tmp_path, log)
+    children.append(_Child(proc, "worker-0.1"))
+    watch.start()
+    try:
+        out, _ = proc.communicate(timeout=15)
+        assert out == "" and proc.returncode == -signal.SIGKILL
+    finally:
+        watch.heal()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert killed == ["worker-0.1"]
+    assert [(e["type"], e["aim"], e["point"], e["job"]) for e in events] == [
+        ("kill", 1, "w.after_call", "doc-2")]
+    section = aims.aim_section((aim,), _Ops(), events)
+    assert section["aims"][0]["evidence"] == ["killed worker-0.1 at w.after_call for doc-2"]
+    assert section["aims_unfired"] == []
