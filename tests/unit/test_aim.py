@@ -399,3 +399,35 @@ def test_an_aimed_kill_kills_the_process_where_it_holds(tmp_path):
     section = aims.aim_section((aim,), _Ops(), events)
     assert section["aims"][0]["evidence"] == ["killed worker-0.1 at w.after_call for doc-2"]
     assert section["aims_unfired"] == []
+
+
+# -- the catalog's aimed scenarios, in simulation -------------------------------------------
+
+def _aimed(result, kind):
+    return [e for e in result.history if e.get("src") == "nemesis" and e.get("type") == kind
+            and "aim" in e]
+
+
+@pytest.mark.parametrize("seed", (1, 2, 3))
+def test_torn_completion_kills_a_worker_right_after_a_jobs_last_commit(seed):
+    """Where a completion that queues its effects apart loses them: after the commit that
+    delivered the job, before anything else."""
+    from test_sim import run
+    result = run(load_scenario("mutants/torn-completion", "smoke"), seed)
+    kills = _aimed(result, "kill")
+    assert len(kills) == 3 and result.signature() == []
+    for kill in kills:
+        states = [e for e in result.history if e.get("src") == "engine" and e["type"] == "state"
+                  and e.get("job") == kill["job"] and e["t"] <= kill["t"]]
+        assert states[-1]["to"] == "delivered"
+
+
+@pytest.mark.parametrize("seed", (1, 2, 3))
+def test_memo_hits_holds_a_new_owner_until_a_third_takes_the_job_over(seed):
+    """The zombie's memo commits while the worker that took its job over stands held after
+    its claim, so whoever goes on with the step first finds a memo it did not write."""
+    from test_sim import run
+    result = run(load_scenario("mutants/memo-hits", "smoke"), seed)
+    released = [(e["aim"], e["reason"]) for e in _aimed(result, "release")]
+    assert (1, "takeover") in released and (2, "takeover") in released
+    assert result.signature() == []
