@@ -53,7 +53,25 @@ CHECK_WRITES = ("Rerun the checkers (and situations) on a saved run's history an
                 "once, with the history and snapshot rebuilt from what it appended.")
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: The commands whose parsers live beside their code, each imported only when it is the
+#: command given (or for --help and a command not known): their modules import much that
+#: the others do not need (the simulation, the mutant catalog, PostgreSQL's client).
+OWN_PARSERS = {
+    "sim": ("chaos.sim.cli", "add_parser"),
+    "explore": ("chaos.explore.cli", "add_parser"),
+    "mutants": ("chaos.mutants.matrix", "add_parser"),
+    "doctor": ("chaos.engines.doctor", "add_parser"),
+    "merge": ("chaos.reports.merge", "add_parser"),
+    "annotate": ("chaos.reports.annotate", "add_parser"),
+}
+SCORE_HELP = "the mutation score: one-line bugs in the engine the harness catches"
+COMMANDS = frozenset({"engine", "run", "replay", "check", "report", "sweep", "demo", "score",
+                      *OWN_PARSERS})
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line's parser; with `only`, one of its commands, the parsers of the
+    commands in OWN_PARSERS (and score's) are added only when `only` names them."""
     parser = argparse.ArgumentParser(prog="ninelives", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -110,22 +128,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"worker processes (default 2, at most {MAX_WORKERS})")
     p.add_argument("--seed", type=int, default=1, help="the seed of the documents (default 1)")
     p.add_argument("--out", default="reports/demo", help="where the demo's folder goes")
-    from chaos.sim.cli import add_parser as add_sim_parser
-    add_sim_parser(sub)
-    from chaos.explore.cli import add_parser as add_explore_parser
-    add_explore_parser(sub)
-    from chaos.mutants.matrix import add_parser as add_mutants_parser
-    add_mutants_parser(sub)
-    from chaos.engines.doctor import add_parser as add_doctor_parser
-    add_doctor_parser(sub)
-    from chaos.reports.merge import add_parser as add_merge_parser
-    add_merge_parser(sub)
-    from chaos.reports.annotate import add_parser as add_annotate_parser
-    add_annotate_parser(sub)
-    from chaos.score import add_arguments as add_score_arguments
-    add_score_arguments(sub.add_parser(
-        "score", help="the mutation score: one-line bugs in the engine the harness catches"))
+    import importlib
+    for name, (module, function) in OWN_PARSERS.items():
+        if only in (None, name):
+            getattr(importlib.import_module(module), function)(sub)
+    if only in (None, "score"):
+        from chaos.score import add_arguments as add_score_arguments
+        add_score_arguments(sub.add_parser("score", help=SCORE_HELP))
     return parser
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The command `argv` names when it is one of ninelives's (its first word that is not an
+    option), else None: a parser of every command then says what went wrong."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in COMMANDS else None
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -294,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from chaos.reference.adapter import engine_cli
         return engine_cli(argv[1:])
     try:
-        args = build_parser().parse_args(argv)  # imports every command's parser
+        args = build_parser(command_of(argv)).parse_args(argv)
     except KeyboardInterrupt as stop:
         return interrupted(stop)
     from chaos.engines.adapter_guard import AdapterError

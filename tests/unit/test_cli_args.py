@@ -217,6 +217,32 @@ def test_the_usage_names_every_command():
         assert f"ninelives {name} " in chaos.commands.cli.__doc__, name
 
 
+def test_a_command_is_parsed_alike_by_its_own_parser_and_by_the_whole_one():
+    cli = chaos.commands.cli
+    assert set(subcommands(cli.build_parser())) == cli.COMMANDS
+    for argv in (["sim", "smoke", "--seeds", "2..3"], ["mutants", "--only", "no_state_guard"],
+                 ["run", "smoke", "--seed", "4"], ["score", "--seeds", "2"],
+                 ["doctor", "--engine", "reference"]):
+        only = cli.command_of(argv)
+        assert only == argv[0]
+        assert cli.build_parser(only).parse_args(argv) == cli.build_parser().parse_args(argv)
+        assert set(subcommands(cli.build_parser(only))) & set(cli.OWN_PARSERS) <= {only}
+    # a typo, or options alone, gets the whole parser: its error lists every command
+    assert cli.command_of(["smi", "smoke"]) is None and cli.command_of(["--version"]) is None
+
+
+def test_a_run_imports_neither_the_simulation_nor_the_mutant_catalog_to_read_its_flags():
+    import subprocess
+    import sys
+    code = ("import sys; from chaos.commands.cli import build_parser, command_of; "
+            "argv = ['run', 'smoke', '--seed', '2']; build_parser(command_of(argv)).parse_args(argv); "
+            "print(sorted(m for m in sys.modules if m.startswith(('chaos.sim', 'chaos.mutants', "
+            "'chaos.reference.mutants', 'psycopg'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
+
+
 def engine_help(command: str) -> str:
     return subcommands(engine.cli.build_parser())[command].format_help()
 
