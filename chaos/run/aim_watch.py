@@ -8,7 +8,8 @@ comes: another process's claim of what it held (read from the engine's operation
 process passing a named point for the same job (a "reach" line in the same log), a number of
 seconds, or the aim's deadline at the latest. An expiry is carried out while the thread
 stands held, then it goes on; a kill kills the process where it stands. A hold no aim needs
-(an aim already spent, or one hold at a time) is released at once. A hold line without a
+(an aim already spent, or one hold at a time) is released at once, and once every aim is
+spent the probes are disarmed. A hold line without a
 hold number comes from a probe that stops its whole process (SIGSTOP), as the probe did
 before: that process is continued (SIGCONT).
 
@@ -100,9 +101,19 @@ class AimWatch:
             try:
                 self._read()
                 self._check(time.time())
+                self._disarm_when_spent()
             except Exception as exc:  # an aim that cannot be carried out is logged, not fatal
                 self.record({"t": time.time(), "src": "nemesis", "type": "error",
                              "fault": "aim", "error": described(exc)})
+
+    def _disarm_when_spent(self) -> None:
+        """Disarm every probe once every aim has fired its `times` and holds nothing: each
+        pass of an armed point would otherwise wait for this watch to let it go, a pause
+        no aim asked for (and a lease may run out in it)."""
+        if self.targets and not self.held and all(self.fired.get(t.index, 0) >= t.aim.times
+                                                  for t in self.targets):
+            with open(aims.off_file(self.log), "a", encoding="utf-8"):
+                pass
 
     def _read(self, release_all: bool = False) -> None:
         try:
@@ -247,7 +258,10 @@ class AimWatch:
         # Stamped before the process goes on: it may hold at its next hold point and log
         # that hold before a time read after this call, and the hold would then seem to
         # begin before this one ended (a checker pairing holds and releases lost the first).
-        self._log_release(held, reason, self._continue(held.pid, held.number), **details)
+        now = time.time()
+        self._disarm_when_spent()  # before the release: its next pass must not wait
+        sent = self._continue(held.pid, held.number)
+        self._log_release(held, reason, now if held.number is not None else sent, **details)
 
     def _log_release(self, held: Held, reason: str, now: float, **details: Any) -> None:
         self.record({"t": now, "src": "nemesis", "type": "release", "aim": held.target.index,

@@ -4,6 +4,7 @@ of a real run's watch, and the sentences a report gives."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -250,16 +251,19 @@ def test_the_watch_holds_until_takeover_then_continues(tmp_path):
 
 def test_a_release_is_stamped_before_the_process_goes_on(tmp_path, monkeypatch):
     """A process held again at once (the child holds at after_call twice) logs its second
-    hold after the first release: the release's time is read before its release file is
-    made, so the history's order pairs each hold with its own release (a release stamped
-    after it, behind the next hold, left the checkers a pause of a few microseconds instead
-    of the hold)."""
-    sent, release_file = [], aims.release_file
+    hold after the first release: the release's time is read before its release file (or,
+    every aim spent, the .off file) is made, so the history's order pairs each hold with its
+    own release (a release stamped after it, behind the next hold, left the checkers a pause
+    of a few microseconds instead of the hold)."""
+    sent = []
 
-    def stamped(*args):
-        sent.append(time.time())
-        return release_file(*args)
-    monkeypatch.setattr(aims, "release_file", stamped)
+    def stamped(make):
+        def name(*args):
+            sent.append(time.time())
+            return make(*args)
+        return name
+    monkeypatch.setattr(aims, "release_file", stamped(aims.release_file))
+    monkeypatch.setattr(aims, "off_file", stamped(aims.off_file))
     watch, log, events, children = _watch(
         tmp_path, Aim("role:after_call", until=0.1, times=2, deadline=5.0), _Ops())
     proc = _held_child(tmp_path, log)
@@ -280,6 +284,26 @@ def test_a_release_is_stamped_before_the_process_goes_on(tmp_path, monkeypatch):
     assert releases[0]["t"] < holds[1]["t"]
     pauses = harness_windows(sorted(events, key=lambda e: e["t"]))["pauses"]
     assert [(a, b) for _, a, b in pauses] == [(h["t"], r["t"]) for h, r in zip(holds, releases)]
+
+
+def test_once_every_aim_is_spent_the_probes_are_disarmed(tmp_path):
+    """The child passes its armed point twice; the aim holds once (times = 1), and then no
+    pass waits for the watch any more: it disarms the probes."""
+    watch, log, events, children = _watch(tmp_path, Aim("role:after_call", until=0.1), _Ops())
+    proc = _held_child(tmp_path, log)
+    children.append(_Child(proc, "worker-0.1"))
+    watch.start()
+    try:
+        out, _ = proc.communicate(timeout=15)
+        assert out.strip() == "went on"
+        assert os.path.exists(aims.off_file(log))
+    finally:
+        watch.heal()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    with open(log, encoding="utf-8") as fh:
+        assert [json.loads(x)["action"] for x in fh] == ["hold"]
 
 
 def test_a_hold_whose_condition_never_comes_ends_at_its_deadline(tmp_path):
