@@ -14,7 +14,7 @@ import time
 import pytest
 
 from chaos.spec import aim as aims
-from chaos.spec.aim import Aim, Target
+from chaos.spec.aim import Aim
 from chaos.run.aim_watch import AimWatch, _stopped_or_gone
 from chaos.checkers.ops import harness_windows
 from chaos.spec.plan import FaultPlan
@@ -249,6 +249,22 @@ def test_the_watch_holds_until_takeover_then_continues(tmp_path):
     assert [e["type"] for e in events] == ["hold", "release"]
 
 
+def went_on(watch, proc, also=lambda: True) -> None:
+    """Start `watch`, and see the held child `proc` go on to its end ("went on"), `also()`
+    holding then; the watch healed and the child ended whatever happens."""
+    watch.start()
+    try:
+        out, _ = proc.communicate(timeout=15)
+        assert out.strip() == "went on"
+        assert also()
+    finally:
+        watch.heal()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+
 def test_a_release_is_stamped_before_the_process_goes_on(tmp_path, monkeypatch):
     """A process held again at once (the child holds at after_call twice) logs its second
     hold after the first release: the release's time is read before its release file (or,
@@ -268,15 +284,7 @@ def test_a_release_is_stamped_before_the_process_goes_on(tmp_path, monkeypatch):
         tmp_path, Aim("role:after_call", until=0.1, times=2, deadline=5.0), _Ops())
     proc = _held_child(tmp_path, log)
     children.append(_Child(proc, "worker-0.1"))
-    watch.start()
-    try:
-        out, _ = proc.communicate(timeout=15)
-        assert out.strip() == "went on"
-    finally:
-        watch.heal()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    went_on(watch, proc)
     holds = [e for e in events if e["type"] == "hold"]
     releases = [e for e in events if e["type"] == "release"]
     assert [h["job"] for h in holds] == ["doc-2", "doc-1"] and len(releases) == 2
@@ -292,16 +300,7 @@ def test_once_every_aim_is_spent_the_probes_are_disarmed(tmp_path):
     watch, log, events, children = _watch(tmp_path, Aim("role:after_call", until=0.1), _Ops())
     proc = _held_child(tmp_path, log)
     children.append(_Child(proc, "worker-0.1"))
-    watch.start()
-    try:
-        out, _ = proc.communicate(timeout=15)
-        assert out.strip() == "went on"
-        assert os.path.exists(aims.off_file(log))
-    finally:
-        watch.heal()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    went_on(watch, proc, lambda: os.path.exists(aims.off_file(log)))
     with open(log, encoding="utf-8") as fh:
         assert [json.loads(x)["action"] for x in fh] == ["hold"]
 
@@ -311,15 +310,7 @@ def test_a_hold_whose_condition_never_comes_ends_at_its_deadline(tmp_path):
         tmp_path, Aim("role:after_call", until="point:role:after_claim", deadline=0.5), _Ops())
     proc = _held_child(tmp_path, log)
     children.append(_Child(proc, "worker-0.1"))
-    watch.start()
-    try:
-        out, _ = proc.communicate(timeout=15)
-        assert out.strip() == "went on"
-    finally:
-        watch.heal()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    went_on(watch, proc)
     release = next(e for e in events if e["type"] == "release")
     assert release["reason"] == "deadline" and release["held"] >= 0.5
     assert "no other process reached role:after_claim for doc-2" in release["waited_for"]
@@ -344,15 +335,7 @@ def test_a_probe_that_stops_its_process_whole_is_continued(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", LEGACY, log], stdout=subprocess.PIPE,
                             text=True)
     children.append(_Child(proc, "worker-0.1"))
-    watch.start()
-    try:
-        out, _ = proc.communicate(timeout=15)
-        assert out.strip() == "went on"
-    finally:
-        watch.heal()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    went_on(watch, proc)
     assert [(e["type"], e.get("reason")) for e in events] == [("hold", None),
                                                              ("release", "seconds")]
 
