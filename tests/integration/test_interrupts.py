@@ -22,6 +22,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NINELIVES = os.path.join(os.path.dirname(sys.executable), "ninelives")
 DELAYS = (0.0, 0.05, 0.1, 0.2, 0.3)
+#: Later moments, tried only while fewer than 3 signals reached the project's code: on a
+#: loaded machine the interpreter's own start-up can outlast every one of DELAYS.
+LATER = (0.5, 1.0, 2.0)
 
 #: entry -> (argv given a scratch folder, the exit codes of a clean stop once it serves)
 ENTRIES = {
@@ -71,8 +74,11 @@ def before_any_project_code(code: int, err: str) -> bool:
 @pytest.mark.parametrize("entry", sorted(ENTRIES))
 def test_sigint_at_any_moment_gives_one_line_and_exit_130_never_a_traceback(entry, tmp_path):
     argv, serving_codes = ENTRIES[entry]
-    ours = 0
-    for delay in DELAYS:
+    ours = tried = 0
+    for delay in DELAYS + LATER:
+        if delay in LATER and ours >= 3:
+            break
+        tried += 1
         code, err = interrupted_after(argv(str(tmp_path)), delay, ROOT)
         if before_any_project_code(code, err):
             continue
@@ -86,7 +92,7 @@ def test_sigint_at_any_moment_gives_one_line_and_exit_130_never_a_traceback(entr
                 == lines[-1:], said
             assert len([line for line in lines if not line.startswith(
                 ("ninelives sim", "worker "))]) == 1, said  # a banner, then the one line
-    assert ours >= 3, f"{entry}: only {ours} of {len(DELAYS)} signals reached its own code"
+    assert ours >= 3, f"{entry}: only {ours} of {tried} signals reached its own code"
 
 
 @pytest.mark.parametrize("orig_argv,package,command", [
