@@ -1,5 +1,6 @@
-"""Reading a command's progress lines as they come, each with the moment it arrived, until
-enough was seen; then the command is interrupted (SIGINT) and waited for."""
+"""Waiting in tests: for a condition, polled until a deadline; and for a command's progress
+lines as they come, each with the moment it arrived, until enough was seen (the command is
+then interrupted, SIGINT, and waited for)."""
 from __future__ import annotations
 
 import signal
@@ -27,3 +28,15 @@ def lines_until(proc: subprocess.Popen, stream: IO[str],
             proc.kill()
             proc.wait()
     return seen, rest
+
+
+def wait_until(condition: Callable[[], object], seconds: float = 10.0,
+               poll: float = 0.01) -> bool:
+    """Whether `condition()` came true within `seconds`, looking every `poll` seconds (and
+    once more at the deadline)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(poll)
+    return bool(condition())

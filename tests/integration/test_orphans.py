@@ -21,6 +21,7 @@ import uuid
 
 import psutil
 import pytest
+from timed import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIXTURE_RUN = os.path.join(ROOT, "tests", "fixtures", "runs", "pass")
@@ -86,15 +87,6 @@ def still_left(session: int, mark: str, out: str, timeout: float) -> list[str]:
     while (left := left_behind(session, mark, out)) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
-
-
-def wait_until(condition, timeout: float, poll: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(poll)
-    return condition()
 
 
 class Command:

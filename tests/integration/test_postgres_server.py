@@ -7,13 +7,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from chaos.run import pgserver
 from chaos.run.pgserver import PostgresServer
+from timed import wait_until
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -30,15 +30,6 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
-
-
-def wait_until(condition, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
 
 
 def postmaster_pid(data: Path) -> int:

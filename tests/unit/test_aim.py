@@ -20,6 +20,7 @@ from chaos.checkers.ops import harness_windows
 from chaos.spec.plan import FaultPlan
 from chaos.reference.adapter import ReferenceEngine
 from chaos.spec.scenario import ScenarioError, check_aims, load_scenario
+from timed import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -168,15 +169,6 @@ print("went on", flush=True)
 """
 
 
-def _wait(condition, seconds=10.0):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return False
-
-
 class _Child:
     def __init__(self, proc, name, role="worker"):
         self.proc, self.name, self.role = proc, name, role
@@ -228,14 +220,14 @@ def test_the_watch_holds_until_takeover_then_continues(tmp_path):
     children.append(_Child(proc, "worker-0.1"))
     watch.start()
     try:
-        assert _wait(lambda: any(e["type"] == "hold" for e in events))
+        assert wait_until(lambda: any(e["type"] == "hold" for e in events))
         hold = next(e for e in events if e["type"] == "hold")
         assert hold["job"] == "doc-2" and hold["target"] == "worker-0.1"
         time.sleep(0.2)
         assert proc.poll() is None and not _stopped_or_gone(proc.pid)  # held, not stopped
         engine.ops.append({"type": "claimed", "job": "doc-2", "worker": "B", "pid": 99,
                            "t": time.time()})
-        assert _wait(lambda: any(e["type"] == "release" for e in events))
+        assert wait_until(lambda: any(e["type"] == "release" for e in events))
         release = next(e for e in events if e["type"] == "release")
         assert release["reason"] == "takeover" and release["worker"] == "B"
         # the aim is spent (times = 1): the child's next stop is continued at once
@@ -347,7 +339,7 @@ def test_heal_continues_a_held_process(tmp_path):
     children.append(_Child(proc, "worker-0.1"))
     watch.start()
     try:
-        assert _wait(lambda: any(e["type"] == "hold" for e in events))
+        assert wait_until(lambda: any(e["type"] == "hold" for e in events))
         watch.heal()
         out, _ = proc.communicate(timeout=10)
         assert out.strip() == "went on"

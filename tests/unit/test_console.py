@@ -11,6 +11,7 @@ from rich.console import Console
 
 from chaos.reports.console import Column, Progress, plural, shorten, table, terminal
 from chaos.reports.report_text import verdict_table
+from timed import wait_until
 
 ANSI = re.compile(r"\x1b\[")
 REASON = ("no operator action was reported done, nor refused where the engine says it "
@@ -127,15 +128,6 @@ class Timed(io.StringIO):
     def write(self, text: str) -> int:
         self.times += [time.monotonic()] * text.count("\n")
         return super().write(text)
-
-
-def wait_until(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
 
 
 def test_a_plain_step_busy_in_one_long_call_says_where_it_stands_within_a_second():

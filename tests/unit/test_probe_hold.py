@@ -17,6 +17,7 @@ import pytest
 
 from chaos.spec import aim as aims
 from chaos.run.aim_watch import _stopped_or_gone
+from timed import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -92,15 +93,6 @@ print("went on", flush=True)
 PROBES = pytest.mark.parametrize("probe", sorted(ARM))
 
 
-def _wait(condition, seconds=10.0):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return False
-
-
 def _child(probe, body, log, *args, at=f"{HOLD}=doc-1"):
     env = {**os.environ, "PYTHONPATH": ROOT, "NINELIVES_HOLD_LOG": str(log),
            "NINELIVES_HOLD_AT": at, "NINELIVES_HOLD_WATCH": WATCH,
@@ -134,7 +126,7 @@ def test_a_hold_blocks_the_thread_until_its_release_file_and_stops_nothing(tmp_p
     log = tmp_path / "holds.jsonl"
     child = _child(probe, SEQUENCE, log)
     try:
-        assert _wait(lambda: _holds(log))
+        assert wait_until(lambda: _holds(log))
         assert [(x["action"], x["point"], x["job"], x.get("hold")) for x in _lines(log)] == [
             ("reach", WATCH, "doc-1", None), ("hold", HOLD, "doc-1", 1)]
         time.sleep(0.2)  # were it going on, it would have ended by now
@@ -158,7 +150,7 @@ def test_a_held_process_never_keeps_another_threads_transaction_open(tmp_path, p
         conn.execute("CREATE TABLE t (x)")
     child = _child(probe, FREEZE, log, db, log, after)
     try:
-        assert _wait(lambda: _holds(log))
+        assert wait_until(lambda: _holds(log))
         other = sqlite3.connect(db, isolation_level=None, timeout=10)
         other.execute("BEGIN IMMEDIATE")  # waits for the held process's transaction: briefly
         other.execute("INSERT INTO t VALUES (2)")
@@ -180,11 +172,11 @@ def test_one_thread_of_a_process_holds_at_a_time(tmp_path, probe):
     log = tmp_path / "holds.jsonl"
     child = _child(probe, TWO, log)
     try:
-        assert _wait(lambda: _holds(log))
+        assert wait_until(lambda: _holds(log))
         time.sleep(0.2)
         assert len(_holds(log)) == 1  # the other thread waits for the first hold's end
         _release(log, _holds(log)[0])
-        assert _wait(lambda: len(_holds(log)) == 2)
+        assert wait_until(lambda: len(_holds(log)) == 2)
         assert [h["hold"] for h in _holds(log)] == [1, 2]
         _release(log, _holds(log)[1])
         out, _ = child.communicate(timeout=10)
@@ -198,7 +190,7 @@ def test_the_off_file_lets_a_held_thread_go_on(tmp_path, probe):
     log = tmp_path / "holds.jsonl"
     child = _child(probe, SEQUENCE, log)
     try:
-        assert _wait(lambda: _holds(log))
+        assert wait_until(lambda: _holds(log))
         open(aims.off_file(str(log)), "w").close()
         out, _ = child.communicate(timeout=10)
         assert out.strip() == "went on"
