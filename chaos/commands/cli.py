@@ -14,7 +14,7 @@
     ninelives sim --replay FILE
     ninelives explore SCENARIO [--engine E] [--budget 5m] [--seed N] [--corpus DIR] [--out DIR]
                       [--shard I/N]
-    ninelives merge FOLDER... [--out DIR]      the shards' folders as one campaign report
+    ninelives merge FOLDER... [--out DIR] [--require-exercised]   the shards as one report
     ninelives annotate FOLDER                  failures as GitHub Actions workflow commands
     ninelives mutants [--seeds N|A..B] [--profile P] [--only NAME,...] [--out DIR]
                       [--backend sqlite|postgres [--pg-url postgresql://...]]

@@ -22,6 +22,7 @@ from typing import Any
 from chaos.run.campaign import (CAMPAIGN_FILE, CAMPAIGN_SCHEMA, Tally, campaign_lines,
                                 campaign_record, write_campaign)
 from chaos.run.shards import Shard
+from chaos.reports.report import RESULTS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +33,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a shard's output folder (the --out holding its campaign.json)")
     p.add_argument("--out", default="merged", help="where the merged campaign.json, "
                    "summary.md, junit.xml and report.html go (default merged)")
+    p.add_argument("--require-exercised", action="store_true",
+                   help="an invariant that passed in every merged run but was exercised in "
+                        "none ('passed, not exercised in any run') makes the result an error, "
+                        "exit 2 (a failed invariant still exits 1)")
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -40,11 +45,25 @@ def cmd_merge(args: argparse.Namespace) -> int:
     records = [(folder, read_campaign(folder)) for folder in args.folders]
     check_shards(records)
     record = merge_records(records, args.out)
+    if args.require_exercised:
+        record = require_exercised(record)
     write_campaign(args.out, record)
     from chaos.reports.render.campaign import headline
     print(f"merged {len(records)} folder(s): {headline(record)}")
     print("\n".join(campaign_lines(record, args.out)))
+    if record.get("required_exercised"):
+        print(f"error: --require-exercised: passed in every run but exercised in none: "
+              f"{', '.join(record['required_exercised'])}")
     return record["exit_code"]
+
+
+def require_exercised(record: dict[str, Any]) -> dict[str, Any]:
+    """The merged record judged by --require-exercised: a pass with invariants exercised in
+    no run becomes an error (exit 2) naming them; a failure stays a failure (exit 1)."""
+    if record["exit_code"] != 0 or not record["not_exercised"]:
+        return record
+    return {**record, "result": RESULTS[2], "exit_code": 2,
+            "required_exercised": list(record["not_exercised"])}
 
 
 def read_campaign(folder: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import os
 import pytest
 
 from chaos.commands.cli import main
+from chaos.reports.merge import require_exercised
 
 SAME = ("invariants", "situations", "results", "seeds", "runs", "not_exercised", "exit_code",
         "result", "key")
@@ -32,6 +33,26 @@ CAMPAIGNS = {
     "broken": ("scenarios/mutants/memo-hits.toml",
                ["--engine", "chaos.mutants:memo_check_skipped"], 1),
 }
+
+
+def test_a_merge_that_requires_exercised_invariants_is_an_error_when_one_was_not(tmp_path,
+                                                                                 capsys):
+    for i in (1, 2):
+        assert sim(tmp_path / f"s{i}", "--shard", f"{i}/2") == 0
+    shards = [str(tmp_path / "s1"), str(tmp_path / "s2")]
+    assert main(["merge", *shards, "--out", str(tmp_path / "plain")]) == 0
+    unexercised = record(tmp_path / "plain")["not_exercised"]
+    assert unexercised  # smoke submits nothing twice: submissions-idempotent, for one
+    capsys.readouterr()
+    assert main(["merge", *shards, "--out", str(tmp_path / "strict"),
+                 "--require-exercised"]) == 2
+    said = capsys.readouterr().out
+    strict = record(tmp_path / "strict")
+    assert strict["result"] == "error" and strict["required_exercised"] == unexercised
+    assert f"exercised in none: {', '.join(unexercised)}" in said
+    # a failure stays a failure: exit 1 says an invariant failed, whatever else
+    assert require_exercised({"exit_code": 1, "result": "fail", "not_exercised": ["x"]}) \
+        == {"exit_code": 1, "result": "fail", "not_exercised": ["x"]}
 
 
 @pytest.mark.parametrize("name", CAMPAIGNS)
