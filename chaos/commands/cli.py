@@ -53,25 +53,34 @@ CHECK_WRITES = ("Rerun the checkers (and situations) on a saved run's history an
                 "once, with the history and snapshot rebuilt from what it appended.")
 
 
-#: The commands whose parsers live beside their code, each imported only when it is the
-#: command given (or for --help and a command not known): their modules import much that
-#: the others do not need (the simulation, the mutant catalog, PostgreSQL's client).
-OWN_PARSERS = {
-    "sim": ("chaos.sim.cli", "add_parser"),
-    "explore": ("chaos.explore.cli", "add_parser"),
-    "mutants": ("chaos.mutants.matrix", "add_parser"),
-    "doctor": ("chaos.engines.doctor", "add_parser"),
-    "merge": ("chaos.reports.merge", "add_parser"),
-    "annotate": ("chaos.reports.annotate", "add_parser"),
+#: The commands that live in modules of their own: command -> (module, the function that adds
+#: its parser, the function that runs it). A module is imported only when its command is the
+#: one given (or for --help and a command not known): these import much that the others do
+#: not need (the simulation, the mutant catalog, PostgreSQL's client).
+OWN_COMMANDS = {
+    "sim": ("chaos.sim.cli", "add_parser", "cmd_sim"),
+    "explore": ("chaos.explore.cli", "add_parser", "cmd_explore"),
+    "mutants": ("chaos.mutants.matrix", "add_parser", "cmd_mutants"),
+    "doctor": ("chaos.engines.doctor", "add_parser", "cmd_doctor"),
+    "merge": ("chaos.reports.merge", "add_parser", "cmd_merge"),
+    "annotate": ("chaos.reports.annotate", "add_parser", "cmd_annotate"),
+    "score": ("chaos.score", "add_parser", "score"),
 }
-SCORE_HELP = "the mutation score: one-line bugs in the engine the harness catches"
-COMMANDS = frozenset({"engine", "run", "replay", "check", "report", "sweep", "demo", "score",
-                      *OWN_PARSERS})
+COMMANDS = frozenset({"engine", "run", "replay", "check", "report", "sweep", "demo",
+                      *OWN_COMMANDS})
+
+
+def own_command(name: str, part: str):
+    """The function of command `name` of OWN_COMMANDS that adds its parser (`part` "parser")
+    or runs it ("run"), its module imported now."""
+    import importlib
+    module, add_parser, run = OWN_COMMANDS[name]
+    return getattr(importlib.import_module(module), add_parser if part == "parser" else run)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole command line's parser; with `only`, one of its commands, the parsers of the
-    commands in OWN_PARSERS (and score's) are added only when `only` names them."""
+    commands in OWN_COMMANDS are added only when `only` names them."""
     parser = argparse.ArgumentParser(prog="ninelives", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -128,13 +137,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                    help=f"worker processes (default 2, at most {MAX_WORKERS})")
     p.add_argument("--seed", type=int, default=1, help="the seed of the documents (default 1)")
     p.add_argument("--out", default="reports/demo", help="where the demo's folder goes")
-    import importlib
-    for name, (module, function) in OWN_PARSERS.items():
+    for name in OWN_COMMANDS:
         if only in (None, name):
-            getattr(importlib.import_module(module), function)(sub)
-    if only in (None, "score"):
-        from chaos.score import add_arguments as add_score_arguments
-        add_score_arguments(sub.add_parser("score", help=SCORE_HELP))
+            own_command(name, "parser")(sub)
     return parser
 
 
@@ -323,27 +328,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             from chaos.reference.demo import run_demo
             return run_demo(args.jobs, args.workers, args.seed, args.out)
-        if args.command == "sim":
-            from chaos.sim.cli import cmd_sim
-            return cmd_sim(args)
-        if args.command == "explore":
-            from chaos.explore.cli import cmd_explore
-            return cmd_explore(args)
-        if args.command == "mutants":
-            from chaos.mutants.matrix import cmd_mutants
-            return cmd_mutants(args)
-        if args.command == "doctor":
-            from chaos.engines.doctor import cmd_doctor
-            return cmd_doctor(args)
-        if args.command == "merge":
-            from chaos.reports.merge import cmd_merge
-            return cmd_merge(args)
-        if args.command == "annotate":
-            from chaos.reports.annotate import cmd_annotate
-            return cmd_annotate(args)
-        if args.command == "score":
-            from chaos.score import score
-            return score(args)
+        if args.command in OWN_COMMANDS:
+            return own_command(args.command, "run")(args)
         return {"run": cmd_run, "replay": cmd_replay, "check": cmd_check,
                 "sweep": cmd_sweep, "report": cmd_report}[args.command](args)
     except AdapterError as exc:  # its traceback is in the run folder, when there was one

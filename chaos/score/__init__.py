@@ -346,6 +346,12 @@ def main(argv: list[str] | None = None) -> int:
     return score(args)
 
 
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """The `ninelives score` subcommand and its arguments."""
+    add_arguments(sub.add_parser(
+        "score", help="the mutation score: one-line bugs in the engine the harness catches"))
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modules", default=",".join(MODULES),
                         help="comma-separated engine files to mutate (default: the safety code)")

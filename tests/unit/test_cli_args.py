@@ -226,7 +226,7 @@ def test_a_command_is_parsed_alike_by_its_own_parser_and_by_the_whole_one():
         only = cli.command_of(argv)
         assert only == argv[0]
         assert cli.build_parser(only).parse_args(argv) == cli.build_parser().parse_args(argv)
-        assert set(subcommands(cli.build_parser(only))) & set(cli.OWN_PARSERS) <= {only}
+        assert set(subcommands(cli.build_parser(only))) & set(cli.OWN_COMMANDS) <= {only}
     # a typo, or options alone, gets the whole parser: its error lists every command
     assert cli.command_of(["smi", "smoke"]) is None and cli.command_of(["--version"]) is None
 
