@@ -14,10 +14,12 @@ The engine keeps its own copy (engine/interrupts.py): the engine never imports t
 """
 from __future__ import annotations
 
+import _thread
 import atexit
 import os
 import signal
 import sys
+import time
 
 #: The exit code of a process whose main code an interrupt ended (None: none did).
 _ended_by: int | None = None
@@ -46,15 +48,39 @@ def quiet_when_a_command(package: str, scripts: tuple[str, ...] = ()) -> None:
     that no code caught prints one line and exits 128 + its signal. Call it before any
     other import."""
     if is_command(package, scripts):
-        report = sys.excepthook
+        quiet()
 
-        def hook(kind, value, tb) -> None:
-            if issubclass(kind, KeyboardInterrupt):
-                ended(value)
-            else:
-                report(kind, value, tb)
-        sys.excepthook = hook
-        atexit.register(_exit_as_interrupted)  # registered first: it runs last
+
+def quiet() -> None:
+    """From now on, an interrupt that no code caught prints one line and exits 128 + its
+    signal, and one that landed where Python cannot raise it still stops the process."""
+    report, unraisable = sys.excepthook, sys.unraisablehook
+    main = _thread.get_ident()
+
+    def hook(kind, value, tb) -> None:
+        if issubclass(kind, KeyboardInterrupt):
+            ended(value)
+        else:
+            report(kind, value, tb)
+
+    def lost(info) -> None:
+        # A Ctrl-C that lands in a weakref callback or a __del__ (the import system's module
+        # locks have one) is printed as "Exception ignored" and dropped, and the command
+        # went on to exit 0: send it again to the main thread, where it ends the command.
+        # From another thread, once this hook has returned: raised inside it, it is dropped.
+        if isinstance(info.exc_value, KeyboardInterrupt):
+            signum = getattr(info.exc_value, "signum", signal.SIGINT)
+            _thread.start_new_thread(_signal_again, (main, signum))
+        else:
+            unraisable(info)
+    sys.excepthook, sys.unraisablehook = hook, lost
+    atexit.register(_exit_as_interrupted)  # registered first: it runs last
+
+
+def _signal_again(thread: int, signum: int) -> None:
+    """Send `signum` to `thread` a moment from now (the hook that calls this has returned)."""
+    time.sleep(0.01)
+    signal.pthread_kill(thread, signum)
 
 
 def ended(interrupt: BaseException) -> None:

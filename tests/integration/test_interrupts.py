@@ -114,3 +114,23 @@ def test_only_a_command_of_the_package_changes_how_an_interrupt_ends(monkeypatch
     monkeypatch.setattr(sys, "orig_argv", orig_argv)
     assert harness(package, ("ninelives",) if package == "chaos" else ()) is command
     assert engine(package, ("ninelives",) if package == "chaos" else ()) is command
+
+
+@pytest.mark.parametrize("module", ["chaos.commands.interrupts", "engine.interrupts"])
+def test_an_interrupt_python_could_not_raise_still_ends_the_command(module):
+    """A Ctrl-C that lands in a weakref callback (as one did in the import system's module
+    lock on CI) is dropped by Python with an "Exception ignored" traceback, and the command
+    had gone on to exit 0. It must end the command as any other interrupt does."""
+    script = (f"from {module} import quiet; quiet()\n"
+              "import time, weakref\n"
+              "class Thing: pass\n"
+              "def callback(ref): raise KeyboardInterrupt\n"
+              "thing = Thing(); ref = weakref.ref(thing, callback); del thing\n"
+              "for _ in range(500): time.sleep(0.01)\n"
+              "print('went on')\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert (done.returncode, done.stdout) == (130, ""), done
+    assert done.stderr.strip().splitlines() == [
+        "interrupted (SIGINT): stopped before it finished"], done
