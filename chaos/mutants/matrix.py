@@ -8,7 +8,8 @@ Each mutant runs on the seeds (N: 1..N; A..B: A to B) in turn and stops at its f
 run; the reference
 runs every (scenario, seed) a mutant ran. Runs go `--parallel` at a time (default 2), each
 a full campaign with real processes, each on a fresh database of `--backend` (on PostgreSQL,
-one server started for the whole command, or --pg-url's; a new database per run). Exit 0
+one server started for the whole command, or --pg-url's; a new database per run; a run that
+cuts the power starts a server of its own). Exit 0
 when every mutant was caught by one of its expected invariants and the reference failed
 nothing; 1 otherwise; 2 when the command could not run (a bad flag, a server that cannot be
 had, a mutant named with --only that does not run on the backend; the whole catalog leaves

@@ -403,6 +403,7 @@ def run_campaign(scenario: Scenario, seed: int, engine: Engine, out: str, *,
                                 f"seed {seed}")
             plan = make_plan(scenario, seed, engine.pipeline)
     check_backend(engine, backend)
+    backend = backend_for(scenario, backend)
     refused = power_loss_refusal(scenario, backend.name, own_server=backend.pg_url is None)
     if refused:
         raise HarnessError(refused)
@@ -411,6 +412,15 @@ def run_campaign(scenario: Scenario, seed: int, engine: Engine, out: str, *,
     # it leaves a folder; a server started here stops when the run ends, however it ends.
     with run_database(backend, database_name(scenario.name, stamp, seed)) as database:
         return _run_on(scenario, plan, engine, out, engine_spec, progress, database)
+
+
+def backend_for(scenario: Scenario, backend: Backend) -> Backend:
+    """The backend a run of `scenario` is given `backend` by its command uses. A run that
+    cuts the power starts a PostgreSQL server of its own rather than use the one its command
+    (`mutants`, `sweep`) started for all its runs: a cut kills and restarts the server."""
+    if backend.command_server and getattr(scenario.faults, "power_loss", 0):
+        return Backend("postgres")
+    return backend
 
 
 def _run_on(scenario: Scenario, plan: FaultPlan, engine: Engine, out: str,

@@ -64,9 +64,6 @@ NOT_CAUGHT_ON_POSTGRES: dict[str, str] = {
         "scenario's first backoff ceilings (0.05-0.1 s), so waits of zero are not told "
         "from jittered ones at the test's confidence (too_low 0.54 against a band of 0.60 "
         "over 20 waits; fewer than 20 waits in the other seeds)"),
-    "key_from_row_id": (
-        "an identity column is a sequence, WAL-logged 32 values ahead: after a cut it skips "
-        "on, never giving a lost row's id to another row"),
 }
 
 

@@ -15,6 +15,7 @@ from chaos.run.backends import (STARTED_FOR_COMMAND, Backend, BackendError, chec
                             saved_target, split_password, with_dbname)
 from chaos.contract import EngineSettings
 from chaos.run.expect import expectations
+from chaos.run.runner import backend_for
 from chaos.reference import REFERENCE
 from chaos.reference.mutants import catalog
 from chaos.reference.mutants.catalog import BY_NAME, ENGINES, ON_POSTGRES, MutantEngine
@@ -60,9 +61,10 @@ def test_every_mutant_runs_on_postgres_but_those_of_sqlite_alone_which_are_refus
             continue
         check_backend(engine, Backend("postgres"))
         assert engine.backends == ("sqlite", "postgres")
-    # group commit is SQLite's alone: its mutant is refused on PostgreSQL, saying why
-    assert ON_POSTGRES == set(ENGINES) - {"group_stale_fails_all"}
-    assert set(catalog.SQLITE_ONLY) == {"group_stale_fails_all"}
+    # group commit is SQLite's alone, and so is reusing a lost row's id: their mutants are
+    # refused on PostgreSQL, saying why
+    assert ON_POSTGRES == set(ENGINES) - {"group_stale_fails_all", "key_from_row_id"}
+    assert set(catalog.SQLITE_ONLY) == {"group_stale_fails_all", "key_from_row_id"}
     with pytest.raises(BackendError, match=r"runs on sqlite only \(group commit is SQLite's"):
         check_backend(ENGINES["group_stale_fails_all"], Backend("postgres"))
     # a mechanism with no PostgreSQL counterpart is declared with its own reason
@@ -93,6 +95,16 @@ def test_a_command_of_many_runs_starts_one_server_for_all_of_them_and_stops_it()
         psycopg.connect(made[0].target, connect_timeout=2)
     with pytest.raises(ValueError, match="started for the command, which ended with it"):
         saved_target("run", {"database": made[0].to_json()})
+
+
+def test_a_run_that_cuts_the_power_starts_its_own_server_not_the_commands():
+    power_loss, smoke = load_scenario("power-loss", "smoke"), load_scenario("smoke", "smoke")
+    shared = Backend("postgres", "postgresql://u@127.0.0.1:5999/postgres", command_server=True)
+    assert backend_for(power_loss, shared) == Backend("postgres")  # its own: a cut kills it
+    assert backend_for(smoke, shared) == shared
+    named = Backend("postgres", "postgresql://u@127.0.0.1:5999/postgres")
+    assert backend_for(power_loss, named) == named  # the user's server: refused, not replaced
+    assert backend_for(power_loss, Backend()) == Backend()
 
 
 def urlsplit_port(url: str) -> int | None:
