@@ -151,7 +151,9 @@ class EngineSettings:
     #: time (lease-abandoned then judges each id as well as each process); False: the ids
     #: say nothing of slots (one id for the whole process, say)
     id_per_slot: bool = False
-    #: "due": a claim takes the job that fell due first (claims-prompt checks it exactly)
+    #: "due": a claim takes the job that fell due first (claims-prompt checks it exactly);
+    #: "due-unless-locked": first among those no other transaction holds locked (a claim
+    #: that skips locked rows, `FOR UPDATE SKIP LOCKED`); None: no order is promised
     claim_order: str | None = None
     #: seconds a free worker takes at most to claim a due job: its longest poll, plus the
     #: claim (claims-prompt adds the machine's scheduling slack)
@@ -186,6 +188,9 @@ class EngineSettings:
         if self.token_order not in ("ordered", "opaque"):
             raise ValueError(f"engine setting token_order must be 'ordered' or 'opaque', "
                              f"got {self.token_order!r}")
+        if self.claim_order not in (None, "due", "due-unless-locked"):
+            raise ValueError(f"engine setting claim_order must be 'due', 'due-unless-locked' "
+                             f"or None, got {self.claim_order!r}")
         if self.cap_counts not in ("separate", "claims"):
             raise ValueError(f"engine setting cap_counts must be 'separate' or 'claims', "
                              f"got {self.cap_counts!r}")

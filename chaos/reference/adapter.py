@@ -190,12 +190,12 @@ class ReferenceEngine:
         """The settings that depend on the store at `db` (see the contract). PostgreSQL: the
         server's clock places leases (lease_clock "store": a skewed worker can neither steal
         a live lease nor keep an expired one); and a claim takes the due job first among
-        those no other transaction holds locked (FOR UPDATE SKIP LOCKED), so a claimer that
-        dies holding a row's lock, until the server rolls it back, lets later jobs go
-        first: no exact claim order is promised (claim_order None; the claim latency
-        still is). SQLite: as `settings` says (claims commit one at a time)."""
+        those no other transaction holds locked (FOR UPDATE SKIP LOCKED: claim_order
+        "due-unless-locked"), so a claimer that dies holding a row's lock, until the server
+        rolls it back, lets later jobs go first. SQLite: as `settings` says (claims commit
+        one at a time, the oldest due job first)."""
         if is_postgres_url(db):
-            return {"lease_clock": "store", "claim_order": None}
+            return {"lease_clock": "store", "claim_order": "due-unless-locked"}
         return {}
 
     def progress(self, db: str) -> dict[str, Any]:

@@ -166,7 +166,7 @@ def test_a_write_waiting_on_the_held_lock_goes_through_once_it_is_released(pg_db
 
 def test_store_settings_name_the_backends_clock():
     assert REFERENCE.store_settings("postgresql://u@127.0.0.1:1/db") == {
-        "lease_clock": "store", "claim_order": None}
+        "lease_clock": "store", "claim_order": "due-unless-locked"}
     assert REFERENCE.store_settings("/tmp/x/engine.db") == {}
 
 

@@ -3,7 +3,8 @@ worker does not leave due work waiting past the engine's claim latency."""
 from __future__ import annotations
 
 import pytest
-from builders import S1, W1, W2, call, job, nemesis, outbox, snapshot_with_effects
+from builders import (S1, W1, W2, call, job, memo, nemesis, outbox, process,
+                      snapshot_with_effects)
 
 from chaos.checkers.ops import RUN_SLACK, SIM_SLACK
 from chaos.checkers.promptness import check_claims_prompt
@@ -74,6 +75,62 @@ def test_a_lapsed_lease_is_due_work_too():
                claim(4.0, W2, "b")]
     verdict = declared(history)
     assert verdict.by_type == {"claimed-out-of-order": 1}
+
+
+# -- claim order where a claim skips rows other transactions hold (FOR UPDATE SKIP LOCKED) --
+
+def skip_locked(history):
+    return declared(sorted(history, key=lambda e: e["t"]),
+                    settings={"claim_order": "due-unless-locked"})
+
+
+W3 = "worker:host:103:eeee"
+
+
+def lapsed_then_skipped(claimed_at=3.0):
+    """W3 claimed job a at 0.5 with a 1 s lease and lapsed; b is due from 2.0; W1 claims b at
+    `claimed_at`, passing over a."""
+    return [submitted(0.4, "a"), claim(0.5, W3, "a", lease=1.0), submitted(2.0, "b"),
+            claim(claimed_at, W1, "b")]
+
+
+@pytest.mark.parametrize("near", [
+    [claim(3.02, W2, "a", token=2)],                        # another claimer took it at once
+    [memo(2.6, "a", "fetch", W3, 1)],                       # its holder's memo: a share lock
+    [nemesis(2.5, "pause", pid=103), nemesis(3.5, "resume", pid=103)],
+    [process(2.7, "exit", "worker-3", 103, signal="SIGKILL")],  # died in its transaction
+    [{"t": 2.9, "src": "process", "type": "stall", "pid": 103, "seconds": 0.5}],
+    [nemesis(2.0, "row_lock", table="job", row="a"),
+     nemesis(3.5, "row_lock_end", table="job", row="a")],
+], ids=["claimed-by-another", "written-by-its-holder", "its-holder-paused", "its-holder-died",
+        "its-holder-stalled", "the-harness-row-lock"])
+def test_a_job_passed_over_where_a_lock_could_have_held_it_is_excused(near):
+    verdict = skip_locked(lapsed_then_skipped() + near)
+    assert verdict.status == "pass", verdict.reason
+    assert verdict.metrics["jobs"]["order_excused_for_a_lock"] == 1
+
+
+@pytest.mark.parametrize("far", [
+    [],
+    [memo(3.01, "a", "fetch", W1, 1)],                      # the claimer's own write
+    [claim(3.0 + RUN_SLACK + 0.5, W2, "a", token=2)],       # a write past the slack
+    [nemesis(0.6, "pause", pid=103), nemesis(1.0, "resume", pid=103)],  # long over
+    [nemesis(2.5, "pause", pid=102), nemesis(3.5, "resume", pid=102)],  # never wrote it
+    [nemesis(0.5, "row_lock", table="job", row="x"),
+     nemesis(3.5, "row_lock_end", table="job", row="x")],   # another row's lock
+], ids=["nothing", "its-own-write", "past-the-slack", "a-pause-long-over",
+        "a-pause-of-another-process", "another-rows-lock"])
+def test_what_could_not_have_held_the_job_locked_excuses_nothing(far):
+    verdict = skip_locked(lapsed_then_skipped() + far)
+    assert verdict.by_type.get("claimed-out-of-order") == 1, verdict.reason
+    assert "nothing could have held it locked" in verdict.failures[0].message
+
+
+def test_an_unknown_claim_order_is_refused_naming_the_setting():
+    from chaos.contract import EngineSettings
+    with pytest.raises(ValueError, match="claim_order must be 'due', 'due-unless-locked' or "
+                                         "None, got 'oldest'"):
+        EngineSettings(lease=1.0, claim_order="oldest")
 
 
 # -- claim latency -------------------------------------------------------------------------
