@@ -43,7 +43,7 @@ scheduling on a loaded machine as well (RUN_SLACK). Both are stated, not tuned p
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -325,28 +325,28 @@ class _Locks:
         that had written `key` before and could not go on then (paused, stalled, dying) may
         be holding a transaction on it open."""
         lo, hi = now - self.slack, t + self.slack
-        for at, writer, pid in self.writes.get(key, ()):
-            if writer != claimer and lo <= at <= hi:
-                return f"{writer} wrote it then"
-            if at <= t and writer != claimer and any(
-                    a <= hi and b >= lo for a, b in self.stopped.get(pid, ())):
-                return f"{writer}, which had written it, could not go on then"
+        others = [(at, pid) for at, writer, pid in self.writes.get(key, ()) if writer != claimer]
+        if any(lo <= at <= hi for at, _ in others):
+            return "another writer wrote it then"
+        if any(at <= t and any(a <= hi and b >= lo for a, b in self.stopped.get(pid, ()))
+               for at, pid in others):
+            return "a process that had written it was stopped then"
         if any(a <= t and b >= now for a, b in self.row_locks.get(key, ())):
             return "the harness held its row locked"
         return None
 
 
 def _check_order(verdict: Verdict, reading: _Reading, unit: str,
-                 locks: _Locks | None) -> dict[str, int]:
+                 locks: _Locks | None) -> dict[str, Any]:
     """Fail each claim that passed over an older due unit (with `locks`, one nothing could
     have held locked then); the claims judged, and those whose passing over was excused."""
-    excused = 0
+    excused, reasons = 0, Counter()
     for claim, due, now, older in reading.choices:
         if locks is not None and older:
-            kept = [(d, k) for d, k in older
-                    if locks.why(k, claim.get("worker"), now, claim["t"]) is None]
-            excused += len(kept) < len(older)
-            older = kept
+            why = {k: locks.why(k, claim.get("worker"), now, claim["t"]) for _, k in older}
+            reasons.update(reason for reason in why.values() if reason)
+            excused += any(why.values())
+            older = [(d, k) for d, k in older if why[k] is None]
         if not older:
             continue
         d, k = min(older)
@@ -362,6 +362,7 @@ def _check_order(verdict: Verdict, reading: _Reading, unit: str,
     stats = {"order_checked": len(reading.choices)}
     if locks is not None:
         stats["order_excused_for_a_lock"] = excused
+        stats["order_excuses"] = dict(reasons)  # reason -> the jobs (rows) passed over so
     return stats
 
 

@@ -94,20 +94,24 @@ def lapsed_then_skipped(claimed_at=3.0):
             claim(claimed_at, W1, "b")]
 
 
-@pytest.mark.parametrize("near", [
-    [claim(3.02, W2, "a", token=2)],                        # another claimer took it at once
-    [memo(2.6, "a", "fetch", W3, 1)],                       # its holder's memo: a share lock
-    [nemesis(2.5, "pause", pid=103), nemesis(3.5, "resume", pid=103)],
-    [process(2.7, "exit", "worker-3", 103, signal="SIGKILL")],  # died in its transaction
-    [{"t": 2.9, "src": "process", "type": "stall", "pid": 103, "seconds": 0.5}],
-    [nemesis(2.0, "row_lock", table="job", row="a"),
-     nemesis(3.5, "row_lock_end", table="job", row="a")],
+WROTE, STOPPED = "another writer wrote it then", "a process that had written it was stopped then"
+
+
+@pytest.mark.parametrize("near, reason", [
+    ([claim(3.02, W2, "a", token=2)], WROTE),               # another claimer took it at once
+    ([memo(2.6, "a", "fetch", W3, 1)], WROTE),              # its holder's memo: a share lock
+    ([nemesis(2.5, "pause", pid=103), nemesis(3.5, "resume", pid=103)], STOPPED),
+    ([process(2.7, "exit", "worker-3", 103, signal="SIGKILL")], STOPPED),  # died holding it
+    ([{"t": 2.9, "src": "process", "type": "stall", "pid": 103, "seconds": 0.5}], STOPPED),
+    ([nemesis(2.0, "row_lock", table="job", row="a"),
+      nemesis(3.5, "row_lock_end", table="job", row="a")], "the harness held its row locked"),
 ], ids=["claimed-by-another", "written-by-its-holder", "its-holder-paused", "its-holder-died",
         "its-holder-stalled", "the-harness-row-lock"])
-def test_a_job_passed_over_where_a_lock_could_have_held_it_is_excused(near):
+def test_a_job_passed_over_where_a_lock_could_have_held_it_is_excused(near, reason):
     verdict = skip_locked(lapsed_then_skipped() + near)
     assert verdict.status == "pass", verdict.reason
     assert verdict.metrics["jobs"]["order_excused_for_a_lock"] == 1
+    assert verdict.metrics["jobs"]["order_excuses"] == {reason: 1}
 
 
 @pytest.mark.parametrize("far", [
