@@ -128,6 +128,19 @@ REQUIRED = ("name", "pipeline", "capabilities", "command", "settings", "install"
             "operations", "progress", "snapshot", "submit")
 
 
+#: The numeric settings: (int or float, the lowest value, whether that value is excluded).
+_NUMBERS: dict[str, tuple[type, float, bool]] = {
+    "lease": (float, 0, True), "heartbeat_interval": (float, 0, True),
+    "call_timeout": (float, 0, True), "outbox_lease": (float, 0, True),
+    "send_timeout": (float, 0, True), "claim_latency": (float, 0, False),
+    "finish_retry_slack": (float, 0, False), "max_attempts": (int, 1, False),
+    "max_claims": (int, 1, False), "outbox_max_attempts": (int, 1, False),
+    "slots": (int, 1, False),
+}
+#: The settings that are True or False.
+_FLAGS = ("heartbeat", "keep_job", "id_per_slot", "lease_from_write")
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     """The engine's settings in the harness's terms; None where the engine has no such
@@ -201,6 +214,40 @@ class EngineSettings:
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"engine setting {f.name} must be a finite number, got {value}")
+        self._check_values()
+
+    def _check_values(self) -> None:
+        """Each number, flag and list of wait bounds is of its kind and within its range: a
+        lease of "2" or -1, or a cap of 0, would make the checks misjudge every run."""
+        for name, (kind, lowest, strict) in _NUMBERS.items():
+            value = getattr(self, name)
+            if value is None and name != "slots":
+                continue
+            number = isinstance(value, int) if kind is int else isinstance(value, (int, float))
+            if isinstance(value, bool) or not number or value < lowest or (
+                    strict and value == lowest):
+                what = "a whole number" if kind is int else "a number of seconds"
+                bound = f"above {lowest:g}" if strict else f"of at least {lowest:g}"
+                raise ValueError(f"engine setting {name} must be {what} {bound}"
+                                 f"{'' if name == 'slots' else ' or None'}, got {value!r}")
+        for name in _FLAGS:
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"engine setting {name} must be True or False, "
+                                 f"got {getattr(self, name)!r}")
+        for name in ("backoff_bounds", "outbox_backoff_bounds"):
+            bounds = getattr(self, name)
+            if not isinstance(bounds, (tuple, list)):
+                raise ValueError(f"engine setting {name} must be a sequence of (lowest, "
+                                 f"highest) waits, got {bounds!r}")
+            for i, pair in enumerate(bounds):
+                if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(
+                        isinstance(w, (int, float)) and not isinstance(w, bool)
+                        and math.isfinite(w) for w in pair) and 0 <= pair[0] <= pair[1]):
+                    raise ValueError(f"engine setting {name}[{i}] must be a (lowest, highest) "
+                                     f"pair of waits in seconds, 0 <= lowest <= highest, "
+                                     f"got {pair!r}")
+            # kept as tuples whatever sequence came: the settings are frozen, and hashable
+            object.__setattr__(self, name, tuple((float(a), float(b)) for a, b in bounds))
 
     def to_json(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -120,8 +120,9 @@ def _numeric_field(engine) -> str:
     pytest.fail("the engine accepts none of lease, call_timeout, outbox_lease, send_timeout")
 
 
-@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf], ids=["nan", "inf", "-inf"])
-def test_settings_refuse_a_non_finite_number_by_name(engine, bad):
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, -1.0, 0.0],
+                         ids=["nan", "inf", "-inf", "negative", "zero"])
+def test_settings_refuse_a_number_out_of_range_by_name(engine, bad):
     name = _numeric_field(engine)
     with pytest.raises(ValueError, match=name):
         engine.settings({name: bad})
