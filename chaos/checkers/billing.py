@@ -401,13 +401,14 @@ class _KeptResults:
 
     def _late_for(self, call: Event) -> bool:
         """Whether the answer came too late for its caller however soon the provider gave
-        it: the machine left the caller unrun (chaos.run.runqueue) from the answer's arrival to
-        the end of its call timeout (which ran from no later than the call's arrival), but
-        for one sample of the run-queue watch; it could not read the answer in time."""
+        it: the harness paused the caller, or the machine left it unrun (chaos.run.runqueue),
+        from the answer's arrival to the end of its call timeout (which ran from no later
+        than the call's arrival), but for one sample of the run-queue watch; it could not
+        read the answer in time."""
         pid = call.get("pid") or self.shared.jobs.pids.get(call["worker"])
         deadline = call["t_start"] + self.timeout
-        return pid is not None and deadline > call["t_end"] and self.shared.stalled(
-            pid, call["t_end"], deadline) >= deadline - call["t_end"] - STALL_SAMPLE - TOL
+        return pid is not None and deadline > call["t_end"] and sum(self.shared.held_still(
+            pid, call["t_end"], deadline)) >= deadline - call["t_end"] - STALL_SAMPLE - TOL
 
 
 def waste_cause(call: Event, spend: Event | None, index: JobIndex) -> str:

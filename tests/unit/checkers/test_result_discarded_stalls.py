@@ -1,6 +1,7 @@
 """result-discarded (cost-accounted) judges only answers that came in time for their caller: an
 answer the provider gave within the call timeout, while the machine left the caller unrun
-(a run-queue stall) from its arrival to the end of the timeout, could not be read in time,
+(a run-queue stall) or the harness paused it from its arrival to the end of the timeout,
+could not be read in time,
 and giving it up is no failure; a stall that left the caller time to read it excuses
 nothing."""
 from __future__ import annotations
@@ -46,6 +47,20 @@ def test_an_answer_in_time_given_up_early_fails():
 def test_an_answer_that_arrived_while_its_caller_was_unrun_past_its_timeout_is_excused():
     verdict = judged(gave_up((1.8, 0.4)))  # unrun from before 1.85 to 2.2, past 2.01
     assert "result-discarded" not in verdict.by_type, verdict.reason
+
+
+def test_an_answer_that_arrived_as_the_harness_paused_its_caller_is_excused():
+    # paused from 1.849 to 3.5: the answer of 1.85 was never read before the 2.01 deadline
+    pause = [{"t": 1.849, "src": "nemesis", "type": "pause", "pid": PID, "seconds": 1.65},
+             {"t": 3.5, "src": "nemesis", "type": "resume", "pid": PID}]
+    verdict = judged(gave_up(None) + pause)
+    assert "result-discarded" not in verdict.by_type, verdict.reason
+
+
+def test_a_pause_that_ended_in_time_to_read_the_answer_excuses_nothing():
+    pause = [{"t": 1.8, "src": "nemesis", "type": "pause", "pid": PID, "seconds": 0.08},
+             {"t": 1.88, "src": "nemesis", "type": "resume", "pid": PID}]
+    assert "result-discarded" in judged(gave_up(None) + pause).by_type
 
 
 def test_a_stall_that_ended_in_time_to_read_the_answer_excuses_nothing():
