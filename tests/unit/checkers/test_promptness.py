@@ -94,19 +94,19 @@ def lapsed_then_skipped(claimed_at=3.0):
             claim(claimed_at, W1, "b")]
 
 
-WROTE, STOPPED = "another writer wrote it then", "a process that had written it was stopped then"
+WROTE, HELD = "another writer wrote it then", "a process that could not go on may have held it"
 
 
 @pytest.mark.parametrize("near, reason", [
     ([claim(3.02, W2, "a", token=2)], WROTE),               # another claimer took it at once
-    ([memo(2.6, "a", "fetch", W3, 1)], WROTE),              # its holder's memo: a share lock
-    ([nemesis(2.5, "pause", pid=103), nemesis(3.5, "resume", pid=103)], STOPPED),
-    ([process(2.7, "exit", "worker-3", 103, signal="SIGKILL")], STOPPED),  # died holding it
-    ([{"t": 2.9, "src": "process", "type": "stall", "pid": 103, "seconds": 0.5}], STOPPED),
+    ([memo(2.9, "a", "fetch", W3, 1)], WROTE),              # its holder's memo: a share lock
+    ([nemesis(2.5, "pause", pid=103), nemesis(3.5, "resume", pid=103)], HELD),
+    ([process(3.1, "exit", "worker-3", 103, signal="SIGKILL")], HELD),  # died in a transaction
+    ([{"t": 2.9, "src": "process", "type": "stall", "pid": 103, "seconds": 0.5}], HELD),
     ([nemesis(2.0, "row_lock", table="job", row="a"),
       nemesis(3.5, "row_lock_end", table="job", row="a")], "the harness held its row locked"),
-], ids=["claimed-by-another", "written-by-its-holder", "its-holder-paused", "its-holder-died",
-        "its-holder-stalled", "the-harness-row-lock"])
+], ids=["claimed-by-another", "written-by-its-holder", "a-process-paused", "a-process-died",
+        "a-process-stalled", "the-harness-row-lock"])
 def test_a_job_passed_over_where_a_lock_could_have_held_it_is_excused(near, reason):
     verdict = skip_locked(lapsed_then_skipped() + near)
     assert verdict.status == "pass", verdict.reason
@@ -117,17 +117,33 @@ def test_a_job_passed_over_where_a_lock_could_have_held_it_is_excused(near, reas
 @pytest.mark.parametrize("far", [
     [],
     [memo(3.01, "a", "fetch", W1, 1)],                      # the claimer's own write
-    [claim(3.0 + RUN_SLACK + 0.5, W2, "a", token=2)],       # a write past the slack
-    [nemesis(0.6, "pause", pid=103), nemesis(1.0, "resume", pid=103)],  # long over
-    [nemesis(2.5, "pause", pid=102), nemesis(3.5, "resume", pid=102)],  # never wrote it
+    [claim(3.5, W2, "a", token=2)],                         # a write well after the claim
+    [memo(2.5, "a", "fetch", W3, 1)],                       # a write well before it
+    [nemesis(0.6, "pause", pid=103), nemesis(2.0, "resume", pid=103)],  # over before it
+    [{"t": 2.0, "src": "process", "type": "stall", "pid": 103, "seconds": 0.5}],
+    [process(2.0, "exit", "worker-3", 103, signal="SIGKILL")],          # dead long before
     [nemesis(0.5, "row_lock", table="job", row="x"),
      nemesis(3.5, "row_lock_end", table="job", row="x")],   # another row's lock
-], ids=["nothing", "its-own-write", "past-the-slack", "a-pause-long-over",
-        "a-pause-of-another-process", "another-rows-lock"])
+], ids=["nothing", "its-own-write", "a-write-after", "a-write-before", "a-pause-over",
+        "a-stall-over", "a-death-long-before", "another-rows-lock"])
 def test_what_could_not_have_held_the_job_locked_excuses_nothing(far):
     verdict = skip_locked(lapsed_then_skipped() + far)
     assert verdict.by_type.get("claimed-out-of-order") == 1, verdict.reason
-    assert "nothing could have held it locked" in verdict.failures[0].message
+    assert "nothing names it locked, and processes that could not go on may have held 0" \
+        in verdict.failures[0].message
+
+
+@pytest.mark.parametrize("slots, status", [(1, "fail"), (2, "pass")])
+def test_a_stopped_process_excuses_as_many_jobs_as_it_has_slots(slots, status):
+    # a and c are due before b; one process is paused across the claim of b.
+    history = lapsed_then_skipped() + [submitted(1.5, "c"), nemesis(2.5, "pause", pid=103),
+                                       nemesis(3.5, "resume", pid=103)]
+    verdict = declared(sorted(history, key=lambda e: e["t"]),
+                       settings={"claim_order": "due-unless-locked", "slots": slots})
+    assert verdict.status == status, verdict.reason
+    if status == "fail":
+        assert "(2 due earlier in all; nothing names it locked, and processes that could " \
+               "not go on may have held 1 row(s) then)" in verdict.failures[0].message
 
 
 def test_an_unknown_claim_order_is_refused_naming_the_setting():
