@@ -31,6 +31,10 @@ from chaos.run.supervisor import Supervisor
 WAITS_ON_DATABASE = frozenset({"lease_expiry", "operator", "duplicate_submit",
                                "server_restart", "connection_kill", "statement_timeout",
                                "row_lock"})
+#: Faults made through the database server (a session of the harness's own, or the server's
+#: view of the engine's): while a restart has it down they wait for it to be up again, or
+#: every one that fell into a down time would fail, and a run could end with none applied.
+NEEDS_SERVER = frozenset({"connection_kill", "statement_timeout", "row_lock"})
 #: Seconds a statement timeout fault waits, past the timeout itself, for its target to run a
 #: write the held lock keeps waiting: a worker writes at least every poll or heartbeat.
 STATEMENT_WAIT = 3.0
@@ -161,6 +165,9 @@ class Nemesis:
             self.applied[fault] += 1
 
     def _apply(self, event: dict) -> None:
+        if event["fault"] in NEEDS_SERVER:
+            with self._up:  # held while a restart has the server down: wait it out
+                pass
         try:
             getattr(self, f"_{event['fault']}")(event)
         except Exception as exc:  # a fault that cannot apply is logged, not fatal

@@ -302,6 +302,21 @@ def test_the_nemesis_holds_a_row_and_closes_its_window():
     assert nemesis.applied == Counter({"row_lock": 1})
 
 
+@pytest.mark.parametrize("fault", ["row_lock", "statement_timeout", "connection_kill"])
+def test_a_fault_made_through_the_server_waits_out_a_restart_that_has_it_down(fault):
+    # Four row locks of a loaded run fell into restarts' down times, each met "connection
+    # refused", and the run ended with none applied (exit 2).
+    nemesis, _ = row_nemesis({"table": "job", "row": "doc-1", "job": "doc-1"})
+    applied = threading.Event()
+    setattr(nemesis, f"_{fault}", lambda event: applied.set())
+    with nemesis.server_up():  # what a restart holds while the server is down
+        thread = threading.Thread(target=nemesis._apply, args=({"fault": fault, "pick": 3},))
+        thread.start()
+        assert not applied.wait(0.2)
+    thread.join(10)
+    assert applied.is_set()
+
+
 def test_nothing_left_to_lock_is_recorded_and_excuses_the_unfired_fault():
     nemesis, events = row_nemesis(None)
     nemesis._row_lock({"pick": 3})
