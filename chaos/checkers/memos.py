@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from chaos.history import Event
-from chaos.checkers.ops import TOL, harness_windows, is_engine, is_worker
+from chaos.checkers.ops import TOL, harness_windows, is_engine, is_job, is_worker, takes_lease
 
 Key = tuple[str, str]
 
@@ -27,13 +27,17 @@ class Memos:
     and where the harness paused the writer's process while that transaction ran, it
     committed after the resume at the earliest. Until then no other worker could see the
     memo (on PostgreSQL the others go on writing meanwhile; a process with several job slots
-    makes that common).
+    makes that common). And a transaction fenced out by another worker's claim that began
+    within TXN_GAP of its last statement (its writer never wrote the job again under its
+    token) committed after that claim: its write of the job came after the claim had locked
+    the row, and waited for it (`_fenced`).
     """
 
     def __init__(self, history: list[Event]) -> None:
         self.periods: dict[Key, list[list]] = defaultdict(list)
         self.conflicts: list[tuple[Event, Event]] = []
         self.visible: dict[int, float] = {}
+        self._last: dict[int, float] = {}   # id(memo insert) -> its transaction's last stamp
         self.count = 0
         self._visibility(history)
         for e in history:
@@ -77,13 +81,39 @@ class Memos:
                 open_[key] = (e, e["t"])
         for memo, last in open_.values():
             self._close(memo, last, pauses)
+        self._fenced(history)
 
     def _close(self, memo: Event, last: float, pauses: list) -> None:
         resumed = [b for pid, a, b in pauses
                    if pid == memo.get("pid") and memo["t"] - TOL <= a <= last + TOL]
         seen = max([last] + resumed)
+        self._last[id(memo)] = last
         if seen > memo["t"]:
             self.visible[id(memo)] = seen
+
+    def _fenced(self, history: list[Event]) -> None:
+        """A memo whose writer never wrote its job again under the token, while another
+        worker claimed the job within TXN_GAP of the memo transaction's last statement: that
+        claim locked the job's row before the transaction's own write of it, which found
+        the token changed (fenced out) once the claim committed; so the memo committed
+        after the claim, which could not see it. (Where one write lock orders every
+        transaction, as on SQLite, such a claim is stamped before the memo already.)"""
+        writes: dict[str, list[Event]] = defaultdict(list)
+        for e in history:
+            if is_job(e):
+                writes[e["job"]].append(e)
+        for e in history:
+            if not (is_engine(e, "memo") and e.get("op") == "insert" and is_worker(e)):
+                continue
+            later = [w for w in writes.get(e["job"], ()) if w["t"] >= e["t"]]
+            if any(w.get("worker") == e.get("worker") and w.get("token") == e.get("token")
+                   for w in later):
+                continue  # its writer wrote the job again under the token: not fenced out
+            last = self._last.get(id(e), e["t"])
+            claim = next((w for w in later if w.get("worker") != e.get("worker")
+                          and takes_lease(w)), None)
+            if claim is not None and claim["t"] - last <= TXN_GAP:
+                self.visible[id(e)] = max(self.visible.get(id(e), e["t"]), claim["t"])
 
     def worker_inserts(self) -> list[tuple[Event, Event | None]]:
         """(memo insert by a worker, its delete or None), in commit order."""

@@ -70,3 +70,22 @@ def test_a_claim_between_the_memo_statement_and_its_transactions_end_saw_no_memo
                call(2.003, 2.1, DOC, "fetch", W2)]
     verdict = run(check_memo_consistent, history)
     assert "memo-hit-called" not in verdict.by_type, verdict.failures
+
+
+@pytest.mark.parametrize("claim_at, caught", [(2.02, False), (2.2, True)],
+                         ids=["claimed-inside-the-transaction", "claimed-after-it"])
+def test_a_memo_whose_transaction_a_claim_fenced_out_was_not_seen_by_that_claim(claim_at,
+                                                                                 caught):
+    """W1's finishing transaction writes the memo at 2.0 and its spend at 2.001, then its
+    write of the job finds the token changed: W2's claim had locked the row first, so W1's
+    transaction committed after the claim (PostgreSQL stamps each statement, not the commit).
+    A claim well after W1's last statement saw the memo committed."""
+    history = [job(1.0, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1,
+                   lease_until=1.5),
+               call(1.1, 1.9, DOC, "fetch", W1), memo(2.0, DOC, "fetch", W1, 1),
+               spend(2.001, DOC, "fetch", W1, 1, started=1.1),
+               job(claim_at, DOC, "fetching", "fetching", W2, 2, old_token=1, claims=2,
+                   lease_until=claim_at + 2.0),
+               call(claim_at + 0.01, claim_at + 0.1, DOC, "fetch", W2)]
+    verdict = run(check_memo_consistent, history)
+    assert ("memo-hit-called" in verdict.by_type) is caught, verdict.failures
