@@ -16,12 +16,12 @@ Two claims, each checked only where the engine declares it (chaos.contract.Engin
   locked (a claim that skips locked rows, as `FOR UPDATE SKIP LOCKED` does, while claims
   run at once). The history does not say which rows were locked when, so a passed-over job
   is excused wherever a lock on it could have been held (`_Locks`): another writer wrote it
-  within the machine's slack of the claim, or the harness held its row locked. A
+  within TRANSACTION seconds of the claim, or the harness held its row locked. A
   transaction left open names no row (a claimer killed before its COMMIT is rolled back
-  by the server): each process that was paused, held, stalled by the machine or died within
-  the slack of the claim may hold one row for each of its slots, so that many more jobs
-  passed over are excused. A claim that passed over more than all that could have held
-  broke the order.
+  by the server): each process that was paused, held or stalled by the machine at the claim
+  (or up to TRANSACTION before it), or seen dead around it, may hold one row for each of
+  its slots, so that many more jobs passed over are excused. A claim that passed over more
+  than all that could have held broke the order.
 - `claim_latency` seconds: a free worker claims due work within this long (its poll
   interval at the longest, plus the claim). A worker process is free from the write that
   released a job while it held all its slots (one slot: its only job) until the claim that
@@ -333,13 +333,15 @@ class _Locks:
     def held_open(self, now: float, t: float) -> int:
         """How many rows transactions left open may have held while a claim that began at
         `now` and was written at `t` read the due rows: one a transaction, `per_process`
-        transactions for each process that was paused, stalled by the machine or died
-        within the slack of the claim. Such a transaction names no row in the history (a
-        claimer killed before its COMMIT is rolled back by the server), so which rows it
-        held is not known, only how many it could."""
+        transactions for each process paused or stalled by the machine from TRANSACTION
+        before the claim to its write, or seen dead from then to the machine's slack after
+        it. Such a transaction names no row in the history (a claimer killed before its
+        COMMIT is rolled back by the server), so which rows it held is not known, only how
+        many it could."""
         lo = now - TRANSACTION
-        return self.per_process * len({pid for pid, a, b in self.stopped if a <= t and b >= lo}
-                                      | {pid for pid, at in self.died if lo <= at <= t + self.slack})
+        stopped = {pid for pid, a, b in self.stopped if a <= t and b >= lo}
+        dead = {pid for pid, at in self.died if lo <= at <= t + self.slack}
+        return self.per_process * len(stopped | dead)
 
 
 #: How long a transaction lasts at most, from the write that locks a row to its COMMIT,
