@@ -14,6 +14,8 @@ Key = tuple[str, str]
 #: Statements of one transaction follow each other this closely (seconds) at most, as a
 #: memo's writer's next writes of the job under the same token are read (see Memos.visible)
 TXN_GAP = 0.05
+#: A commit known to follow another write is placed this much after that write's stamp.
+AFTER = 1e-6
 
 
 class Memos:
@@ -113,7 +115,8 @@ class Memos:
             claim = next((w for w in later if w.get("worker") != e.get("worker")
                           and takes_lease(w)), None)
             if claim is not None and claim["t"] - last <= TXN_GAP:
-                self.visible[id(e)] = max(self.visible.get(id(e), e["t"]), claim["t"])
+                after = claim["t"] + AFTER  # committed after the claim, not with it
+                self.visible[id(e)] = max(self.visible.get(id(e), e["t"]), after)
 
     def worker_inserts(self) -> list[tuple[Event, Event | None]]:
         """(memo insert by a worker, its delete or None), in commit order."""

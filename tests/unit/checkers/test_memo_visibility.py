@@ -89,3 +89,25 @@ def test_a_memo_whose_transaction_a_claim_fenced_out_was_not_seen_by_that_claim(
                call(claim_at + 0.01, claim_at + 0.1, DOC, "fetch", W2)]
     verdict = run(check_memo_consistent, history)
     assert ("memo-hit-called" in verdict.by_type) is caught, verdict.failures
+
+
+@pytest.mark.parametrize("call_at, kind", [(2.033, None), (2.3, "rebilled-after-commit")],
+                         ids=["a-race-the-engine-loses", "a-re-bill"])
+def test_the_fencing_claims_call_just_after_such_a_memo_committed_is_a_race_not_a_rebill(
+        call_at, kind):
+    """The memo of W1's fenced-out transaction committed just after W2's claim of 2.02: a
+    call W2 began 13 ms later could not have seen it (zombie_memo_races); one 0.28 s later
+    is a re-bill."""
+    history = [job(1.0, DOC, "pending", "fetching", W1, 1, old_token=0, claims=1,
+                   lease_until=1.5),
+               call(1.1, 1.9, DOC, "fetch", W1), memo(2.0, DOC, "fetch", W1, 1),
+               spend(2.001, DOC, "fetch", W1, 1, started=1.1),
+               job(2.02, DOC, "fetching", "fetching", W2, 2, old_token=1, claims=2,
+                   lease_until=4.0),
+               call(call_at, call_at + 0.1, DOC, "fetch", W2)]
+    verdict = run(check_no_rebill_after_commit, history)
+    if kind is None:
+        assert verdict.status == "pass" and verdict.metrics["zombie_memo_races"] == 1, \
+            verdict.failures
+    else:
+        assert kind in verdict.by_type, verdict.reason
