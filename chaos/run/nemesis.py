@@ -168,6 +168,8 @@ class Nemesis:
         if event["fault"] in NEEDS_SERVER:
             with self._up:  # held while a restart has the server down: wait it out
                 pass
+            if self._stop.is_set():
+                return  # healing began meanwhile: no fault after the heal
         try:
             getattr(self, f"_{event['fault']}")(event)
         except Exception as exc:  # a fault that cannot apply is logged, not fatal
