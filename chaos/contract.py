@@ -128,14 +128,15 @@ REQUIRED = ("name", "pipeline", "capabilities", "command", "settings", "install"
             "operations", "progress", "snapshot", "submit")
 
 
-#: The numeric settings: (int or float, the lowest value, whether that value is excluded).
-_NUMBERS: dict[str, tuple[type, float, bool]] = {
-    "lease": (float, 0, True), "heartbeat_interval": (float, 0, True),
-    "call_timeout": (float, 0, True), "outbox_lease": (float, 0, True),
-    "send_timeout": (float, 0, True), "claim_latency": (float, 0, False),
-    "finish_retry_slack": (float, 0, False), "max_attempts": (int, 1, False),
-    "max_claims": (int, 1, False), "outbox_max_attempts": (int, 1, False),
-    "slots": (int, 1, False),
+#: The numeric settings: (int or float, the lowest value, whether that value is excluded,
+#: whether None is allowed: the engine has no such setting).
+_NUMBERS: dict[str, tuple[type, float, bool, bool]] = {
+    "lease": (float, 0, True, True), "heartbeat_interval": (float, 0, True, True),
+    "call_timeout": (float, 0, True, True), "outbox_lease": (float, 0, True, True),
+    "send_timeout": (float, 0, True, True), "claim_latency": (float, 0, False, True),
+    "finish_retry_slack": (float, 0, False, True), "max_attempts": (int, 1, False, True),
+    "max_claims": (int, 1, False, True), "outbox_max_attempts": (int, 1, False, True),
+    "slots": (int, 1, False, False),
 }
 #: The settings that are True or False.
 _FLAGS = ("heartbeat", "keep_job", "id_per_slot", "lease_from_write")
@@ -219,9 +220,9 @@ class EngineSettings:
     def _check_values(self) -> None:
         """Each number, flag and list of wait bounds is of its kind and within its range: a
         lease of "2" or -1, or a cap of 0, would make the checks misjudge every run."""
-        for name, (kind, lowest, strict) in _NUMBERS.items():
+        for name, (kind, lowest, strict, optional) in _NUMBERS.items():
             value = getattr(self, name)
-            if value is None and name != "slots":
+            if value is None and optional:
                 continue
             number = isinstance(value, int) if kind is int else isinstance(value, (int, float))
             if isinstance(value, bool) or not number or value < lowest or (
@@ -229,7 +230,7 @@ class EngineSettings:
                 what = "a whole number" if kind is int else "a number of seconds"
                 bound = f"above {lowest:g}" if strict else f"of at least {lowest:g}"
                 raise ValueError(f"engine setting {name} must be {what} {bound}"
-                                 f"{'' if name == 'slots' else ' or None'}, got {value!r}")
+                                 f"{' or None' if optional else ''}, got {value!r}")
         for name in _FLAGS:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"engine setting {name} must be True or False, "

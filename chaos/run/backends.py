@@ -168,6 +168,15 @@ def run_database(backend: Backend, name: str) -> Iterator[RunDatabase]:
             yield RunDatabase("postgres", with_dbname(bare, name), name, redacted(bare))
 
 
+def backend_for(scenario: Any, backend: Backend) -> Backend:
+    """The backend a run of `scenario` is given `backend` by its command uses. A run that
+    cuts the power starts a PostgreSQL server of its own rather than use the one its command
+    (`mutants`, `sweep`) started for all its runs: a cut kills and restarts the server."""
+    if backend.command_server and getattr(scenario.faults, "power_loss", 0):
+        return Backend("postgres")
+    return backend
+
+
 @contextmanager
 def command_backend(backend: Backend) -> Iterator[Backend]:
     """The backend every run of a command of many runs (`mutants`, `sweep`) is given, for the

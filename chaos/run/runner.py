@@ -21,8 +21,8 @@ from typing import Any, Callable
 from chaos.spec import aim
 from chaos import history as hist
 from chaos.engines.adapter_guard import AdapterError
-from chaos.run.backends import (SQLITE_FILE, Backend, RunDatabase, check_backend, database_name,
-                       run_database)
+from chaos.run.backends import (SQLITE_FILE, Backend, RunDatabase, backend_for, check_backend,
+                                database_name, run_database)
 from chaos.checkers import run_checkers
 from chaos.reports.console import Progress, plural
 from chaos.contract import Command, Engine, ProcessContext, has, process_counts, submitter
@@ -412,15 +412,6 @@ def run_campaign(scenario: Scenario, seed: int, engine: Engine, out: str, *,
     # it leaves a folder; a server started here stops when the run ends, however it ends.
     with run_database(backend, database_name(scenario.name, stamp, seed)) as database:
         return _run_on(scenario, plan, engine, out, engine_spec, progress, database)
-
-
-def backend_for(scenario: Scenario, backend: Backend) -> Backend:
-    """The backend a run of `scenario` is given `backend` by its command uses. A run that
-    cuts the power starts a PostgreSQL server of its own rather than use the one its command
-    (`mutants`, `sweep`) started for all its runs: a cut kills and restarts the server."""
-    if backend.command_server and getattr(scenario.faults, "power_loss", 0):
-        return Backend("postgres")
-    return backend
 
 
 def _run_on(scenario: Scenario, plan: FaultPlan, engine: Engine, out: str,

@@ -10,12 +10,11 @@ import psycopg
 import pytest
 
 from chaos.run import pgserver
-from chaos.run.backends import (STARTED_FOR_COMMAND, Backend, BackendError, check_backend,
-                            command_backend, database_name, redacted, run_database,
+from chaos.run.backends import (STARTED_FOR_COMMAND, Backend, BackendError, backend_for,
+                            check_backend, command_backend, database_name, redacted, run_database,
                             saved_target, split_password, with_dbname)
 from chaos.contract import EngineSettings
 from chaos.run.expect import expectations
-from chaos.run.runner import backend_for
 from chaos.reference import REFERENCE
 from chaos.reference.mutants import catalog
 from chaos.reference.mutants.catalog import BY_NAME, ENGINES, ON_POSTGRES, MutantEngine
